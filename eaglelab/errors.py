@@ -1,0 +1,59 @@
+"""Typed errors. The command line turns each into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class EaglelabError(Exception):
+    """Base class: an input eaglelab cannot use, named together with the problem.
+
+    Args:
+        where: the file, folder, hub id or field the problem is in.
+        problem: what is wrong, in words a user can act on.
+    """
+
+    def __init__(self, where: str | Path, problem: str):
+        self.where = str(where)
+        self.problem = problem
+        super().__init__(f"{self.where}: {problem}")
+
+
+class SourceError(EaglelabError):
+    """A checkpoint source cannot be resolved or read (missing files, no weights)."""
+
+
+class HeaderError(SourceError):
+    """A safetensors header is malformed or claims something the file cannot hold."""
+
+
+class UnsafeFormatError(SourceError):
+    """Weights only in a pickle-based format, which eaglelab refuses to unpickle."""
+
+
+class HubError(SourceError):
+    """A hub id cannot be reached (offline, missing repository, no access)."""
+
+
+class ConfigError(EaglelabError):
+    """A config.json is missing, unparsable, or not an EAGLE-3 drafter config."""
+
+
+class CheckpointMismatchError(EaglelabError):
+    """A state dict does not fit the model: missing, unexpected or wrong-shaped keys."""
+
+
+class LogFormatError(EaglelabError):
+    """A serving log cannot be read or holds no speculative-decoding lines."""
+
+
+class ParameterError(EaglelabError):
+    """A numeric or command-line parameter is out of its valid range."""
+
+
+class NotebookError(EaglelabError):
+    """A notebook failed while the workbook runner executed it."""
+
+
+class OverwriteError(EaglelabError):
+    """A write would replace something the user made, without being asked to."""

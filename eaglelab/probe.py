@@ -1,0 +1,191 @@
+"""The direct plug-in probe: did the target move at the drafter's layers, and does the old drafter still work?
+
+Two kinds of evidence, on the same token sequences:
+
+1. *similarity* of target A and target B at the three aux layers the drafter reads and at
+   the last layer (cosine, relative L2, norm ratio, linear CKA, next-token agreement);
+2. *plug-in acceptance*: the drafter trained on A, teacher-forced on A's and on B's states
+   (per-position accuracy, simulated τ), and measured speculative decoding on B.
+
+A verdict (plug in / warm start / retrain) follows from the acceptance numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from eaglelab.drafter import Eagle3Drafter
+from eaglelab.evaluation import HiddenStates, evaluate_drafter
+from eaglelab.similarity import SimilarityAccumulator
+from eaglelab.targets import Target
+
+#: Fraction of its acceptance on A the old drafter must keep on B to be plugged in as is.
+PLUGIN_KEEP = 0.9
+#: Below this simulated τ on B (bonus included) warm start is not worth it over retraining.
+WARM_START_MIN_TAU = 1.3
+
+
+@dataclass
+class ProbeResult:
+    """All the probe's numbers (see :meth:`to_json` for the CLI's shape)."""
+
+    layers: list = field(default_factory=list)
+    cka_map: object = None
+    labels: list = field(default_factory=list)
+    cosines: dict = field(default_factory=dict)
+    argmax_agreement: float = float("nan")
+    tokens: int = 0
+    eval_a: dict | None = None
+    eval_b: dict | None = None
+    measured: dict = field(default_factory=dict)
+    verdict: str = ""
+    reasons: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        plugin = {}
+        if self.eval_a and self.eval_b:
+            plugin = {"accept_len_on_a": self.eval_a["accept_len"], "accept_len_on_b": self.eval_b["accept_len"],
+                      "acc_on_a": self.eval_a["acc"], "acc_on_b": self.eval_b["acc"]}
+        return {
+            "layers": [asdict(layer) for layer in self.layers],
+            "cka_map": [[float(v) for v in row] for row in self.cka_map] if self.cka_map is not None else None,
+            "labels": self.labels,
+            "argmax_agreement": self.argmax_agreement,
+            "tokens": self.tokens,
+            "plugin": plugin,
+            "measured": self.measured,
+            "verdict": {"level": self.verdict, "reasons": self.reasons},
+        }
+
+
+def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
+    return [f"{name} ({i})" for name, i in zip(("low", "mid", "high"), aux_layer_outputs)] + ["last"]
+
+
+def _split(states_aux: torch.Tensor, last: torch.Tensor) -> list[torch.Tensor]:
+    """[N, S, 3H] aux + [N, S, H] last -> four [N*S, H] per-layer views."""
+    parts = list(states_aux.chunk(3, dim=-1)) + [last]
+    return [p.reshape(-1, p.shape[-1]) for p in parts]
+
+
+@torch.no_grad()
+def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[str],
+                   lm_head_a: torch.nn.Module | None = None, lm_head_b: torch.nn.Module | None = None,
+                   batch_size: int = 8, cka_batch: int = 256) -> dict:
+    """Similarity of two targets' states on the same tokens, streamed over sequence batches.
+
+    Works on live captures and on SpecForge offline files alike (both give HiddenStates).
+    """
+    if not torch.equal(states_a.input_ids, states_b.input_ids):
+        raise ValueError("the two targets' states are not on the same token sequences")
+    acc = SimilarityAccumulator(labels, cka_batch=cka_batch)
+    for i in range(0, len(states_a), batch_size):
+        idx = range(i, min(i + batch_size, len(states_a)))
+        a, b = states_a.batch(idx), states_b.batch(idx)
+        mask = a.loss_mask.reshape(-1)
+        xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
+        ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
+        arg_a = arg_b = None
+        if lm_head_a is not None and lm_head_b is not None:
+            arg_a = (xs[-1] @ lm_head_a.weight.T.to(xs[-1].dtype)).argmax(-1)
+            arg_b = (ys[-1] @ lm_head_b.weight.T.to(ys[-1].dtype)).argmax(-1)
+        acc.update(xs, ys, arg_a, arg_b)
+    return acc.result()
+
+
+def plugin_verdict(accept_on_a: float, accept_on_b: float) -> tuple[str, list[str]]:
+    """Plug in as is, warm start, or retrain, from the drafter's simulated τ on A and on B.
+
+    The gain of speculation is τ - 1; the old drafter keeps ``(τ_B - 1) / (τ_A - 1)`` of it on B.
+    """
+    gain_a, gain_b = accept_on_a - 1.0, accept_on_b - 1.0
+    kept = gain_b / gain_a if gain_a > 0 else 0.0
+    reasons = [f"simulated τ {accept_on_a:.2f} on A vs {accept_on_b:.2f} on B: the drafter keeps "
+               f"{100 * kept:.0f}% of its gain (τ - 1) on the new target"]
+    if kept >= PLUGIN_KEEP:
+        return "plug in", reasons + [f"at least {100 * PLUGIN_KEEP:.0f}% kept: serve it as is, fine-tune later"]
+    if accept_on_b >= WARM_START_MIN_TAU:
+        return "warm start", reasons + [f"τ on B {accept_on_b:.2f} ≥ {WARM_START_MIN_TAU}: the old drafter is a "
+                                        "better start than random weights; fine-tune it on the new target's data"]
+    return "retrain", reasons + [f"τ on B {accept_on_b:.2f} < {WARM_START_MIN_TAU}: little of the old drafter "
+                                 "transfers; train from scratch (or check aux layers and tokenizer first)"]
+
+
+def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 5,
+              batch_size: int = 8, progress: bool = True) -> ProbeResult:
+    """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance.
+
+    Args:
+        model_a: the old target (the drafter was trained on it).
+        model_b: the new target.
+        drafter: the old drafter (its aux ids pick the layers).
+        sequences: token ids both targets see.
+        steps: TTT unroll for the offline acceptance (k drafts).
+    """
+    from eaglelab.evaluation import capture_hidden_states
+
+    ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
+    try:
+        sa = capture_hidden_states(ta, sequences, batch_size=batch_size, progress=progress)
+        sb = capture_hidden_states(tb, sequences, batch_size=batch_size, progress=progress)
+    finally:
+        ta.close()
+        tb.close()
+    labels = layer_labels(ta.aux_layer_outputs)
+    sim = compare_states(sa, sb, labels, model_a.lm_head, model_b.lm_head, batch_size)
+    drafter = drafter.to(sa.aux.dtype)
+    if not drafter.has_embedding:
+        drafter.set_embedding(model_a.get_input_embeddings().weight.detach())
+    ev_a = evaluate_drafter(drafter, sa, model_a.lm_head, steps)
+    # on B the drafter reads B's embedding, as SGLang injects the serving target's
+    original_embed = drafter.embed_tokens.weight.detach().clone()
+    drafter.set_embedding(model_b.get_input_embeddings().weight.detach())
+    ev_b = evaluate_drafter(drafter, sb, model_b.lm_head, steps)
+    drafter.set_embedding(original_embed)
+    level, reasons = plugin_verdict(ev_a["accept_len"], ev_b["accept_len"])
+    return ProbeResult(sim["layers"], sim["cka_map"], labels, sim["cosines"], sim["argmax_agreement"],
+                       sim["tokens"], ev_a, ev_b, {}, level, reasons)
+
+
+@torch.no_grad()
+def layerwise_cka(model_a, model_b, sequences: torch.Tensor, batch_size: int = 8, cka_batch: int = 256,
+                  progress: bool = True) -> torch.Tensor:
+    """Linear CKA between every layer output of A and every layer output of B, streamed.
+
+    Args:
+        sequences: [N, S] token ids both models see.
+
+    Returns:
+        [L + 1, L + 1] map; index 0 is the embedding, index i + 1 the output of layer i.
+    """
+    from eaglelab.progress import progress as bar
+    from eaglelab.similarity import StreamingCKA
+
+    cka = None
+    dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
+    for i in bar(range(0, len(sequences), batch_size), desc="layerwise CKA", disable=not progress):
+        ids = sequences[i: i + batch_size]
+        ha = [h.reshape(-1, h.shape[-1]).float().cpu()
+              for h in model_a(input_ids=ids.to(dev_a), output_hidden_states=True).hidden_states]
+        hb = [h.reshape(-1, h.shape[-1]).float().cpu()
+              for h in model_b(input_ids=ids.to(dev_b), output_hidden_states=True).hidden_states]
+        cka = cka or StreamingCKA(len(ha), len(hb))
+        # Gram matrices are n x n: chunk the batch's tokens so memory stays flat
+        for start in range(0, ha[0].shape[0] - 3, cka_batch):
+            cka.update([h[start: start + cka_batch] for h in ha], [h[start: start + cka_batch] for h in hb])
+    return cka.value()
+
+
+def probe_sequences(tokenizer, n: int = 64, seq_len: int = 64) -> torch.Tensor:
+    """The built-in offline probe set: held-out stdlib docstrings and code, alternated, [n, seq_len]."""
+    from eaglelab.corpus import code_blocks, docstrings, split_held_out
+    from eaglelab.worlds import pack_sequences
+
+    _, docs = split_held_out(docstrings())
+    _, code = split_held_out(code_blocks())
+    half = n // 2
+    a = pack_sequences(tokenizer, docs, seq_len, half)
+    b = pack_sequences(tokenizer, code, seq_len, n - half)
+    return torch.cat([a[:half], b[: n - half]])

@@ -1,0 +1,196 @@
+"""How far did the target move? Per-token and representation-level similarity, streaming.
+
+Per token: cosine similarity, relative L2 ``||hA - hB|| / ||hA||`` and norm ratio. Per layer
+pair: linear CKA with the unbiased HSIC estimator of Nguyen, Raghu & Kornblith (2021),
+accumulated over minibatches so memory stays flat as the token count grows: each minibatch
+of n tokens adds HSIC_1(K, L), HSIC_1(K, K), HSIC_1(L, L) with K = X Xᵀ, L = Y Yᵀ (n x n),
+and CKA = mean HSIC(K, L) / sqrt(mean HSIC(K, K) · mean HSIC(L, L)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+def cosine_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarity per row. a, b: [N, D] -> [N]."""
+    return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).float()
+
+
+def relative_l2_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``||a - b|| / ||a||`` per row. [N, D] -> [N]."""
+    a, b = a.double(), b.double()
+    return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).float()
+
+
+def hsic_unbiased(K: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """Unbiased HSIC estimator (Song et al. 2012) of two n x n Gram matrices, n >= 4."""
+    n = K.shape[0]
+    K = K.clone()
+    L = L.clone()
+    K.fill_diagonal_(0)
+    L.fill_diagonal_(0)
+    ones = torch.ones(n, dtype=K.dtype, device=K.device)
+    kl = (K * L).sum()
+    k1, l1 = K @ ones, L @ ones
+    term = kl + (k1.sum() * l1.sum()) / ((n - 1) * (n - 2)) - 2 * (k1 @ l1) / (n - 2)
+    return term / (n * (n - 3))
+
+
+def linear_cka_full(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Linear CKA on all tokens at once (biased HSIC, centred Gram matrices), for reference.
+
+    x: [N, Dx], y: [N, Dy].
+    """
+    x = x.double() - x.double().mean(0)
+    y = y.double() - y.double().mean(0)
+    xy = (x.T @ y).norm() ** 2
+    return float(xy / ((x.T @ x).norm() * (y.T @ y).norm()))
+
+
+@dataclass
+class StreamingCKA:
+    """Minibatch linear CKA between several layers of A and of B (unbiased HSIC, flat memory).
+
+    Attributes:
+        n_a: number of A layers (rows of the map).
+        n_b: number of B layers (columns).
+    """
+
+    n_a: int
+    n_b: int
+    _xy: torch.Tensor = field(init=False)
+    _xx: torch.Tensor = field(init=False)
+    _yy: torch.Tensor = field(init=False)
+    batches: int = field(default=0, init=False)
+
+    def __post_init__(self):
+        self._xy = torch.zeros(self.n_a, self.n_b, dtype=torch.float64)
+        self._xx = torch.zeros(self.n_a, dtype=torch.float64)
+        self._yy = torch.zeros(self.n_b, dtype=torch.float64)
+
+    def update(self, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
+        """Add one minibatch of the same n tokens: xs[i] [n, D] from A, ys[j] [n, D] from B (n >= 4)."""
+        Ks = [x.double() @ x.double().T for x in xs]
+        Ls = [y.double() @ y.double().T for y in ys]
+        for i, K in enumerate(Ks):
+            self._xx[i] += hsic_unbiased(K, K).cpu()
+            for j, L in enumerate(Ls):
+                self._xy[i, j] += hsic_unbiased(K, L).cpu()
+        for j, L in enumerate(Ls):
+            self._yy[j] += hsic_unbiased(L, L).cpu()
+        self.batches += 1
+
+    def value(self) -> torch.Tensor:
+        """CKA map [n_a, n_b]."""
+        denom = torch.sqrt(self._xx[:, None].clamp_min(1e-30) * self._yy[None, :].clamp_min(1e-30))
+        return (self._xy / denom).float()
+
+
+@dataclass
+class LayerSimilarity:
+    """Summary of one layer: A vs B on the same tokens."""
+
+    layer: str
+    cosine_mean: float
+    cosine_p05: float
+    rel_l2: float
+    norm_ratio: float
+    cka: float
+
+
+@dataclass
+class SimilarityAccumulator:
+    """Streaming per-layer statistics of paired states (A and B on the same tokens).
+
+    Keeps running sums for the means, a bounded random sample of per-token cosines for the
+    distribution plot, and a :class:`StreamingCKA` over all layer pairs.
+
+    Attributes:
+        labels: layer names, e.g. ``["low (1)", "mid (3)", "high (4)", "last"]``.
+        cka_batch: tokens per CKA minibatch.
+        keep_cosines: per-layer cap on stored cosine samples.
+    """
+
+    labels: list[str]
+    cka_batch: int = 256
+    keep_cosines: int = 20000
+    _cka: StreamingCKA = field(init=False)
+    _sums: dict = field(init=False)
+    _cos: list = field(init=False)
+    _buf_a: list = field(init=False)
+    _buf_b: list = field(init=False)
+    tokens: int = field(default=0, init=False)
+    agree: int = field(default=0, init=False)
+    compared: int = field(default=0, init=False)
+
+    def __post_init__(self):
+        n = len(self.labels)
+        self._cka = StreamingCKA(n, n)
+        self._sums = {k: torch.zeros(n, dtype=torch.float64) for k in ("cos", "rel", "na", "nb")}
+        self._cos = [[] for _ in range(n)]
+        self._buf_a = [[] for _ in range(n)]
+        self._buf_b = [[] for _ in range(n)]
+
+    def update(self, states_a: Sequence[torch.Tensor], states_b: Sequence[torch.Tensor],
+               argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None) -> None:
+        """Add paired per-token states, each [N, D] (one tensor per layer), and optional next-token argmaxes [N]."""
+        n = states_a[0].shape[0]
+        self.tokens += n
+        for i, (a, b) in enumerate(zip(states_a, states_b)):
+            a, b = a.detach().cpu(), b.detach().cpu()
+            cos = cosine_per_token(a, b)
+            self._sums["cos"][i] += cos.double().sum()
+            self._sums["rel"][i] += relative_l2_per_token(a, b).double().sum()
+            self._sums["na"][i] += a.double().norm(dim=-1).sum()
+            self._sums["nb"][i] += b.double().norm(dim=-1).sum()
+            room = self.keep_cosines - sum(len(c) for c in self._cos[i])
+            if room > 0:
+                self._cos[i].append(cos[:room])
+            self._buf_a[i].append(a)
+            self._buf_b[i].append(b)
+        if argmax_a is not None and argmax_b is not None:
+            self.agree += int((argmax_a.cpu() == argmax_b.cpu()).sum())
+            self.compared += int(argmax_a.numel())
+        self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        while True:
+            have = sum(x.shape[0] for x in self._buf_a[0])
+            if have < self.cka_batch and not (final and have >= 4):
+                return
+            take = min(self.cka_batch, have)
+            xs, ys = [], []
+            for i in range(len(self.labels)):
+                cat_a, cat_b = torch.cat(self._buf_a[i]), torch.cat(self._buf_b[i])
+                xs.append(cat_a[:take])
+                ys.append(cat_b[:take])
+                self._buf_a[i] = [cat_a[take:]] if cat_a.shape[0] > take else []
+                self._buf_b[i] = [cat_b[take:]] if cat_b.shape[0] > take else []
+            self._cka.update(xs, ys)
+            if final and not self._buf_a[0]:
+                return
+
+    def result(self) -> dict:
+        """Per-layer summaries, the CKA map, argmax agreement and per-layer cosine samples."""
+        self._flush(final=True)
+        cka = self._cka.value()
+        n = max(self.tokens, 1)
+        layers = []
+        cosines = {}
+        for i, label in enumerate(self.labels):
+            cs = torch.cat(self._cos[i]) if self._cos[i] else torch.zeros(0)
+            cosines[label] = cs.numpy()
+            layers.append(LayerSimilarity(
+                layer=label,
+                cosine_mean=float(self._sums["cos"][i] / n),
+                cosine_p05=float(torch.quantile(cs, 0.05)) if len(cs) else float("nan"),
+                rel_l2=float(self._sums["rel"][i] / n),
+                norm_ratio=float(self._sums["nb"][i] / self._sums["na"][i].clamp_min(1e-30)),
+                cka=float(cka[i, i]),
+            ))
+        return {"layers": layers, "cka_map": cka.numpy(), "cosines": cosines, "tokens": self.tokens,
+                "argmax_agreement": self.agree / self.compared if self.compared else float("nan")}

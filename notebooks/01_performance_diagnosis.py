@@ -1,0 +1,200 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Performance diagnosis: is speculation paying off?
+#
+# **Question.** Given a measured cycle time and acceptance length (and real serving logs), what
+# throughput does EAGLE-3 deliver, where is break-even, and what acceptance would a throughput
+# target demand?
+#
+# **Inputs.** Plain-decoding tok/s, speculative cycle time, acceptance length τ (defaults: the
+# seed's Kimi-K2.5 on 8 PCIe GPUs: 82 tok/s, 30 ms, τ = 2.0); SGLang / vLLM logs (`LOG_FILES`);
+# the offline world's target and drafter for the closed-loop check.
+#
+# **Outputs.** Figures `01_*` (PNG + PDF + parameter sidecar) in `FIGURES_DIR`; the findings at the
+# end. τ counts the bonus token, as SGLang and vLLM report it (1.0 = no gain).
+
+# %% tags=["parameters"]
+SMOKE = False
+FIGURES_DIR = "../figures"
+WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+BASELINE_TPS = 82.0  # plain decoding, tok/s
+CYCLE_MS = 30.0  # one speculative cycle: draft steps + verify + overhead
+ACCEPT_LEN = 2.0  # measured τ, bonus token included
+PER_STEP_ACCURACY = 0.64  # measured per-position acceptance
+DRAFT_TOKENS = 3  # k drafts per cycle
+TARGET_TPS = [100, 150, 200]
+MEASURED_VERIFY_MS = 30.0
+LOG_FILES = ["../data/logs/sglang_kimi_k25_sample.log", "../data/logs/vllm_sample.log"]
+CLOSED_LOOP_PROMPTS = 12
+CLOSED_LOOP_TOKENS = 64
+CLOSED_LOOP_K = 4
+
+# %%
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from eaglelab import perf, plots
+from eaglelab.report import bullets_from_markdown, save_findings
+from eaglelab.logs import parse_log
+
+plots.use_style()
+if SMOKE:
+    CLOSED_LOOP_PROMPTS, CLOSED_LOOP_TOKENS = 3, 24
+figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
+
+# %% [markdown]
+# ## 1 · The seed's calculation, as a checked model
+# tok/s = τ / T_cycle; break-even τ* = T_cycle × baseline tok/s; required τ = target × T_cycle.
+
+# %%
+diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS)
+requirements = pd.DataFrame(perf.requirement_table(TARGET_TPS, CYCLE_MS / 1e3, k=DRAFT_TOKENS))
+display(pd.Series({k: v for k, v in diag.items() if k != "required_accept_len"}, name="value").to_frame())
+display(requirements.round(3))
+
+# %%
+accept_grid = np.linspace(1.0, 7.0, 121)
+curves = {f"cycle {ms:g} ms": perf.effective_tps(accept_grid, ms / 1e3) for ms in (CYCLE_MS / 2, CYCLE_MS, CYCLE_MS * 1.5)}
+fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
+                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], targets=TARGET_TPS)
+plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
+
+# %%
+cycle_grid = np.linspace(5, 60, 111)
+grid = perf.tokens_per_s_grid(accept_grid, cycle_grid)
+fig = plots.plot_tps_heatmap(grid, accept_grid, cycle_grid, BASELINE_TPS, point=(ACCEPT_LEN, CYCLE_MS))
+plots.savefig(fig, "01_tps_heatmap", FIGURES_DIR, figure_params)
+
+# %% [markdown]
+# ## 2 · What acceptance can a drafter reach?
+# With per-position acceptance α on a chain of k drafts, E[τ] = (1 − α^(k+1)) / (1 − α)
+# (Leviathan et al. 2023). The dashed tree curves are an optimistic bound (candidates assumed
+# independent, see `perf.accept_len_tree`).
+
+# %%
+alphas = np.linspace(0.0, 0.95, 96)
+tau_curves = {f"chain k={k}": perf.accept_len_constant_rate(alphas, k) for k in (1, 3, 5, 7)}
+tau_curves["tree top-2, depth 3"] = np.array([perf.accept_len_tree(a, 3, 2) for a in alphas])
+tau_at_measured = float(perf.accept_len_constant_rate(PER_STEP_ACCURACY, DRAFT_TOKENS))
+rate_needed = {t: (perf.rate_for_accept_len(r["required_accept_len"], 7) if r["required_accept_len"] <= 8 else None)
+               for t, r in zip(TARGET_TPS, perf.requirement_table(TARGET_TPS, CYCLE_MS / 1e3))}
+fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, tau_at_measured, f"α={PER_STEP_ACCURACY}, k={DRAFT_TOKENS}")])
+plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_STEP_ACCURACY, "k": DRAFT_TOKENS})
+display(pd.DataFrame({"target tok/s": list(rate_needed), "α needed with k=7": list(rate_needed.values())}))
+
+# %% [markdown]
+# ## 3 · Why is the verify 30 ms? A MoE cost model
+# A verify of k+1 tokens touches more distinct experts than a decode step
+# (N(1 − (1 − K/N)^t)), and on PCIe every layer pays two all-reduces; without CUDA graphs each
+# layer also pays its kernel launches.
+
+# %%
+moe = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=False)
+moe_graphs = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=True)
+tokens = np.arange(1, 17)
+verify_ms = float(moe.forward_s(DRAFT_TOKENS + 1) * 1e3)
+decode_ms = float(moe_graphs.forward_s(1) * 1e3)
+fig = plots.plot_moe_verify(tokens, moe.parts_ms(tokens), measured_ms=MEASURED_VERIFY_MS)
+plots.savefig(fig, "01_moe_verify_cost", FIGURES_DIR, {"model": "kimi_k2_on_pcie", "gpus": 8})
+display(pd.DataFrame({"tokens": tokens, "distinct experts": perf.distinct_experts_touched(tokens, 384, 8).round(1),
+                      "forward ms (no graphs)": (moe.forward_s(tokens) * 1e3).round(2)}).set_index("tokens").T)
+
+# %% [markdown]
+# ## 4 · Serving logs
+# Each metrics line of an SGLang or vLLM log becomes a row; every other line is skipped.
+# The bundled logs are illustrative (see `data/logs/README.md`): point `LOG_FILES` at yours.
+
+# %%
+parsed = [parse_log(f) for f in LOG_FILES]
+records = [r for p in parsed for r in p.to_json()["records"]]
+log_table = pd.DataFrame(records)
+display(pd.DataFrame([{"file": p.path, **{k: v for k, v in p.summary().items() if k != "by_batch_size"},
+                       "skipped": p.skipped_lines, "malformed": len(p.malformed)} for p in parsed]))
+display(pd.DataFrame([g for p in parsed for g in p.summary()["by_batch_size"]]))
+fig = plots.plot_log_points(records, accept_grid, {f"model, cycle {CYCLE_MS:g} ms": perf.effective_tps(accept_grid, CYCLE_MS / 1e3)},
+                            BASELINE_TPS)
+plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
+
+# %% [markdown]
+# ## 5 · Closed loop: the model against a real measurement
+# Real speculative decoding on the offline world (target A with its own drafter, CPU), against
+# plain greedy decoding in the same process; the model predicts tok/s from the measured τ and the
+# measured cycle split.
+
+# %%
+from eaglelab.decoding import benchmark_speculation
+from eaglelab.drafter import load_drafter
+from eaglelab.targets import Target, load_target
+from eaglelab.worlds import build_tiny_world
+
+world = build_tiny_world(WORLD_DIR)
+model_a, tokenizer = load_target(world.target_a, device="cpu")
+drafter_a = load_drafter(world.drafter_a)
+target_a = Target.for_drafter(model_a, drafter_a.spec)
+prompt_ids = [tokenizer(p)["input_ids"] for p in world.held_out_prompts()[:CLOSED_LOOP_PROMPTS]]
+loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=CLOSED_LOOP_K)
+fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={CLOSED_LOOP_K}"],
+                             [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
+                             [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
+plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": CLOSED_LOOP_K, "prompts": CLOSED_LOOP_PROMPTS})
+display(pd.Series(loop).to_frame("closed loop"))
+
+# %% [markdown]
+# ## 6 · Explore
+# Move the sliders: the figure redraws from `perf.diagnose` (called directly above, so a headless
+# run checks the same function).
+
+# %%
+from eaglelab.widgets import perf_explorer
+
+
+def render(baseline, cycle_ms, accept_len):
+    d = perf.diagnose(baseline, cycle_ms, accept_len, TARGET_TPS)
+    f = plots.plot_tps_vs_accept_len(accept_grid, {f"cycle {cycle_ms:g} ms": perf.effective_tps(accept_grid, cycle_ms / 1e3)},
+                                     baseline, points=[(accept_len, d["effective_tps"], d["verdict"].split(":")[0])],
+                                     targets=TARGET_TPS)
+    return f
+
+
+perf_explorer(render, BASELINE_TPS, CYCLE_MS, ACCEPT_LEN)
+
+# %% [markdown]
+# ## Findings
+
+# %%
+req = diag["required_accept_len"]
+err = loop["prediction_error"]
+findings = f"""
+- **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} over a {CYCLE_MS:g} ms cycle gives
+  **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s of plain decoding.
+- **Break-even** is τ = **{diag['break_even_accept_len']:.2f}**; at τ = {ACCEPT_LEN:g} the cycle would have to shrink to
+  {diag['max_cycle_ms_for_break_even']:.1f} ms.
+- **Targets:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())}. With k = 7 that is a per-position
+  acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; the drafter's measured
+  {PER_STEP_ACCURACY:g} gives τ ≈ {tau_at_measured:.2f} with k = {DRAFT_TOKENS}.
+- **Verify cost:** the MoE model puts a {DRAFT_TOKENS + 1}-token verify at {verify_ms:.1f} ms without CUDA graphs
+  (measured {MEASURED_VERIFY_MS:g} ms) and a graph-captured decode step at {decode_ms:.1f} ms: all-reduces and launches,
+  not expert weights, dominate on PCIe, so a faster interconnect or CUDA graphs for verify move break-even most.
+- **Logs:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
+  ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
+  median τ {np.median(log_table['accept_len']):.2f}.
+- **Closed loop (CPU, offline world):** measured τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.0f} tok/s vs
+  {loop['greedy_tokens_per_s']:.0f} greedy ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}); the model
+  predicts {loop['predicted_tokens_per_s']:.0f} tok/s from τ and the cycle split, {100 * err:+.1f}% off
+  {'(within 10%)' if abs(err) <= 0.10 else '(beyond 10%: prefill and the cut last cycle are outside the model)'}.
+"""
+display(Markdown(findings))
+save_findings("01", {"diagnosis": diag, "closed_loop": loop}, bullets_from_markdown(findings), FIGURES_DIR)

@@ -1,0 +1,167 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Config and weight shapes: can drafter A take drafter B's slot?
+#
+# **Question.** Two EAGLE-3 drafter checkpoints (say the community's Kimi-K2 drafter and your
+# own Kimi-K2.5 one): which config differences matter, do the tensors match, and is the old
+# drafter interchangeable, a warm start, or incompatible, for the new target?
+#
+# **Inputs.** Two checkpoints (folders, `.safetensors` files, shard indexes or hub ids) and
+# optionally the target's config. Only configs and safetensors *headers* are read: no tensor is
+# loaded, so this works the same for a 2 MB and a 5 GB drafter.
+#
+# **Outputs.** Config and tensor tables, the verdict, figures `02_*` in `FIGURES_DIR`.
+
+# %% tags=["parameters"]
+SMOKE = False
+FIGURES_DIR = "../figures"
+WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
+DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)
+TARGET = None  # None: the world's target B (the new target)
+SCRATCH_DIR = "../data/runs/02"  # where the full-size synthetic K2 / K2.5 checkpoints go (sparse files)
+FIXTURES_DIR = "../../shared/fixtures/specforge-configs"  # real SpecForge configs, when present
+
+# %%
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from eaglelab import plots
+from eaglelab.report import bullets_from_markdown, save_findings
+from eaglelab.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.worlds import build_tiny_world
+
+plots.use_style()
+world = build_tiny_world(WORLD_DIR)
+DRAFTER_A = DRAFTER_A or str(world.drafter_a)
+DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
+TARGET = TARGET or str(world.target_b)
+
+# %% [markdown]
+# ## 1 · Pick the two checkpoints
+# The pickers list the drafters found under the world folder; type any folder or hub id instead.
+# The cells below use `DRAFTER_A` / `DRAFTER_B` (parameters), so a headless run needs no clicks.
+
+# %%
+from eaglelab.widgets import checkpoint_picker, find_checkpoints
+
+found = find_checkpoints(world.root)
+picker_a = checkpoint_picker(world.root, "drafter A (old)", DRAFTER_A)
+picker_b = checkpoint_picker(world.root, "drafter B (new)", DRAFTER_B)
+display(picker_a, picker_b)
+print(f"{len(found)} drafter checkpoints found under {world.root}")
+
+# %% [markdown]
+# ## 2 · Each checkpoint against its own config
+
+# %%
+insp_a, insp_b = inspect_checkpoint(DRAFTER_A), inspect_checkpoint(DRAFTER_B)
+tables = pd.concat({"A": pd.DataFrame(insp_a.tensor_rows()).set_index("name"),
+                    "B": pd.DataFrame(insp_b.tensor_rows()).set_index("name")}, axis=1)
+display(tables[[("A", "shape"), ("A", "dtype"), ("B", "shape"), ("B", "dtype"), ("A", "meaning")]])
+print("problems A:", insp_a.problems or "none", "| problems B:", insp_b.problems or "none")
+
+# %% [markdown]
+# ## 3 · Config differences, classified, and the verdict
+
+# %%
+comparison = compare_checkpoints(DRAFTER_A, DRAFTER_B, target=TARGET)
+report = comparison.to_json()
+display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
+print(f"verdict: {comparison.verdict.level}")
+for r in comparison.verdict.reasons:
+    print("  -", r)
+for label, v in comparison.target_verdicts.items():
+    print(f"{label.upper()} on the target: {v.level}")
+    for r in v.reasons:
+        print("  -", r)
+
+# %%
+fig = plots.plot_params_by_module(insp_a.parameters_by_module(), insp_b.parameters_by_module(), ("A", "B"))
+plots.savefig(fig, "02_params_by_module", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER_B})
+fig = plots.plot_mismatch_map(report["tensor_diff"])
+plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER_B})
+
+# %% [markdown]
+# ## 4 · The seed's case at full size: Kimi-K2 drafter vs a Kimi-K2.5 drafter
+# Two checkpoints with the real Kimi-K2 drafter shapes (H 7168, V 163840, Vd 32000; 4.7 GB each
+# in bf16) are written as sparse files, their configs differing as the seed's did:
+# `max_position_embeddings` 131072 → 262144, `max_window_layers: 48`, `transformers_version`.
+
+# %%
+from eaglelab.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
+
+k25_config = {**KIMI_K2_DRAFTER_CONFIG, "max_position_embeddings": 262144, "max_window_layers": 48,
+              "transformers_version": "4.56.2"}
+k2_dir = write_synthetic_drafter(Path(SCRATCH_DIR) / "kimi-k2-drafter", KIMI_K2_DRAFTER_CONFIG)
+k25_dir = write_synthetic_drafter(Path(SCRATCH_DIR) / "kimi-k25-drafter", k25_config, include_embedding=False)
+start = time.perf_counter()
+kimi = compare_checkpoints(str(k2_dir), str(k25_dir))
+kimi_s = time.perf_counter() - start
+kimi_a = kimi.a.to_json()
+display(pd.DataFrame(kimi.to_json()["config_diff"]))
+display(pd.DataFrame([t for t in kimi.to_json()["tensor_diff"] if t["status"] != "same"]))
+print(f"verdict: {kimi.verdict.level}; read in {kimi_s * 1e3:.0f} ms without loading a tensor")
+for r in kimi.verdict.reasons:
+    print("  -", r)
+
+# %% [markdown]
+# ## 5 · Real SpecForge configs
+# Every drafter config SpecForge ships must parse into a consistent expected-tensor table; the
+# EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
+
+# %%
+from eaglelab.schema import diff_configs, drafter_spec_from_config, expected_eagle3_tensors, expected_parameters
+
+fixtures = sorted(Path(FIXTURES_DIR).glob("*.json")) if Path(FIXTURES_DIR).is_dir() else []
+rows = []
+for f in fixtures:
+    spec = drafter_spec_from_config(json.loads(f.read_text()), str(f))
+    table = expected_eagle3_tensors(spec)
+    rows.append({"config": f.stem, "H": spec.hidden_size, "V": spec.vocab_size, "Vd": spec.draft_vocab_size,
+                 "aux ids": spec.aux_layer_ids, "tensors": len(table),
+                 "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1)})
+if rows:
+    display(pd.DataFrame(rows).set_index("config"))
+    pair = [Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.json", Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.1.json"]
+    if all(p.exists() for p in pair):
+        display(pd.DataFrame([vars(d) for d in diff_configs(*(json.loads(p.read_text()) for p in pair))]))
+else:
+    print(f"no fixtures at {FIXTURES_DIR}; skipping")
+
+# %% [markdown]
+# ## Findings
+
+# %%
+arch = [d for d in report["config_diff"] if d["category"] == "architecture"]
+findings = f"""
+- **Demo pair** (`{Path(DRAFTER_A).name}` vs `{Path(DRAFTER_B).name}`): verdict **{comparison.verdict.level}**;
+  {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
+  {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
+  dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
+  **{comparison.target_verdicts['b'].level}**.
+- **Kimi-K2 vs K2.5 drafter shapes:** verdict **{kimi.verdict.level}** — the config differences are
+  {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The 163840-row
+  `embed_tokens` is the *target's vocabulary* copied from the target, present in one checkpoint only and
+  injected by SGLang anyway; attention weights are present in both ({kimi_a['parameters_without_embedding'] / 1e9:.2f} B
+  parameters without the embedding, {kimi_a['total_bytes'] / 1e9:.2f} GB with it), read in {kimi_s * 1e3:.0f} ms from headers.
+- **SpecForge configs:** {len(rows)} real configs parsed into consistent tensor tables.
+"""
+display(Markdown(findings))
+save_findings("02", {"verdict": report["verdict"], "kimi_verdict": kimi.to_json()["verdict"]}, bullets_from_markdown(findings), FIGURES_DIR)

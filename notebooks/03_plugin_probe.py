@@ -1,0 +1,165 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The direct plug-in probe: how far did the target move, does the old drafter still work?
+#
+# **Question.** Before fine-tuning the old target's drafter for the new target, plug it in and
+# measure: (a) how similar are the two targets' hidden states at the layers the drafter reads,
+# and (b) what acceptance does the old drafter get on the new target?
+#
+# **Inputs.** Target A (old), target B (new), the drafter trained on A, token sequences both
+# targets see (built-in offline set: held-out stdlib docstrings and code). For targets too large
+# for this machine, SpecForge offline hidden-state files of both targets (`SPECFORGE_A/B`).
+#
+# **Outputs.** Similarity table, figures `03_*` in `FIGURES_DIR`, measured speculative decoding of
+# the old drafter on both targets, and a verdict: plug in, warm start, or retrain.
+
+# %% tags=["parameters"]
+SMOKE = False
+FIGURES_DIR = "../figures"
+WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+TARGET_A = None  # None: the world's target A
+TARGET_B = None  # None: the world's target B
+DRAFTER = None  # None: the world's drafter-a (trained on A)
+N_SEQUENCES = 64
+SEQ_LEN = 64
+TTT_STEPS = 5  # drafts per cycle in the simulated acceptance
+MEASURE_PROMPTS = 8
+MEASURE_TOKENS = 48
+DEVICE = None  # None: cuda when available
+DTYPE = "float32"  # bfloat16 for large targets on GPUs
+# the user's serving scenario, for the projected throughput
+BASELINE_TPS = 82.0
+CYCLE_MS = 30.0
+
+# %%
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from eaglelab import perf, plots
+from eaglelab.report import bullets_from_markdown, save_findings
+from eaglelab.decoding import benchmark_speculation
+from eaglelab.drafter import load_drafter
+from eaglelab.probe import layerwise_cka, probe_sequences, run_probe
+from eaglelab.targets import Target, load_target
+from eaglelab.worlds import build_tiny_world
+
+plots.use_style()
+if SMOKE:
+    N_SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
+world = build_tiny_world(WORLD_DIR)
+TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
+DRAFTER = DRAFTER or world.drafter_a
+model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE)
+model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE)
+drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
+sequences = probe_sequences(tok, N_SEQUENCES, SEQ_LEN)
+print(f"{len(sequences)} sequences x {SEQ_LEN} tokens; drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
+
+# %% [markdown]
+# ## 1 · Paired capture and similarity at the drafter's layers
+# Cosine and relative L2 per token, norm ratio, and linear CKA (unbiased HSIC, accumulated over
+# minibatches), plus how often the two targets' next-token argmax agree.
+
+# %%
+probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS)
+report = probe.to_json()
+similarity = pd.DataFrame(report["layers"]).set_index("layer")
+display(similarity.round(4))
+print(f"next-token argmax agreement A vs B: {probe.argmax_agreement:.3f} over {probe.tokens} tokens")
+
+# %%
+fig = plots.plot_cosine_distributions(probe.cosines)
+plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B), "tokens": probe.tokens})
+cka_all = layerwise_cka(model_a, model_b, sequences)
+names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
+fig = plots.plot_cka_map(cka_all.numpy(), names, names)
+plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B)})
+
+# %% [markdown]
+# ## 2 · Plug-in acceptance: the old drafter on the new target
+# Teacher-forced per-position accuracy and simulated τ (bonus included) on A's states and on B's.
+
+# %%
+fig = plots.plot_position_acceptance({"drafter A on target A": probe.eval_a["acc"],
+                                      "drafter A on target B (plug-in)": probe.eval_b["acc"]})
+plots.savefig(fig, "03_position_acceptance", FIGURES_DIR, {"drafter": str(DRAFTER), "steps": TTT_STEPS})
+display(pd.DataFrame({"on A": probe.eval_a["acc"], "on B": probe.eval_b["acc"]},
+                     index=[f"draft {i + 1}" for i in range(TTT_STEPS)]).T.round(3))
+
+# %% [markdown]
+# ## 3 · Measured: real speculative decoding with the old drafter on both targets
+
+# %%
+prompts = [tok(p)["input_ids"] for p in world.held_out_prompts()[:MEASURE_PROMPTS]]
+measured = {}
+for name, model in (("A", model_a), ("B", model_b)):
+    target = Target.for_drafter(model, drafter.spec)
+    drafter.set_embedding(model.get_input_embeddings().weight.detach())  # SGLang injects the serving target's
+    measured[name] = benchmark_speculation(target, drafter, prompts, MEASURE_TOKENS, k=TTT_STEPS)
+    target.close()
+probe.measured = measured
+display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+
+# %% [markdown]
+# ## 4 · The SpecForge offline path gives the same numbers
+# Large targets are captured offline (SpecForge `prepare_hidden_states.py`); the probe reads those
+# files (with `torch.load(weights_only=True)`) and must agree with the live path.
+
+# %%
+import tempfile
+
+from eaglelab.evaluation import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
+from eaglelab.probe import compare_states, layer_labels
+
+labels = layer_labels(drafter.spec.aux_layer_ids)
+live, offline = {}, {}
+with tempfile.TemporaryDirectory() as tmp:
+    for name, model in (("a", model_a), ("b", model_b)):
+        t = Target.for_drafter(model, drafter.spec)
+        live[name] = capture_hidden_states(t, sequences[:8], progress=False)
+        offline[name] = hidden_states_from_specforge(save_specforge_samples(live[name], Path(tmp) / name))
+        t.close()
+live_cos = [layer.cosine_mean for layer in compare_states(live["a"], live["b"], labels)["layers"]]
+off_cos = [layer.cosine_mean for layer in compare_states(offline["a"], offline["b"], labels)["layers"]]
+offline_gap = max(abs(x - y) for x, y in zip(live_cos, off_cos))
+print("cosine per layer, live:", np.round(live_cos, 4), "from SpecForge files:", np.round(off_cos, 4))
+
+# %% [markdown]
+# ## Findings
+
+# %%
+tau_a, tau_b = probe.eval_a["accept_len"], probe.eval_b["accept_len"]
+proj_a, proj_b = (float(perf.effective_tps(t, CYCLE_MS / 1e3)) for t in (tau_a, tau_b))
+low, high = similarity["cosine_mean"].idxmin(), similarity["cosine_mean"].idxmax()
+findings = f"""
+- **How far the target moved:** mean per-token cosine between A and B ranges from
+  {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
+  {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
+  the two targets agree on the next token {100 * probe.argmax_agreement:.1f}% of the time.
+- **Plug-in acceptance (teacher forced, k = {TTT_STEPS}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**;
+  first-draft accuracy {probe.eval_a['acc'][0]:.2f} → {probe.eval_b['acc'][0]:.2f}.
+- **Measured (CPU):** τ {measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B;
+  {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}).
+- **Verdict: {probe.verdict.upper()}.** {'; '.join(probe.reasons)}.
+- **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): τ {tau_b:.2f} projects to
+  {proj_b:.1f} tok/s on the new target (the old target's τ would give {proj_a:.1f}); break-even needs
+  τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}.
+- **Offline files:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
+"""
+display(Markdown(findings))
+save_findings("03", probe.to_json(), bullets_from_markdown(findings), FIGURES_DIR)

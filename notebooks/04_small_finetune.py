@@ -1,0 +1,168 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · A small fine-tune: warm start from the old drafter vs training from scratch
+#
+# **Question.** On the new target's data and at the same budget, does a drafter initialised from
+# the old target's drafter beat one trained from scratch, and by how much? How much new-target
+# data does the warm start save?
+#
+# **Inputs.** The new target (B), the old drafter (trained on A), token data from the new target's
+# domain (built-in offline set unless `DATA` is a text / JSONL file).
+#
+# **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-budget sweep,
+# the projected throughput in your serving scenario, the chosen drafter exported for SGLang and
+# vLLM, figures `04_*`, and the game plan (`GAME_PLAN.md` beside the figures).
+
+# %% tags=["parameters"]
+SMOKE = False
+FIGURES_DIR = "../figures"
+WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+TARGET = None  # None: the world's target B (the new target)
+OLD_DRAFTER = None  # None: the world's drafter-a (trained on the old target)
+DATA = None  # None: built-in offline data; else a .txt / .jsonl file
+SEQ_LEN = 64
+TRAIN_SEQUENCES = 256
+EVAL_SEQUENCES = 48
+STEPS = 120
+BATCH_SIZE = 8
+LR = 3e-3
+TTT_STEPS = 5
+BUDGETS = [16, 64, 256]  # training sequences in the sweep
+SWEEP_STEPS = 60
+MEASURE_PROMPTS = 8
+MEASURE_TOKENS = 48
+RUNS_DIR = "../data/runs/04"
+EXPORT_DIR = "../data/runs/04/export"
+BASELINE_TPS = 82.0
+CYCLE_MS = 30.0
+
+# %%
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from eaglelab import perf, plots
+from eaglelab.decoding import benchmark_speculation
+from eaglelab.drafter import load_drafter, save_drafter
+from eaglelab.export import export_speculators
+from eaglelab.finetune import builtin_sequences, capture_data, finetune, sequences_from_file
+from eaglelab.report import save_findings, write_game_plan
+from eaglelab.targets import Target, load_target
+from eaglelab.training import TrainConfig
+from eaglelab.worlds import build_tiny_world
+
+plots.use_style()
+if SMOKE:
+    TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [8, 24], 10
+    MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
+    RUNS_DIR, EXPORT_DIR = str(Path(FIGURES_DIR).parent / "runs-04"), str(Path(FIGURES_DIR).parent / "runs-04" / "export")
+world = build_tiny_world(WORLD_DIR)
+TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
+model, tok = load_target(TARGET, device="cpu")
+old = load_drafter(OLD_DRAFTER)
+
+# %% [markdown]
+# ## 1 · The new target's data, captured once
+
+# %%
+train_ids = (sequences_from_file(DATA, tok, SEQ_LEN)[:TRAIN_SEQUENCES] if DATA
+             else builtin_sequences(tok, SEQ_LEN, "train", TRAIN_SEQUENCES))
+eval_ids = builtin_sequences(tok, SEQ_LEN, "held_out", EVAL_SEQUENCES)
+data = capture_data(model, old.spec, train_ids, eval_ids)
+print(f"train {tuple(train_ids.shape)}, held out {tuple(eval_ids.shape)}, aux layers {list(data.aux_layer_outputs)}")
+
+# %% [markdown]
+# ## 2 · Warm start vs scratch at equal budget
+# Same data, steps, optimiser and schedule; the warm start keeps the old drafter's d2t / t2d.
+
+# %%
+cfg = TrainConfig(steps=STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, log_every=max(STEPS // 12, 1),
+                  eval_every=max(STEPS // 6, 1), checkpoint_every=max(STEPS // 2, 1))
+runs = {
+    "warm start (old drafter)": finetune(model, OLD_DRAFTER, data, cfg, Path(RUNS_DIR) / "warm", overwrite=True),
+    "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True),
+}
+curves = {name: r.metrics for name, r in runs.items()}
+for key, label in (("loss", "training loss"), ("eval_accept_len", "held-out simulated τ")):
+    fig = plots.plot_learning_curves(curves, key, label)
+    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(train_ids)})
+display(pd.DataFrame({name: {"final loss": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
+                             "tokens/s (training)": r.tokens / r.seconds} for name, r in runs.items()}).T)
+
+# %% [markdown]
+# ## 3 · Measured on the new target: real speculative decoding
+
+# %%
+target = Target.for_drafter(model, old.spec)
+prompts = [tok(p)["input_ids"] for p in world.held_out_prompts()[:MEASURE_PROMPTS]]
+contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
+measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, k=TTT_STEPS) for n, d in contenders.items()}
+display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+
+# %% [markdown]
+# ## 4 · How much new-target data does the warm start save?
+
+# %%
+sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, log_every=SWEEP_STEPS,
+                        eval_every=SWEEP_STEPS)
+sweep = {"warm start": [], "from scratch": []}
+for n in BUDGETS:
+    sub = type(data)(data.train.batch(range(min(n, len(data.train)))), data.held_out, data.aux_layer_outputs)
+    for label, init in (("warm start", OLD_DRAFTER), ("from scratch", None)):
+        sweep[label].append(finetune(model, init, sub, sweep_cfg, progress=False).metrics[-1]["eval_accept_len"])
+fig = plots.plot_budget_sweep(BUDGETS, sweep)
+plots.savefig(fig, "04_budget_sweep", FIGURES_DIR, {"budgets": BUDGETS, "steps": SWEEP_STEPS})
+display(pd.DataFrame(sweep, index=BUDGETS).rename_axis("training sequences"))
+
+# %% [markdown]
+# ## 5 · Export the chosen drafter for SGLang and vLLM
+
+# %%
+best = max(runs, key=lambda n: measured[n]["accept_len"])
+sglang_dir = save_drafter(runs[best].drafter, Path(EXPORT_DIR) / "sglang", dtype="bfloat16", overwrite=True)
+vllm_dir = export_speculators(sglang_dir, Path(EXPORT_DIR) / "vllm", model.config.to_dict(), verifier=str(TARGET),
+                              target_embedding=model.get_input_embeddings().weight, overwrite=True, num_speculative_tokens=TTT_STEPS)
+print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
+
+# %% [markdown]
+# ## Findings
+
+# %%
+warm, scratch = measured["warm start (old drafter)"], measured["from scratch"]
+plug = measured["old drafter, plugged in"]
+proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
+saved = next((b for b, w in zip(BUDGETS, sweep["warm start"]) if w >= sweep["from scratch"][-1]), None)
+bullets = [
+    f"- **Equal budget ({STEPS} steps, {len(train_ids)} sequences):** warm start reaches held-out τ "
+    f"{runs['warm start (old drafter)'].metrics[-1]['eval_accept_len']:.2f} vs {runs['from scratch'].metrics[-1]['eval_accept_len']:.2f} "
+    f"from scratch.",
+    f"- **Measured on the new target (k = {TTT_STEPS}):** τ {plug['accept_len']:.2f} plugged in, {warm['accept_len']:.2f} warm-started, "
+    f"{scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× plain decoding on this CPU "
+    f"(all outputs equal greedy: {all(m['matches_greedy'] for m in measured.values())}).",
+    f"- **Data budget:** " + (f"warm start with {saved} sequences already matches scratch with {BUDGETS[-1]}."
+                              if saved is not None else f"within {BUDGETS[-1]} sequences warm start did not reach scratch's τ."),
+    f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): "
+    + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + ".",
+    f"- **Exported** `{best}` for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
+]
+recommendation = (f"Initialise the new drafter from the old one and fine-tune on the new target's data: at equal budget it "
+                  f"reaches τ {warm['accept_len']:.2f} vs {scratch['accept_len']:.2f} from scratch."
+                  if warm["accept_len"] >= scratch["accept_len"] else
+                  f"Train from scratch: the warm start reached τ {warm['accept_len']:.2f} vs {scratch['accept_len']:.2f}.")
+display(Markdown("\n".join(bullets) + f"\n\n**Recommendation.** {recommendation}"))
+save_findings("04", {"measured": measured, "sweep": sweep, "budgets": BUDGETS, "recommendation": recommendation},
+              bullets, FIGURES_DIR)
+print("game plan:", write_game_plan(FIGURES_DIR))

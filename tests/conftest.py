@@ -1,0 +1,64 @@
+"""Shared fixtures: offline settings, tiny random Llama models, the tiny world (built once per session)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("EAGLELAB_PROGRESS", "0")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO.parent / "shared" / "fixtures" / "specforge-configs"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-gpu", action="store_true", help="run tests that need a CUDA device")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-gpu"):
+        return
+    skip = pytest.mark.skip(reason="needs --run-gpu and a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def specforge_configs() -> list[Path]:
+    files = sorted(FIXTURES.glob("*.json"))
+    if not files:
+        pytest.skip(f"no SpecForge fixtures at {FIXTURES}")
+    return files
+
+
+def make_tiny_llama(layers: int = 8, hidden: int = 64, vocab: int = 256, seed: int = 0):
+    """A random tiny Llama causal LM (no training), for unit tests."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture
+def tiny_llama():
+    return make_tiny_llama()
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """The tiny offline world, built once per test session (or reused from $EAGLELAB_WORLDS)."""
+    from eaglelab.worlds import build_tiny_world, default_world_dir
+
+    root = default_world_dir("tiny") if os.environ.get("EAGLELAB_WORLDS") else tmp_path_factory.mktemp("worlds") / "tiny"
+    os.environ["EAGLELAB_WORLDS"] = str(root.parent)  # notebooks executed by the tests find the same world
+    return build_tiny_world(root)

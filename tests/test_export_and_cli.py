@@ -1,0 +1,64 @@
+"""Export for vLLM (speculators), drafter init, speculate and inspect/compare JSON from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+from eaglelab.drafter import load_drafter
+
+
+def eaglelab(*args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "eaglelab", *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_speculators_export_round_trips(tiny_world, tmp_path):
+    out = tmp_path / "vllm"
+    eaglelab("drafter", "export", "--to", "speculators", str(tiny_world.drafter_a), str(out), "--target",
+             str(tiny_world.target_a))
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["architectures"] == ["Eagle3Speculator"]
+    src = json.loads((tiny_world.drafter_a / "config.json").read_text())
+    ids = src["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in ids]  # vLLM ids are layer inputs
+    assert cfg["transformer_layer_config"]["hidden_size"] == src["hidden_size"]
+    keys = set(load_file(str(out / "model.safetensors")))
+    assert not any(k.startswith("midlayer.") for k in keys) and "layers.0.self_attn.q_proj.weight" in keys
+    a, b = load_drafter(tiny_world.drafter_a), load_drafter(out)
+    assert b.spec.aux_layer_ids == a.spec.aux_layer_ids
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa if k != "embed_tokens.weight" and not k.endswith("inv_freq"))
+    verdict = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(out), "--json"))["verdict"]
+    assert verdict["level"] == "interchangeable"
+
+
+def test_inspect_and_compare_json(tiny_world):
+    insp = json.loads(eaglelab("inspect", str(tiny_world.drafter_a), "--json"))
+    assert {"tensors", "config", "total_parameters", "problems"} <= set(insp) and insp["problems"] == []
+    assert {"name", "shape", "dtype"} <= set(insp["tensors"][0])
+    cmp_ = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(tiny_world.drafter_b_small), "--target",
+                               str(tiny_world.target_b), "--json"))
+    assert {"config_diff", "tensor_diff", "verdict"} <= set(cmp_)
+    assert cmp_["verdict"]["level"] in ("interchangeable", "warm-start", "incompatible")
+    assert {"name", "a_shape", "b_shape", "a_dtype", "b_dtype", "status"} <= set(cmp_["tensor_diff"][0])
+
+
+def test_drafter_init_and_speculate(tiny_world, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(tiny_world.held_out_prompts()) * 3)
+    eaglelab("drafter", "init", "--target", str(tiny_world.target_a), "--out", str(tmp_path / "new"),
+             "--draft-vocab", "64", "--text", str(text), "--aux-layers", "1", "2", "5")
+    d = load_drafter(tmp_path / "new")
+    assert d.spec.aux_layer_ids == (1, 2, 5) and d.spec.draft_vocab_size == 64 and d.t2d.sum() == 64
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "drafter", "init", "--target", str(tiny_world.target_a),
+                           "--out", str(tmp_path / "new")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    out = json.loads(eaglelab("speculate", "--target", str(tiny_world.target_a), "--drafter", str(tiny_world.drafter_a),
+                              "--prompt", tiny_world.held_out_prompts()[0], "--max-new-tokens", "24", "--k", "3",
+                              "--json"))
+    assert out["matches_greedy"] is True and out["accept_len"] > 1.0
+    assert {"accept_len", "tokens_per_s", "greedy_tokens_per_s", "matches_greedy"} <= set(out)

@@ -1,0 +1,48 @@
+"""Packaging: environment.yml matches pyproject; every subcommand has --help; metadata commands skip torch."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _names(reqs):
+    return {re.split(r"[<>=!~ ]", r.strip())[0].lower().replace("_", "-") for r in reqs}
+
+
+def test_environment_yml_lists_the_same_packages():
+    py = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = _names(py["dependencies"]) | _names(py["optional-dependencies"]["dev"])
+    env = (REPO / "environment.yml").read_text()
+    listed = _names(re.findall(r"^\s+- ([A-Za-z][\w.-]*[<>=~]=?[^\s]*)\s*$", env, flags=re.M)) - {"python"}
+    assert listed == wanted
+
+
+SUBCOMMANDS = [["run"], ["inspect"], ["compare"], ["perf"], ["drafter", "init"], ["drafter", "export"],
+               ["speculate"], ["probe"], ["finetune"], ["report"], ["demo", "build"]]
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)
+def test_every_subcommand_has_help(cmd):
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", *cmd, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: eaglelab" in proc.stdout
+
+
+def test_metadata_commands_do_not_import_torch(tmp_path):
+    from eaglelab.synthetic import write_synthetic_drafter
+
+    d = write_synthetic_drafter(tmp_path / "k2")
+    code = ("import sys, contextlib, io\nfrom eaglelab.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main(['inspect', {str(d)!r}]); main(['compare', {str(d)!r}, {str(d)!r}]);"
+            " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2'])\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

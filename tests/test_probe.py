@@ -1,0 +1,67 @@
+"""The probe on the tiny world: identity checks, A vs B evidence, SpecForge files = live path, CLI JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from eaglelab.drafter import load_drafter
+from eaglelab.evaluation import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
+from eaglelab.probe import compare_states, layer_labels, probe_sequences, run_probe
+from eaglelab.targets import Target, load_target
+
+
+@pytest.fixture(scope="module")
+def models(tiny_world):
+    a, tok = load_target(tiny_world.target_a, device="cpu")
+    b, _ = load_target(tiny_world.target_b, device="cpu")
+    return a, b, tok, load_drafter(tiny_world.drafter_a)
+
+
+def test_a_against_itself_is_identical(models):
+    a, _, tok, drafter = models
+    res = run_probe(a, a, drafter, probe_sequences(tok, 8, 32), steps=3, progress=False)
+    for layer in res.layers:
+        assert layer.cosine_mean == pytest.approx(1.0, abs=1e-5) and layer.cka == pytest.approx(1.0, abs=1e-5)
+    assert res.argmax_agreement == 1.0
+    assert res.eval_a["accept_len"] == pytest.approx(res.eval_b["accept_len"])
+    assert res.verdict == "plug in"
+
+
+def test_b_moved_and_the_old_drafter_loses_acceptance(models):
+    a, b, tok, drafter = models
+    res = run_probe(a, b, drafter, probe_sequences(tok, 16, 64), steps=4, progress=False)
+    assert all(0.3 < layer.cosine_mean < 0.999 for layer in res.layers)
+    assert res.eval_a["accept_len"] > res.eval_b["accept_len"] > 1.0
+    assert res.verdict in ("warm start", "retrain") and res.reasons
+
+
+def test_specforge_files_give_the_live_numbers(models, tmp_path):
+    a, b, tok, drafter = models
+    seqs = probe_sequences(tok, 6, 32)
+    live, files = {}, {}
+    for name, m in (("a", a), ("b", b)):
+        t = Target.for_drafter(m, drafter.spec)
+        live[name] = capture_hidden_states(t, seqs, progress=False)
+        files[name] = hidden_states_from_specforge(save_specforge_samples(live[name], tmp_path / name))
+        t.close()
+    labels = layer_labels(drafter.spec.aux_layer_ids)
+    x = compare_states(live["a"], live["b"], labels, a.lm_head, b.lm_head)
+    y = compare_states(files["a"], files["b"], labels, a.lm_head, b.lm_head)
+    assert [layer.cosine_mean for layer in x["layers"]] == [layer.cosine_mean for layer in y["layers"]]
+    assert x["argmax_agreement"] == y["argmax_agreement"]
+    assert (x["cka_map"] == y["cka_map"]).all()
+
+
+def test_cli_probe_json(tiny_world):
+    out = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--target-a", str(tiny_world.target_a),
+                          "--target-b", str(tiny_world.target_b), "--drafter", str(tiny_world.drafter_a),
+                          "--sequences", "8", "--seq-len", "32", "--steps", "3", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    assert len(d["layers"]) == 4 and {"layer", "cosine_mean", "rel_l2", "cka"} <= set(d["layers"][0])
+    assert 0 <= d["argmax_agreement"] <= 1
+    assert d["plugin"]["accept_len_on_a"] >= 1 and d["plugin"]["accept_len_on_b"] >= 1

@@ -1,0 +1,94 @@
+"""The workbook: every notebook runs in smoke mode through the CLI's runner; failures name notebook and cell;
+notebooks are stored without outputs and paired with their py:percent files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from eaglelab.errors import NotebookError
+from eaglelab.runner import discover_notebooks, parse_parameter, run_workbook
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_four_numbered_notebooks_exist():
+    assert [nb.name[:2] for nb in NOTEBOOKS] == ["01", "02", "03", "04"]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_without_outputs_with_one_parameters_cell(nb):
+    cells = nbformat.read(nb, as_version=4).cells
+    code = [c for c in cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code)
+    tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "SMOKE = False" in tagged[0].source
+    assert cells[0].cell_type == "markdown" and "**Question.**" in cells[0].source
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_paired_py_percent_file_is_in_sync(nb):
+    import jupytext
+
+    py = nb.with_suffix(".py")
+    assert py.is_file()
+    from_py = jupytext.read(py)
+    from_nb = nbformat.read(nb, as_version=4)
+    assert [c.source.strip() for c in from_py.cells] == [c.source.strip() for c in from_nb.cells]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_in_smoke_mode(nb, tiny_world, tmp_path):
+    runs = run_workbook(tmp_path, smoke=True, only=[nb.name[:2]], notebooks_dir=REPO / "notebooks", progress=False)
+    assert runs[0].output.is_file()
+    figures = tmp_path / "figures"
+    pngs = sorted(figures.glob(f"{nb.name[:2]}_*.png"))
+    assert pngs and all(p.with_suffix(".pdf").is_file() and p.with_suffix(".json").is_file() for p in pngs)
+    findings = json.loads((figures / f"{nb.name[:2]}_findings.json").read_text())
+    assert findings["bullets"] and all("{" not in b for b in findings["bullets"])
+    executed = nbformat.read(runs[0].output, as_version=4)
+    assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
+    if nb.name.startswith("04"):
+        plan = (figures / "GAME_PLAN.md").read_text()
+        assert "## 04" in plan and "Recommendation" in plan and "![04_" in plan
+
+
+BROKEN = """\
+import nbformat
+nb = nbformat.v4.new_notebook()
+nb.cells = [nbformat.v4.new_code_cell("SMOKE = False", metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell("x = 1"),
+            nbformat.v4.new_code_cell("raise ValueError('deliberate failure')")]
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+nbformat.write(nb, "notebooks/01_broken.ipynb")
+"""
+
+
+def test_failing_cell_is_named_by_the_runner_and_the_cli(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    subprocess.run([sys.executable, "-c", BROKEN], cwd=tmp_path, check=True)
+    with pytest.raises(NotebookError) as err:
+        run_workbook(tmp_path / "out", smoke=True, notebooks_dir=tmp_path / "notebooks", progress=False)
+    assert "01_broken.ipynb" in str(err.value) and "cell 3" in str(err.value) and "deliberate failure" in str(err.value)
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "run", "--smoke", "--out", str(tmp_path / "cli")],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "01_broken.ipynb" in proc.stderr and "raise ValueError" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_executed_copies_never_overwrite_sources(tmp_path):
+    with pytest.raises(NotebookError):
+        run_workbook(REPO / "notebooks", smoke=True, notebooks_dir=REPO / "notebooks", progress=False)
+
+
+def test_parameters_and_selection():
+    assert parse_parameter("STEPS=12") == ("STEPS", 12)
+    assert parse_parameter("TARGET=org/model") == ("TARGET", "org/model")
+    assert parse_parameter("BUDGETS=[1, 2]") == ("BUDGETS", [1, 2])
+    assert [p.name[:2] for p in discover_notebooks(REPO / "notebooks", ["3", "01"])] == ["01", "03"]
