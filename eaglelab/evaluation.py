@@ -224,6 +224,50 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, t_logits: torch.Ten
     return TTTOutput(loss, step_losses, acc, chain, counted)
 
 
+@dataclass
+class AcceptanceTally:
+    """Running sums of per-step accuracy and chain rates over batches (weights: counted positions)."""
+
+    steps: int
+    acc: list = None
+    chain: list = None
+    n: list = None
+    loss_sum: float = 0.0
+    sequences: int = 0
+
+    def __post_init__(self):
+        self.acc, self.chain, self.n = [0.0] * self.steps, [0.0] * self.steps, [0] * self.steps
+
+    def add(self, out: TTTOutput, sequences: int) -> None:
+        for s in range(self.steps):
+            self.acc[s] += out.acc[s] * out.counted[s]
+            self.chain[s] += out.chain[s] * out.counted[s]
+            self.n[s] += out.counted[s]
+        self.loss_sum += float(out.loss) * sequences
+        self.sequences += sequences
+
+    def result(self) -> dict:
+        acc = [a / max(n, 1) for a, n in zip(self.acc, self.n)]
+        chain = [c / max(n, 1) for c, n in zip(self.chain, self.n)]
+        return {"acc": acc, "chain": chain, "accept_len": 1.0 + sum(chain),
+                "loss": self.loss_sum / max(self.sequences, 1), "positions": self.n[0]}
+
+
+@torch.no_grad()
+def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, steps: int,
+                   tally: AcceptanceTally, t_logits: torch.Tensor | None = None) -> None:
+    """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode).
+
+    ``t_logits`` [B, S, V]: the target's logits when the caller has them (else recomputed).
+    """
+    was_training = drafter.training
+    drafter.eval()
+    if t_logits is None:
+        t_logits = target_logits(target_lm_head, batch.last_hidden)
+    tally.add(ttt_forward(drafter, batch, t_logits.float(), steps), len(batch))
+    drafter.train(was_training)
+
+
 @torch.no_grad()
 def evaluate_drafter(drafter: Eagle3Drafter, states: HiddenStates, target_lm_head: torch.nn.Module,
                      steps: int = 7, batch_size: int = 16) -> dict:
@@ -233,25 +277,7 @@ def evaluate_drafter(drafter: Eagle3Drafter, states: HiddenStates, target_lm_hea
         dict with ``acc`` (per step), ``chain`` (all-correct-so-far rate per step),
         ``accept_len`` (1 + sum(chain), bonus included), ``loss`` and ``positions``.
     """
-    was_training = drafter.training
-    drafter.eval()
-    sums = None
-    n_total = 0
-    loss_sum = 0.0
+    tally = AcceptanceTally(steps)
     for i in range(0, len(states), batch_size):
-        b = states.batch(range(i, min(i + batch_size, len(states))))
-        out = ttt_forward(drafter, b, target_logits(target_lm_head, b.last_hidden), steps)
-        weights = out.counted
-        if sums is None:
-            sums = {"acc": [0.0] * steps, "chain": [0.0] * steps, "n": [0] * steps}
-        for s in range(steps):
-            sums["acc"][s] += out.acc[s] * weights[s]
-            sums["chain"][s] += out.chain[s] * weights[s]
-            sums["n"][s] += weights[s]
-        loss_sum += float(out.loss) * len(b)
-        n_total += len(b)
-    drafter.train(was_training)
-    acc = [a / max(n, 1) for a, n in zip(sums["acc"], sums["n"])]
-    chain = [c / max(n, 1) for c, n in zip(sums["chain"], sums["n"])]
-    return {"acc": acc, "chain": chain, "accept_len": 1.0 + sum(chain), "loss": loss_sum / max(n_total, 1),
-            "positions": sums["n"][0]}
+        evaluate_batch(drafter, states.batch(range(i, min(i + batch_size, len(states)))), target_lm_head, steps, tally)
+    return tally.result()

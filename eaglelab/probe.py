@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from eaglelab.drafter import Eagle3Drafter
-from eaglelab.evaluation import HiddenStates, evaluate_drafter
+from eaglelab.evaluation import HiddenStates
 from eaglelab.similarity import SimilarityAccumulator
 from eaglelab.targets import Target
 
@@ -83,15 +83,7 @@ def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[
     acc = SimilarityAccumulator(labels, cka_batch=cka_batch)
     for i in range(0, len(states_a), batch_size):
         idx = range(i, min(i + batch_size, len(states_a)))
-        a, b = states_a.batch(idx), states_b.batch(idx)
-        mask = a.loss_mask.reshape(-1)
-        xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
-        ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
-        arg_a = arg_b = None
-        if lm_head_a is not None and lm_head_b is not None:
-            arg_a = (xs[-1] @ lm_head_a.weight.T.to(xs[-1].dtype)).argmax(-1)
-            arg_b = (ys[-1] @ lm_head_b.weight.T.to(ys[-1].dtype)).argmax(-1)
-        acc.update(xs, ys, arg_a, arg_b)
+        _update_similarity(acc, states_a.batch(idx), states_b.batch(idx), lm_head_a, lm_head_b)
     return acc.result()
 
 
@@ -113,9 +105,13 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float) -> tuple[str, list[st
                                  "transfers; train from scratch (or check aux layers and tokenizer first)"]
 
 
+@torch.no_grad()
 def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 5,
               batch_size: int = 8, progress: bool = True) -> ProbeResult:
-    """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance.
+    """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
+
+    Each batch of sequences runs through both targets, feeds the similarity accumulator and the
+    two acceptance tallies, and is dropped: memory is bounded by the batch, not by N.
 
     Args:
         model_a: the old target (the drafter was trained on it).
@@ -124,29 +120,59 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         sequences: token ids both targets see.
         steps: TTT unroll for the offline acceptance (k drafts).
     """
-    from eaglelab.evaluation import capture_hidden_states
+    from eaglelab.evaluation import AcceptanceTally, evaluate_batch
+    from eaglelab.progress import progress as bar
 
     ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
+    labels = layer_labels(ta.aux_layer_outputs)
+    sim = SimilarityAccumulator(labels)
+    tally_a, tally_b = AcceptanceTally(steps), AcceptanceTally(steps)
+    embed_a = model_a.get_input_embeddings().weight.detach()
+    embed_b = model_b.get_input_embeddings().weight.detach()
     try:
-        sa = capture_hidden_states(ta, sequences, batch_size=batch_size, progress=progress)
-        sb = capture_hidden_states(tb, sequences, batch_size=batch_size, progress=progress)
+        for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
+            ids = sequences[i: i + batch_size]
+            (sa, logits_a), (sb, logits_b) = _capture(ta, ids), _capture(tb, ids)
+            _update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
+            # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
+            drafter.set_embedding(embed_a.to(drafter.fc.weight.dtype))
+            evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
+            drafter.set_embedding(embed_b.to(drafter.fc.weight.dtype))
+            evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=logits_b)
     finally:
         ta.close()
         tb.close()
-    labels = layer_labels(ta.aux_layer_outputs)
-    sim = compare_states(sa, sb, labels, model_a.lm_head, model_b.lm_head, batch_size)
-    drafter = drafter.to(sa.aux.dtype)
-    if not drafter.has_embedding:
-        drafter.set_embedding(model_a.get_input_embeddings().weight.detach())
-    ev_a = evaluate_drafter(drafter, sa, model_a.lm_head, steps)
-    # on B the drafter reads B's embedding, as SGLang injects the serving target's
-    original_embed = drafter.embed_tokens.weight.detach().clone()
-    drafter.set_embedding(model_b.get_input_embeddings().weight.detach())
-    ev_b = evaluate_drafter(drafter, sb, model_b.lm_head, steps)
-    drafter.set_embedding(original_embed)
+        drafter.set_embedding(embed_a.to(drafter.fc.weight.dtype))
+    res = sim.result()
+    ev_a, ev_b = tally_a.result(), tally_b.result()
     level, reasons = plugin_verdict(ev_a["accept_len"], ev_b["accept_len"])
-    return ProbeResult(sim["layers"], sim["cka_map"], labels, sim["cosines"], sim["argmax_agreement"],
-                       sim["tokens"], ev_a, ev_b, {}, level, reasons)
+    return ProbeResult(res["layers"], res["cka_map"], labels, res["cosines"], res["argmax_agreement"],
+                       res["tokens"], ev_a, ev_b, {}, level, reasons)
+
+
+def _capture(target: Target, ids: torch.Tensor) -> tuple[HiddenStates, torch.Tensor]:
+    """One target forward: the states the drafter reads, and the logits [B, S, V] (reused, not recomputed)."""
+    out = target.forward(ids.to(target.device))
+    states = HiddenStates(ids.cpu(), torch.ones_like(ids, dtype=torch.bool).cpu(), out.aux, out.last_hidden)
+    return states, out.logits
+
+
+def _update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, lm_head_a=None, lm_head_b=None,
+                       argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None):
+    """Feed one batch of paired states (masked positions only) into the accumulator.
+
+    Next-token argmaxes come from ``argmax_a/b`` [B, S] when given, else from the lm_heads applied
+    to the last hidden states (the offline-file path, where no logits are stored).
+    """
+    mask = a.loss_mask.reshape(-1).to(a.aux.device)
+    xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
+    ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
+    if argmax_a is not None and argmax_b is not None:
+        argmax_a, argmax_b = argmax_a.reshape(-1)[mask], argmax_b.reshape(-1)[mask]
+    elif lm_head_a is not None and lm_head_b is not None:
+        argmax_a = (xs[-1] @ lm_head_a.weight.T.to(xs[-1].dtype)).argmax(-1)
+        argmax_b = (ys[-1] @ lm_head_b.weight.T.to(ys[-1].dtype)).argmax(-1)
+    acc.update(xs, ys, argmax_a, argmax_b)
 
 
 @torch.no_grad()

@@ -26,18 +26,31 @@ def relative_l2_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).float()
 
 
+def _gram_stats(x: torch.Tensor):
+    """Zero-diagonal Gram matrix of x [n, D], its row sums and total: what every HSIC pair reuses."""
+    K = x.double() @ x.double().T
+    K.fill_diagonal_(0)
+    k1 = K.sum(1)
+    return K, k1, k1.sum()
+
+
+def _hsic_from_stats(a, b, n: int) -> torch.Tensor:
+    K, k1, ks = a
+    L, l1, ls = b
+    term = (K * L).sum() + ks * ls / ((n - 1) * (n - 2)) - 2 * (k1 @ l1) / (n - 2)
+    return term / (n * (n - 3))
+
+
 def hsic_unbiased(K: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """Unbiased HSIC estimator (Song et al. 2012) of two n x n Gram matrices, n >= 4."""
     n = K.shape[0]
-    K = K.clone()
-    L = L.clone()
-    K.fill_diagonal_(0)
-    L.fill_diagonal_(0)
-    ones = torch.ones(n, dtype=K.dtype, device=K.device)
-    kl = (K * L).sum()
-    k1, l1 = K @ ones, L @ ones
-    term = kl + (k1.sum() * l1.sum()) / ((n - 1) * (n - 2)) - 2 * (k1 @ l1) / (n - 2)
-    return term / (n * (n - 3))
+    stats = []
+    for G in (K, L):
+        G = G.double().clone()
+        G.fill_diagonal_(0)
+        g1 = G.sum(1)
+        stats.append((G, g1, g1.sum()))
+    return _hsic_from_stats(stats[0], stats[1], n)
 
 
 def linear_cka_full(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -74,14 +87,15 @@ class StreamingCKA:
 
     def update(self, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
         """Add one minibatch of the same n tokens: xs[i] [n, D] from A, ys[j] [n, D] from B (n >= 4)."""
-        Ks = [x.double() @ x.double().T for x in xs]
-        Ls = [y.double() @ y.double().T for y in ys]
-        for i, K in enumerate(Ks):
-            self._xx[i] += hsic_unbiased(K, K).cpu()
-            for j, L in enumerate(Ls):
-                self._xy[i, j] += hsic_unbiased(K, L).cpu()
-        for j, L in enumerate(Ls):
-            self._yy[j] += hsic_unbiased(L, L).cpu()
+        n = xs[0].shape[0]
+        sx = [_gram_stats(x) for x in xs]
+        sy = [_gram_stats(y) for y in ys]
+        for i, a in enumerate(sx):
+            self._xx[i] += _hsic_from_stats(a, a, n).cpu()
+            for j, b in enumerate(sy):
+                self._xy[i, j] += _hsic_from_stats(a, b, n).cpu()
+        for j, b in enumerate(sy):
+            self._yy[j] += _hsic_from_stats(b, b, n).cpu()
         self.batches += 1
 
     def value(self) -> torch.Tensor:

@@ -212,8 +212,8 @@ def train_drafter(
                 drafter.t2d.copy_(loaded.t2d)
             opt.load_state_dict(state["optimizer"])
             start_step = int(state["step"])
-            if dist.main:
-                _truncate_metrics(metrics_path, start_step)
+        if resume and dist.main:
+            _truncate_metrics(metrics_path, start_step)  # lines logged after the checkpoint are redone
         run.mkdir(parents=True, exist_ok=True)
     model = drafter
     if dist.world > 1:
@@ -258,6 +258,21 @@ def train_drafter(
 def _ttt(model, drafter: Eagle3Drafter, batch: HiddenStates, lm_head, cfg: TrainConfig):
     """TTT through ``model`` (the drafter, or its DDP wrapper so gradients are all-reduced)."""
     return model(batch, target_logits(lm_head, batch.last_hidden), cfg.ttt_steps, cfg.decay)
+
+
+def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_vocab: int) -> float:
+    """Matmul FLOPs of one training token: TTT forward + backward (x3) plus the target-logit recompute.
+
+    Per step: q/k/v over 2H, o, MLP, lm_head over the draft vocabulary, and attention scores and
+    mixing over on average ``seq_len / 2`` keys (plus the step's diagonal keys); ``fc`` once.
+    The target's lm_head (H_t x V) runs once per token without gradients.
+    """
+    H, Ht, I = spec.hidden_size, spec.target_hidden_size, spec.intermediate_size
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    per_step = 2 * (2 * H * (q + 2 * kv) + q * H + 3 * H * I + H * spec.draft_vocab_size)
+    attn = 2 * 2 * q * (seq_len / 2 + ttt_steps / 2)
+    forward = 2 * 3 * Ht * H + ttt_steps * (per_step + attn)
+    return 3 * forward + 2 * Ht * target_vocab
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
