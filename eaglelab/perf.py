@@ -13,7 +13,6 @@ constant a). All functions are vectorised over numpy arrays where that is natura
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,13 +51,6 @@ def required_accept_len(target_tps, cycle_s):
     _positive("target_tps", target_tps)
     _positive("cycle_s", cycle_s)
     return np.asarray(target_tps, dtype=float) * np.asarray(cycle_s, dtype=float)
-
-
-def required_cycle_s(target_tps, accept_len):
-    """The longest cycle that still reaches ``target_tps`` at acceptance ``accept_len``."""
-    _positive("target_tps", target_tps)
-    _positive("accept_len", accept_len)
-    return np.asarray(accept_len, dtype=float) / np.asarray(target_tps, dtype=float)
 
 
 def speedup(accept_len, cycle_s, baseline_tps):
@@ -300,14 +292,3 @@ def _fmt(x: float):
 def tokens_per_s_grid(accept_lens: np.ndarray, cycle_ms: np.ndarray) -> np.ndarray:
     """tok/s over a grid: rows are cycle times (ms), columns acceptance lengths. Shape [C, A]."""
     return np.asarray(accept_lens)[None, :] / (np.asarray(cycle_ms)[:, None] / 1000.0)
-
-
-def predicted_speculative_tps(accept_len: float, verify_s: float, draft_step_s: float, k: int,
-                              overhead_s: float = 0.0) -> float:
-    """tok/s the model predicts from a measured cycle split and tau (for the closed loop)."""
-    return accept_len / Cycle(verify_s, draft_step_s, k, overhead_s).cycle_s
-
-
-def log_space(lo: float, hi: float, n: int) -> np.ndarray:
-    """n points spaced evenly in log between lo and hi."""
-    return np.exp(np.linspace(math.log(lo), math.log(hi), n))

@@ -477,13 +477,6 @@ def aux_ids_as_layer_outputs(ids: tuple[int, ...] | None, convention: str | None
     return tuple(ids)
 
 
-def hidden_state_indices(layer_outputs: tuple[int, ...]) -> tuple[int, ...]:
-    """Indices into transformers' ``output_hidden_states`` (index 0 is the embedding)."""
-    return tuple(i + 1 for i in layer_outputs)
-
-
-# --------------------------------------------------------------------------- verdicts
-
 @dataclass
 class Verdict:
     """A compatibility verdict with its reasons.

@@ -153,6 +153,10 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if os.environ.get("EAGLELAB_PROGRESS", "1") == "0":  # silence transformers' own loading bars too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     src = str(source)
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
         raise SourceError(src, "no such folder, and HF_HUB_OFFLINE is set so hub ids cannot be read")

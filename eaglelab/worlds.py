@@ -73,6 +73,19 @@ class World:
         return {k: str(v) for k, v in asdict(self).items()}
 
 
+def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool = False) -> World:
+    """Build (or reuse) a world: ``tiny`` (seconds, random-free tiny Llamas) or ``demo`` (SmolLM2-135M)."""
+    if kind == "tiny":
+        return build_tiny_world(root, force=force)
+    if kind == "demo":
+        from eaglelab.demo_world import build_demo_world
+
+        return build_demo_world(root, force=force)
+    from eaglelab.errors import ParameterError
+
+    raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")
+
+
 def default_world_dir(kind: str = "tiny") -> Path:
     """``data/worlds/<kind>`` under the checkout (gitignored), or ``$EAGLELAB_WORLDS/<kind>``."""
     import os
@@ -147,13 +160,6 @@ def _save_sequences(path: Path, seqs) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"input_ids": seqs.contiguous()}, str(path))
-
-
-def load_sequences(path: str | Path):
-    """Token-id sequences [N, S] written by a world build."""
-    from safetensors.torch import load_file
-
-    return load_file(str(path))["input_ids"]
 
 
 def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, draft_vocab_size: int,
@@ -242,3 +248,12 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
 
     cached_build(root, p, build, force=force)
     return World.at(root)
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of prompts: through the chat template when the tokenizer has one (chat models), else plain."""
+    if not getattr(tokenizer, "chat_template", None):
+        return [tokenizer(p)["input_ids"] for p in prompts]
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+             for p in prompts]
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chats]

@@ -28,7 +28,8 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 BASELINE_TPS = 82.0  # plain decoding, tok/s
 CYCLE_MS = 30.0  # one speculative cycle: draft steps + verify + overhead
 ACCEPT_LEN = 2.0  # measured τ, bonus token included
@@ -138,13 +139,13 @@ plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
 from eaglelab.decoding import benchmark_speculation
 from eaglelab.drafter import load_drafter
 from eaglelab.targets import Target, load_target
-from eaglelab.worlds import build_tiny_world
+from eaglelab.worlds import build_world, encode_prompts
 
-world = build_tiny_world(WORLD_DIR)
+world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 model_a, tokenizer = load_target(world.target_a, device="cpu")
 drafter_a = load_drafter(world.drafter_a)
 target_a = Target.for_drafter(model_a, drafter_a.spec)
-prompt_ids = [tokenizer(p)["input_ids"] for p in world.held_out_prompts()[:CLOSED_LOOP_PROMPTS]]
+prompt_ids = encode_prompts(tokenizer, world.held_out_prompts()[:CLOSED_LOOP_PROMPTS])
 loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=CLOSED_LOOP_K)
 fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={CLOSED_LOOP_K}"],
                              [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],

@@ -27,7 +27,8 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
 DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)
 TARGET = None  # None: the world's target B (the new target)
@@ -45,10 +46,10 @@ from IPython.display import Markdown, display
 from eaglelab import plots
 from eaglelab.report import bullets_from_markdown, save_findings
 from eaglelab.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.worlds import build_tiny_world
+from eaglelab.worlds import build_world
 
 plots.use_style()
-world = build_tiny_world(WORLD_DIR)
+world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 DRAFTER_A = DRAFTER_A or str(world.drafter_a)
 DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
 TARGET = TARGET or str(world.target_b)
@@ -56,7 +57,7 @@ TARGET = TARGET or str(world.target_b)
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
 # The pickers list the drafters found under the world folder; type any folder or hub id instead.
-# The cells below use `DRAFTER_A` / `DRAFTER_B` (parameters), so a headless run needs no clicks.
+# They start at `DRAFTER_A` / `DRAFTER_B` (parameters), so a headless run needs no clicks.
 
 # %%
 from eaglelab.widgets import checkpoint_picker, find_checkpoints
@@ -69,8 +70,10 @@ print(f"{len(found)} drafter checkpoints found under {world.root}")
 
 # %% [markdown]
 # ## 2 · Each checkpoint against its own config
+# (After picking other checkpoints above, run the cells from here on.)
 
 # %%
+DRAFTER_A, DRAFTER_B = picker_a.value or DRAFTER_A, picker_b.value or DRAFTER_B
 insp_a, insp_b = inspect_checkpoint(DRAFTER_A), inspect_checkpoint(DRAFTER_B)
 tables = pd.concat({"A": pd.DataFrame(insp_a.tensor_rows()).set_index("name"),
                     "B": pd.DataFrame(insp_b.tensor_rows()).set_index("name")}, axis=1)

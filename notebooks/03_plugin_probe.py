@@ -28,7 +28,8 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET_A = None  # None: the world's target A
 TARGET_B = None  # None: the world's target B
 DRAFTER = None  # None: the world's drafter-a (trained on A)
@@ -38,7 +39,9 @@ TTT_STEPS = 5  # drafts per cycle in the simulated acceptance
 MEASURE_PROMPTS = 8
 MEASURE_TOKENS = 48
 DEVICE = None  # None: cuda when available
+DEVICE_MAP = None  # "auto": spread each target over all GPUs (large targets; needs accelerate)
 DTYPE = "float32"  # bfloat16 for large targets on GPUs
+BATCH_SIZE = 8  # sequences per forward: the probe's memory is bounded by the batch
 # the user's serving scenario, for the projected throughput
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
@@ -56,16 +59,16 @@ from eaglelab.decoding import benchmark_speculation
 from eaglelab.drafter import load_drafter
 from eaglelab.probe import layerwise_cka, probe_sequences, run_probe
 from eaglelab.targets import Target, load_target
-from eaglelab.worlds import build_tiny_world
+from eaglelab.worlds import build_world, encode_prompts
 
 plots.use_style()
 if SMOKE:
     N_SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
-world = build_tiny_world(WORLD_DIR)
+world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
 DRAFTER = DRAFTER or world.drafter_a
-model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE)
-model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE)
+model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
+model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
 sequences = probe_sequences(tok, N_SEQUENCES, SEQ_LEN)
 print(f"{len(sequences)} sequences x {SEQ_LEN} tokens; drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
@@ -76,7 +79,7 @@ print(f"{len(sequences)} sequences x {SEQ_LEN} tokens; drafter reads layer outpu
 # minibatches), plus how often the two targets' next-token argmax agree.
 
 # %%
-probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS)
+probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS, batch_size=BATCH_SIZE)
 report = probe.to_json()
 similarity = pd.DataFrame(report["layers"]).set_index("layer")
 display(similarity.round(4))
@@ -105,7 +108,7 @@ display(pd.DataFrame({"on A": probe.eval_a["acc"], "on B": probe.eval_b["acc"]},
 # ## 3 · Measured: real speculative decoding with the old drafter on both targets
 
 # %%
-prompts = [tok(p)["input_ids"] for p in world.held_out_prompts()[:MEASURE_PROMPTS]]
+prompts = encode_prompts(tok, world.held_out_prompts()[:MEASURE_PROMPTS])
 measured = {}
 for name, model in (("A", model_a), ("B", model_b)):
     target = Target.for_drafter(model, drafter.spec)

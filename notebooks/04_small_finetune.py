@@ -28,19 +28,20 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD_DIR = None  # None: data/worlds/tiny (built on first use)
+WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET = None  # None: the world's target B (the new target)
 OLD_DRAFTER = None  # None: the world's drafter-a (trained on the old target)
 DATA = None  # None: built-in offline data; else a .txt / .jsonl file
 SEQ_LEN = 64
-TRAIN_SEQUENCES = 256
-EVAL_SEQUENCES = 48
-STEPS = 120
-BATCH_SIZE = 8
-LR = 3e-3
-TTT_STEPS = 5
-BUDGETS = [16, 64, 256]  # training sequences in the sweep
-SWEEP_STEPS = 60
+TRAIN_SEQUENCES = 128
+EVAL_SEQUENCES = 32
+STEPS = 60
+BATCH_SIZE = 4
+LR = 2e-3
+TTT_STEPS = 4
+BUDGETS = [16, 128]  # training sequences in the sweep
+SWEEP_STEPS = 30
 MEASURE_PROMPTS = 8
 MEASURE_TOKENS = 48
 RUNS_DIR = "../data/runs/04"
@@ -62,14 +63,15 @@ from eaglelab.finetune import builtin_sequences, capture_data, finetune, sequenc
 from eaglelab.report import save_findings, write_game_plan
 from eaglelab.targets import Target, load_target
 from eaglelab.training import TrainConfig
-from eaglelab.worlds import build_tiny_world
+from eaglelab.worlds import build_world, encode_prompts
 
 plots.use_style()
 if SMOKE:
     TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [8, 24], 10
+    BATCH_SIZE, TTT_STEPS = 8, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
     RUNS_DIR, EXPORT_DIR = str(Path(FIGURES_DIR).parent / "runs-04"), str(Path(FIGURES_DIR).parent / "runs-04" / "export")
-world = build_tiny_world(WORLD_DIR)
+world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
 model, tok = load_target(TARGET, device="cpu")
 old = load_drafter(OLD_DRAFTER)
@@ -107,7 +109,7 @@ display(pd.DataFrame({name: {"final loss": r.metrics[-1]["loss"], "held-out τ":
 
 # %%
 target = Target.for_drafter(model, old.spec)
-prompts = [tok(p)["input_ids"] for p in world.held_out_prompts()[:MEASURE_PROMPTS]]
+prompts = encode_prompts(tok, world.held_out_prompts()[:MEASURE_PROMPTS])
 contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
 measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, k=TTT_STEPS) for n, d in contenders.items()}
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
@@ -120,9 +122,8 @@ sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_
                         eval_every=SWEEP_STEPS)
 sweep = {"warm start": [], "from scratch": []}
 for n in BUDGETS:
-    sub = type(data)(data.train.batch(range(min(n, len(data.train)))), data.held_out, data.aux_layer_outputs)
     for label, init in (("warm start", OLD_DRAFTER), ("from scratch", None)):
-        sweep[label].append(finetune(model, init, sub, sweep_cfg, progress=False).metrics[-1]["eval_accept_len"])
+        sweep[label].append(finetune(model, init, data.subset(n), sweep_cfg, progress=False).metrics[-1]["eval_accept_len"])
 fig = plots.plot_budget_sweep(BUDGETS, sweep)
 plots.savefig(fig, "04_budget_sweep", FIGURES_DIR, {"budgets": BUDGETS, "steps": SWEEP_STEPS})
 display(pd.DataFrame(sweep, index=BUDGETS).rename_axis("training sequences"))

@@ -130,3 +130,21 @@ def test_fc_norm_variant_round_trips(tiny_llama, tmp_path):
     save_drafter(d, tmp_path / "d")
     assert "fc_norm.2.weight" in load_file(str(tmp_path / "d" / "model.safetensors"))
     assert _same(d, load_drafter(tmp_path / "d"))
+
+
+def test_head_initialised_from_the_targets_draft_rows(drafter, tiny_llama):
+    drafter.init_head_from_target(tiny_llama.lm_head.weight.detach(), tiny_llama.model.norm.weight.detach())
+    used = torch.arange(100) + drafter.d2t
+    assert torch.equal(drafter.lm_head.weight, tiny_llama.lm_head.weight[used])
+    assert torch.equal(drafter.norm.weight, tiny_llama.model.norm.weight)
+
+
+def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
+    from eaglelab.evaluation import HiddenStates, capture_hidden_states
+    from eaglelab.targets import Target
+
+    d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
+    states = capture_hidden_states(Target.for_drafter(tiny_llama, d.spec), torch.randint(0, 256, (3, 10)), progress=False)
+    back = HiddenStates.load(states.save(tmp_path / "states.safetensors"))
+    for name in ("input_ids", "loss_mask", "aux", "last_hidden"):
+        assert torch.equal(getattr(states, name), getattr(back, name))
