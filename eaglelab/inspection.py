@@ -211,6 +211,22 @@ def draft_vocab_overlap(a: Inspection, b: Inspection) -> float | None:
     return float((ma & mb).sum() / max(int(ma.sum()), 1))
 
 
+def config_table(paths) -> list[dict[str, Any]]:
+    """One summary row per drafter config file: sizes, aux ids, tensor count, parameters without embedding."""
+    from pathlib import Path
+
+    from eaglelab.schema import expected_parameters
+
+    rows = []
+    for path in paths:
+        spec = drafter_spec_from_config(read_json(path), str(path))
+        rows.append({"config": Path(path).stem, "H": spec.hidden_size, "V": spec.vocab_size,
+                     "Vd": spec.draft_vocab_size, "aux ids": spec.aux_layer_ids, "fc_norm": spec.fc_norm,
+                     "tensors": len(expected_eagle3_tensors(spec)),
+                     "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1)})
+    return rows
+
+
 def load_target_config(target: str) -> dict[str, Any]:
     """A target's config: a folder with config.json, a config.json path, or a hub id."""
     from pathlib import Path

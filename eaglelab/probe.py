@@ -87,6 +87,33 @@ def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[
     return acc.result()
 
 
+def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, workdir) -> tuple[dict, dict]:
+    """The similarity of A and B computed twice: from live capture, and from SpecForge offline files.
+
+    The live states are written as SpecForge ``prepare_hidden_states.py`` files under ``workdir``,
+    read back with ``torch.load(weights_only=True)``, and compared the same way; the two results
+    must agree (this is how states of targets too large for the machine enter the probe).
+
+    Returns:
+        (live, from_files): two :func:`compare_states` results.
+    """
+    from pathlib import Path
+
+    from eaglelab.evaluation import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
+
+    live, files = {}, {}
+    for name, model in (("a", model_a), ("b", model_b)):
+        target = Target.for_drafter(model, spec)
+        try:
+            live[name] = capture_hidden_states(target, sequences, progress=False)
+        finally:
+            target.close()
+        files[name] = hidden_states_from_specforge(save_specforge_samples(live[name], Path(workdir) / name))
+    labels = layer_labels(target.aux_layer_outputs)
+    return (compare_states(live["a"], live["b"], labels, model_a.lm_head, model_b.lm_head),
+            compare_states(files["a"], files["b"], labels, model_a.lm_head, model_b.lm_head))
+
+
 def plugin_verdict(accept_on_a: float, accept_on_b: float) -> tuple[str, list[str]]:
     """Plug in as is, warm start, or retrain, from the drafter's simulated τ on A and on B.
 

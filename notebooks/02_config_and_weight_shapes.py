@@ -130,16 +130,11 @@ for r in kimi.verdict.reasons:
 # EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
-from eaglelab.schema import diff_configs, drafter_spec_from_config, expected_eagle3_tensors, expected_parameters
+from eaglelab.inspection import config_table
+from eaglelab.schema import diff_configs
 
 fixtures = sorted(Path(FIXTURES_DIR).glob("*.json")) if Path(FIXTURES_DIR).is_dir() else []
-rows = []
-for f in fixtures:
-    spec = drafter_spec_from_config(json.loads(f.read_text()), str(f))
-    table = expected_eagle3_tensors(spec)
-    rows.append({"config": f.stem, "H": spec.hidden_size, "V": spec.vocab_size, "Vd": spec.draft_vocab_size,
-                 "aux ids": spec.aux_layer_ids, "tensors": len(table),
-                 "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1)})
+rows = config_table(fixtures)
 if rows:
     display(pd.DataFrame(rows).set_index("config"))
     pair = [Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.json", Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.1.json"]

@@ -126,19 +126,12 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # %%
 import tempfile
 
-from eaglelab.evaluation import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
-from eaglelab.probe import compare_states, layer_labels
+from eaglelab.probe import compare_live_and_specforge
 
-labels = layer_labels(drafter.spec.aux_layer_ids)
-live, offline = {}, {}
 with tempfile.TemporaryDirectory() as tmp:
-    for name, model in (("a", model_a), ("b", model_b)):
-        t = Target.for_drafter(model, drafter.spec)
-        live[name] = capture_hidden_states(t, sequences[:8], progress=False)
-        offline[name] = hidden_states_from_specforge(save_specforge_samples(live[name], Path(tmp) / name))
-        t.close()
-live_cos = [layer.cosine_mean for layer in compare_states(live["a"], live["b"], labels)["layers"]]
-off_cos = [layer.cosine_mean for layer in compare_states(offline["a"], offline["b"], labels)["layers"]]
+    live, from_files = compare_live_and_specforge(model_a, model_b, drafter.spec, sequences[:8], tmp)
+live_cos = [layer.cosine_mean for layer in live["layers"]]
+off_cos = [layer.cosine_mean for layer in from_files["layers"]]
 offline_gap = max(abs(x - y) for x, y in zip(live_cos, off_cos))
 print("cosine per layer, live:", np.round(live_cos, 4), "from SpecForge files:", np.round(off_cos, 4))
 

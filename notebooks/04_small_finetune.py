@@ -153,7 +153,7 @@ bullets = [
     f"- **Measured on the new target (k = {TTT_STEPS}):** τ {plug['accept_len']:.2f} plugged in, {warm['accept_len']:.2f} warm-started, "
     f"{scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× plain decoding on this CPU "
     f"(all outputs equal greedy: {all(m['matches_greedy'] for m in measured.values())}).",
-    f"- **Data budget:** " + (f"warm start with {saved} sequences already matches scratch with {BUDGETS[-1]}."
+    "- **Data budget:** " + (f"warm start with {saved} sequences already matches scratch with {BUDGETS[-1]}."
                               if saved is not None else f"within {BUDGETS[-1]} sequences warm start did not reach scratch's τ."),
     f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): "
     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + ".",

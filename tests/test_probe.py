@@ -9,9 +9,8 @@ import sys
 import pytest
 
 from eaglelab.drafter import load_drafter
-from eaglelab.evaluation import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
-from eaglelab.probe import compare_states, layer_labels, probe_sequences, run_probe
-from eaglelab.targets import Target, load_target
+from eaglelab.probe import compare_live_and_specforge, probe_sequences, run_probe
+from eaglelab.targets import load_target
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +40,11 @@ def test_b_moved_and_the_old_drafter_loses_acceptance(models):
 
 def test_specforge_files_give_the_live_numbers(models, tmp_path):
     a, b, tok, drafter = models
-    seqs = probe_sequences(tok, 6, 32)
-    live, files = {}, {}
-    for name, m in (("a", a), ("b", b)):
-        t = Target.for_drafter(m, drafter.spec)
-        live[name] = capture_hidden_states(t, seqs, progress=False)
-        files[name] = hidden_states_from_specforge(save_specforge_samples(live[name], tmp_path / name))
-        t.close()
-    labels = layer_labels(drafter.spec.aux_layer_ids)
-    x = compare_states(live["a"], live["b"], labels, a.lm_head, b.lm_head)
-    y = compare_states(files["a"], files["b"], labels, a.lm_head, b.lm_head)
+    x, y = compare_live_and_specforge(a, b, drafter.spec, probe_sequences(tok, 6, 32), tmp_path)
     assert [layer.cosine_mean for layer in x["layers"]] == [layer.cosine_mean for layer in y["layers"]]
     assert x["argmax_agreement"] == y["argmax_agreement"]
     assert (x["cka_map"] == y["cka_map"]).all()
+    assert len(list((tmp_path / "a").glob("data_*.ckpt"))) == 6
 
 
 def test_cli_probe_json(tiny_world):
