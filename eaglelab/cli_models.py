@@ -135,9 +135,11 @@ def cmd_probe(args) -> int:
 # --------------------------------------------------------------------------- finetune
 
 def cmd_finetune(args) -> int:
-    from eaglelab.drafter import load_drafter
+    from eaglelab.drafter import drafter_config_for_target
     from eaglelab.errors import ParameterError, SourceError
-    from eaglelab.finetune import builtin_sequences, capture_data, finetune, initial_drafter, sequences_from_file
+    from eaglelab.finetune import builtin_sequences, capture_data, finetune, sequences_from_file
+    from eaglelab.schema import as_specforge_config, drafter_spec_from_config
+    from eaglelab.sources import load_checkpoint
     from eaglelab.targets import load_target
     from eaglelab.training import TrainConfig, init_distributed
 
@@ -153,8 +155,10 @@ def cmd_finetune(args) -> int:
     train_ids = (sequences_from_file(args.data, tok, args.seq_len)[: args.sequences] if args.data
                  else builtin_sequences(tok, args.seq_len, "train", args.sequences))
     eval_ids = builtin_sequences(tok, args.seq_len, "held_out", args.eval_sequences)
-    spec = (load_drafter(args.init).spec if args.init
-            else initial_drafter(model, None, train_ids[:1], args.draft_vocab).spec)
+    # the layers to capture: those the warm-start drafter reads, or a fresh drafter's defaults
+    cfg_dict = (as_specforge_config(load_checkpoint(args.init).config or {}) if args.init
+                else drafter_config_for_target(model.config.to_dict(), args.draft_vocab))
+    spec = drafter_spec_from_config(cfg_dict, args.init or "scratch drafter")
     data = capture_data(model, spec, train_ids, eval_ids, progress=dist.main)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, ttt_steps=args.ttt_steps, lr=args.lr,
                       log_every=args.log_every, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,

@@ -203,13 +203,9 @@ def train_drafter(
         if resume and _checkpoints(run):
             last = _checkpoints(run)[-1]
             state = torch.load(last / "training_state.pt", map_location="cpu", weights_only=True)
-            loaded = load_drafter(last)
-            with torch.no_grad():
-                for (name, p), (_, q) in zip(drafter.named_parameters(), loaded.named_parameters()):
-                    if name != "embed_tokens.weight":
-                        p.copy_(q.to(p.dtype))
-                drafter.d2t.copy_(loaded.d2t)
-                drafter.t2d.copy_(loaded.t2d)
+            # weights and vocabulary maps from the checkpoint; the embedding stays the target's
+            saved = {k: v for k, v in load_drafter(last).state_dict().items() if k != "embed_tokens.weight"}
+            drafter.load_state_dict(saved, strict=False)
             opt.load_state_dict(state["optimizer"])
             start_step = int(state["step"])
         if resume and dist.main:
