@@ -30,9 +30,9 @@ def _table(rows: list[list], headers: list[str]) -> str:
 # --------------------------------------------------------------------------- run
 
 def cmd_run(args) -> int:
-    from eaglelab.runner import parse_parameter, run_workbook
+    from eaglelab.runner import absolutise_paths, parse_parameter, run_workbook
 
-    params = dict(parse_parameter(p) for p in args.param)
+    params = {name: absolutise_paths(value) for name, value in map(parse_parameter, args.param)}
     out = Path(args.out or ("runs/smoke" if args.smoke else "runs/workbook"))
     runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params)
     for r in runs:

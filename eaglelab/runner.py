@@ -61,6 +61,20 @@ def parse_parameter(text: str) -> tuple[str, Any]:
     return name, value
 
 
+def absolutise_paths(value: Any, base: Path | None = None) -> Any:
+    """Parameter values that name existing relative paths become absolute (notebooks run in ``notebooks/``).
+
+    Strings and lists of strings are checked against ``base`` (default: the current folder); hub ids
+    and other strings that name no existing file or folder pass unchanged.
+    """
+    base = base or Path.cwd()
+    if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
+        return str((base / value).resolve())
+    if isinstance(value, list):
+        return [absolutise_paths(v, base) for v in value]
+    return value
+
+
 def run_notebook(notebook: Path, output: Path, parameters: dict[str, Any],
                  kernel_name: str | None = None, timeout_s: int | None = None) -> NotebookRun:
     """Execute one notebook with papermill and write the executed copy to ``output``.

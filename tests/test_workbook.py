@@ -87,6 +87,15 @@ def test_executed_copies_never_overwrite_sources(tmp_path):
         run_workbook(REPO / "notebooks", smoke=True, notebooks_dir=REPO / "notebooks", progress=False)
 
 
+def test_relative_path_parameters_become_absolute(tmp_path):
+    from eaglelab.runner import absolutise_paths
+
+    (tmp_path / "drafter").mkdir()
+    assert absolutise_paths("drafter", tmp_path) == str((tmp_path / "drafter").resolve())
+    assert absolutise_paths(["drafter", "org/hub-id"], tmp_path) == [str((tmp_path / "drafter").resolve()), "org/hub-id"]
+    assert absolutise_paths(3, tmp_path) == 3
+
+
 def test_parameters_and_selection():
     assert parse_parameter("STEPS=12") == ("STEPS", 12)
     assert parse_parameter("TARGET=org/model") == ("TARGET", "org/model")
