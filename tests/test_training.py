@@ -93,9 +93,18 @@ def test_cli_finetune_writes_metrics_and_resumes(tiny_world, tmp_path):
     assert (out / "final" / "config.json").is_file()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_ddp_two_processes_gloo(tiny_world, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533", "-m",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), "-m",
            "eaglelab", "finetune", "--target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out",
            str(tmp_path / "ddp"), "--sequences", "16", "--eval-sequences", "8", "--ttt-steps", "2", "--log-every", "2",
            "--eval-every", "0", "--batch-size", "4", "--device", "cpu"]
