@@ -30,7 +30,7 @@ from pathlib import Path
 
 from eaglelab.artifacts import cached_build
 from eaglelab.errors import SourceError
-from eaglelab.worlds import World, default_world_dir
+from eaglelab.worlds import World, chat_texts, default_world_dir
 
 DEMO_PARAMS = {
     "version": 2,
@@ -181,8 +181,7 @@ def generate_responses(model, tok, prompts: list[str], max_new_tokens: int, batc
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     rows, masks = [], []
     for i in progress(range(0, len(prompts), batch), desc="responses"):
-        chats = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-                 for p in prompts[i: i + batch]]
+        chats = chat_texts(tok, prompts[i: i + batch])
         enc = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)

@@ -15,6 +15,7 @@ token at ``t + 1`` and predicts the token at ``t + 2``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass
@@ -283,6 +284,25 @@ class Eagle3Drafter(nn.Module):
         with torch.no_grad():
             self.embed_tokens.weight.copy_(weight)
         self.has_embedding = True
+
+    @contextlib.contextmanager
+    def serving_embedding(self, weight: torch.Tensor):
+        """Read ``weight`` [V, H] as the embedding inside the block, without copying it.
+
+        SGLang serves a drafter with the serving target's embedding; this lets one drafter be
+        evaluated on two targets in turn at no memory cost (a copy of a 163840 x 7168 embedding
+        is 4.7 GB). The drafter's own embedding is back in place afterwards.
+        """
+        if tuple(weight.shape) != tuple(self.embed_tokens.weight.shape):
+            raise CheckpointMismatchError(
+                "embed_tokens", f"target embedding {list(weight.shape)} vs drafter "
+                                f"{list(self.embed_tokens.weight.shape)}")
+        own = self.embed_tokens.weight
+        self.embed_tokens.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        try:
+            yield self
+        finally:
+            self.embed_tokens.weight = own
 
     def init_head_from_target(self, lm_head_weight: torch.Tensor, norm_weight: torch.Tensor | None = None) -> None:
         """Start ``lm_head`` from the target's head rows of the draft vocabulary (and ``norm`` from its final norm).

@@ -154,22 +154,22 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     labels = layer_labels(ta.aux_layer_outputs)
     sim = SimilarityAccumulator(labels)
     tally_a, tally_b = AcceptanceTally(steps), AcceptanceTally(steps)
-    embed_a = model_a.get_input_embeddings().weight.detach()
-    embed_b = model_b.get_input_embeddings().weight.detach()
+    dtype = drafter.fc.weight.dtype
+    embed_a = model_a.get_input_embeddings().weight.detach().to(dtype)
+    embed_b = model_b.get_input_embeddings().weight.detach().to(dtype)
     try:
         for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
             ids = sequences[i: i + batch_size]
             (sa, logits_a), (sb, logits_b) = _capture(ta, ids), _capture(tb, ids)
             _update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
-            drafter.set_embedding(embed_a.to(drafter.fc.weight.dtype))
-            evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
-            drafter.set_embedding(embed_b.to(drafter.fc.weight.dtype))
-            evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=logits_b)
+            with drafter.serving_embedding(embed_a):
+                evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
+            with drafter.serving_embedding(embed_b):
+                evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=logits_b)
     finally:
         ta.close()
         tb.close()
-        drafter.set_embedding(embed_a.to(drafter.fc.weight.dtype))
     res = sim.result()
     ev_a, ev_b = tally_a.result(), tally_b.result()
     level, reasons = plugin_verdict(ev_a["accept_len"], ev_b["accept_len"])

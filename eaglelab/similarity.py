@@ -26,12 +26,17 @@ def relative_l2_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).float()
 
 
+def _zero_diag_stats(G: torch.Tensor):
+    """A Gram matrix with its diagonal zeroed, its row sums and total: what every HSIC pair reuses."""
+    G = G.double().clone()
+    G.fill_diagonal_(0)
+    g1 = G.sum(1)
+    return G, g1, g1.sum()
+
+
 def _gram_stats(x: torch.Tensor):
-    """Zero-diagonal Gram matrix of x [n, D], its row sums and total: what every HSIC pair reuses."""
-    K = x.double() @ x.double().T
-    K.fill_diagonal_(0)
-    k1 = K.sum(1)
-    return K, k1, k1.sum()
+    """:func:`_zero_diag_stats` of the linear Gram matrix of x [n, D]."""
+    return _zero_diag_stats(x.double() @ x.double().T)
 
 
 def _hsic_from_stats(a, b, n: int) -> torch.Tensor:
@@ -43,14 +48,7 @@ def _hsic_from_stats(a, b, n: int) -> torch.Tensor:
 
 def hsic_unbiased(K: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     """Unbiased HSIC estimator (Song et al. 2012) of two n x n Gram matrices, n >= 4."""
-    n = K.shape[0]
-    stats = []
-    for G in (K, L):
-        G = G.double().clone()
-        G.fill_diagonal_(0)
-        g1 = G.sum(1)
-        stats.append((G, g1, g1.sum()))
-    return _hsic_from_stats(stats[0], stats[1], n)
+    return _hsic_from_stats(_zero_diag_stats(K), _zero_diag_stats(L), K.shape[0])
 
 
 def linear_cka_full(x: torch.Tensor, y: torch.Tensor) -> float:

@@ -74,7 +74,7 @@ class World:
 
 
 def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool = False) -> World:
-    """Build (or reuse) a world: ``tiny`` (seconds, random-free tiny Llamas) or ``demo`` (SmolLM2-135M)."""
+    """Build (or reuse) a world: ``tiny`` (two tiny Llamas, ~70 s) or the experimental ``demo`` (SmolLM2-135M)."""
     if kind == "tiny":
         return build_tiny_world(root, force=force)
     if kind == "demo":
@@ -250,10 +250,14 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
     return World.at(root)
 
 
+def chat_texts(tokenizer, prompts: list[str]) -> list[str]:
+    """Each prompt as a one-turn user chat, ready for the assistant's reply (the tokenizer's template)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            for p in prompts]
+
+
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     """Token ids of prompts: through the chat template when the tokenizer has one (chat models), else plain."""
     if not getattr(tokenizer, "chat_template", None):
         return [tokenizer(p)["input_ids"] for p in prompts]
-    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-             for p in prompts]
-    return [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chats]
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chat_texts(tokenizer, prompts)]

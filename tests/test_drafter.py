@@ -148,3 +148,14 @@ def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
     back = HiddenStates.load(states.save(tmp_path / "states.safetensors"))
     for name in ("input_ids", "loss_mask", "aux", "last_hidden"):
         assert torch.equal(getattr(states, name), getattr(back, name))
+
+
+def test_serving_embedding_shares_the_targets_tensor_and_restores(drafter, tiny_llama):
+    own = drafter.embed_tokens.weight
+    target_embed = tiny_llama.get_input_embeddings().weight.detach()
+    with drafter.serving_embedding(target_embed):
+        assert drafter.embed_tokens.weight.data_ptr() == target_embed.data_ptr()  # no copy
+    assert drafter.embed_tokens.weight is own
+    with pytest.raises(CheckpointMismatchError):
+        with drafter.serving_embedding(target_embed[:10]):
+            pass
