@@ -48,8 +48,10 @@ def run(name: str, steps: int, ttt_steps: int) -> dict:
     H, V = fields["hidden_size"], fields["vocab_size"]
     g = torch.Generator().manual_seed(0)
     n = batch * 4
-    states = HiddenStates(torch.randint(0, V, (n, seq), generator=g), torch.ones(n, seq, dtype=torch.bool),
-                          torch.randn(n, seq, 3 * H, generator=g), torch.randn(n, seq, H, generator=g))
+    ids = torch.randint(0, V, (n, seq), generator=g)
+    # as captured here: the target's greedy ids are kept, so only the draft rows of its lm_head run
+    states = HiddenStates(ids, torch.ones(n, seq, dtype=torch.bool), torch.randn(n, seq, 3 * H, generator=g),
+                          torch.randn(n, seq, H, generator=g), target_ids=torch.roll(ids, -1, dims=1))
     lm_head = torch.nn.Linear(H, V, bias=False)
     drafter.set_embedding(torch.randn(V, H, generator=g) * 0.02)
     warm = TrainConfig(steps=2, batch_size=batch, ttt_steps=ttt_steps, log_every=100, eval_every=0)
@@ -57,7 +59,7 @@ def run(name: str, steps: int, ttt_steps: int) -> dict:
     cfg = TrainConfig(steps=steps, batch_size=batch, ttt_steps=ttt_steps, log_every=10**6, eval_every=0)
     res = train_drafter(drafter, states, lm_head, cfg, progress=False)
     tps = res.tokens / res.seconds
-    flops = ttt_flops_per_token(drafter.spec, seq, ttt_steps, V) * tps
+    flops = ttt_flops_per_token(drafter.spec, seq, ttt_steps, vd) * tps
     return {"size": name, "params_m": sum(p.numel() for p in drafter.parameters() if p.requires_grad) / 1e6,
             "tokens_per_s": tps, "gflops": flops / 1e9}
 

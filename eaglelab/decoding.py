@@ -203,8 +203,16 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
 
 
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                          k: int = 4, warmup: bool = True) -> dict:
+                          k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None) -> dict:
     """Speculative vs plain greedy decoding over prompts, in the same process, with the model's prediction.
+
+    Plain and speculative decoding of each prompt alternate, so drifts of a shared machine hit
+    both alike.
+
+    Args:
+        cpu_kernels: route the target's linear layers through the small-batch CPU path for the
+            run (:mod:`eaglelab.cpu_kernels`; plain decoding's one-row forwards are unchanged by
+            it). Default: on when the target is on the CPU.
 
     Returns:
         dict with ``accept_len`` (emitted per cycle over all cycles), ``tokens_per_s`` and
@@ -212,15 +220,20 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
         ``speedup``, ``matches_greedy`` (all prompts), the mean cycle split
         ``draft_s`` / ``verify_s`` / ``overhead_s``, ``position_acceptance``, and
         ``predicted_tokens_per_s`` = τ / mean cycle (the performance model) with its
-        relative error against the measurement.
+        relative error against the measurement, and ``cpu_kernels``.
     """
-    if warmup and prompts:
-        speculative_decode(target, drafter, prompts[0], 8, k)
-        greedy_decode(target, prompts[0], 8)
-    spec_runs, greedy_runs = [], []
-    for ids in prompts:
-        greedy_runs.append(greedy_decode(target, ids, max_new_tokens))
-        spec_runs.append(speculative_decode(target, drafter, ids, max_new_tokens, k))
+    from eaglelab.cpu_kernels import small_batch_kernels
+
+    if cpu_kernels is None:
+        cpu_kernels = target.device.type == "cpu"
+    with small_batch_kernels(target.model, enabled=cpu_kernels):
+        if warmup and prompts:
+            speculative_decode(target, drafter, prompts[0], 8, k)
+            greedy_decode(target, prompts[0], 8)
+        spec_runs, greedy_runs = [], []
+        for ids in prompts:
+            greedy_runs.append(greedy_decode(target, ids, max_new_tokens))
+            spec_runs.append(speculative_decode(target, drafter, ids, max_new_tokens, k))
     cycles = [c for r in spec_runs for c in r.cycles]
     n_cycles = max(len(cycles), 1)
     tau = sum(c.emitted for c in cycles) / n_cycles
@@ -237,4 +250,5 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
         **split, "cycle_s": cycle_s, "greedy_step_s": 1.0 / greedy_tps,
         "position_acceptance": merged.position_acceptance(),
         "predicted_tokens_per_s": predicted, "prediction_error": predicted / spec_tps - 1.0,
+        "cpu_kernels": cpu_kernels,
     }

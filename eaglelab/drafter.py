@@ -351,6 +351,10 @@ class Eagle3Drafter(nn.Module):
         """Draft ids -> target ids: ``draft + d2t[draft]``."""
         return draft_ids + self.d2t[draft_ids]
 
+    def draft_target_ids(self) -> torch.Tensor:
+        """[Vd] the target id of each draft id (ascending, as ``t2d`` marks them)."""
+        return self.to_target_ids(torch.arange(self.spec.draft_vocab_size, device=self.d2t.device))
+
     def ttt_logits(self, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """Training-time-test unroll over whole sequences.
 
@@ -374,14 +378,14 @@ class Eagle3Drafter(nn.Module):
             out.append(self.logits(hidden))
         return out
 
-    def forward(self, batch, t_logits: torch.Tensor, steps: int, decay: float = 0.8):
+    def forward(self, batch, target, steps: int, decay: float = 0.8):
         """TTT loss and metrics on a batch (see :func:`eaglelab.evaluation.ttt_forward`).
 
         Defined as ``forward`` so a DDP wrapper can call it and all-reduce the gradients.
         """
         from eaglelab.evaluation import ttt_forward
 
-        return ttt_forward(self, batch, t_logits, steps, decay)
+        return ttt_forward(self, batch, target, steps, decay)
 
     # ----------------------------------------------------------------- construction
     @classmethod

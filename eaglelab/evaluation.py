@@ -2,11 +2,14 @@
 
 A sample pairs token ids with what the target computed on them: the aux hidden states the
 drafter reads and the last hidden state (from which the target's logits are recomputed with
-its lm_head, as SpecForge's offline pipeline does, so no [S, V] logits are stored).
+its lm_head, as SpecForge's offline pipeline does, so no [S, V] logits are stored). Captures
+made here also keep the target's greedy token at each position, so training needs only the
+logits of the draft vocabulary (``H x Vd`` per token, not ``H x V``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,19 +31,26 @@ class HiddenStates:
         loss_mask: [N, S] bool: positions that count (e.g. assistant turns).
         aux: [N, S, 3H] concat(low, mid, high).
         last_hidden: [N, S, H] final-norm output (lm_head input).
+        target_ids: [N, S] int64, the target's greedy token after each position, or None
+            (SpecForge files lack it; it is then recomputed from ``last_hidden``).
+        aux_layers: the target's decoder-layer outputs ``aux`` holds (low, mid, high), when known.
     """
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
     aux: torch.Tensor
     last_hidden: torch.Tensor
+    target_ids: torch.Tensor | None = None
+    aux_layers: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def batch(self, idx: torch.Tensor | Sequence[int]) -> HiddenStates:
         idx = torch.as_tensor(idx)
-        return HiddenStates(self.input_ids[idx], self.loss_mask[idx], self.aux[idx], self.last_hidden[idx])
+        tids = None if self.target_ids is None else self.target_ids[idx]
+        return HiddenStates(self.input_ids[idx], self.loss_mask[idx], self.aux[idx], self.last_hidden[idx], tids,
+                            self.aux_layers)
 
     def save(self, path: str | Path) -> Path:
         """Write as one safetensors file, atomically."""
@@ -49,20 +59,31 @@ class HiddenStates:
         from eaglelab.atomic import atomic_path
 
         with atomic_path(path) as tmp:
-            save_file({"input_ids": self.input_ids.contiguous(), "loss_mask": self.loss_mask.contiguous(),
-                       "aux_hidden_state": self.aux.contiguous(), "hidden_state": self.last_hidden.contiguous()},
-                      str(tmp))
+            tensors = {"input_ids": self.input_ids.contiguous(), "loss_mask": self.loss_mask.contiguous(),
+                       "aux_hidden_state": self.aux.contiguous(), "hidden_state": self.last_hidden.contiguous()}
+            if self.target_ids is not None:
+                tensors["target_ids"] = self.target_ids.contiguous()
+            meta = {"aux_layers": json.dumps(list(self.aux_layers))} if self.aux_layers is not None else None
+            save_file(tensors, str(tmp), metadata=meta)
         return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> HiddenStates:
+        from safetensors import safe_open
         from safetensors.torch import load_file
 
         try:
             d = load_file(str(path))
+            with safe_open(str(path), "pt") as fh:
+                meta = fh.metadata() or {}
+            aux_layers = tuple(json.loads(meta["aux_layers"])) if "aux_layers" in meta else None
         except Exception as exc:
             raise SourceError(path, f"not a readable hidden-state file ({exc})") from None
-        return cls(d["input_ids"], d["loss_mask"].bool(), d["aux_hidden_state"], d["hidden_state"])
+        missing = {"input_ids", "loss_mask", "aux_hidden_state", "hidden_state"} - set(d)
+        if missing:
+            raise SourceError(path, f"hidden-state file lacks {sorted(missing)}")
+        return cls(d["input_ids"], d["loss_mask"].bool(), d["aux_hidden_state"], d["hidden_state"], d.get("target_ids"),
+                   aux_layers)
 
 
 @torch.no_grad()
@@ -80,13 +101,15 @@ def capture_hidden_states(target: Target, sequences: torch.Tensor, loss_mask: to
     """
     from eaglelab.progress import progress as bar
 
-    aux, last = [], []
+    aux, last, greedy = [], [], []
     for i in bar(range(0, len(sequences), batch_size), desc="capture", disable=not progress):
         out = target.forward(sequences[i: i + batch_size].to(target.device))
         aux.append(out.aux.to("cpu", dtype))
         last.append(out.last_hidden.to("cpu", dtype))
+        greedy.append(out.logits.argmax(-1).cpu())
     mask = loss_mask if loss_mask is not None else torch.ones_like(sequences, dtype=torch.bool)
-    return HiddenStates(sequences.cpu(), mask.bool().cpu(), torch.cat(aux), torch.cat(last))
+    return HiddenStates(sequences.cpu(), mask.bool().cpu(), torch.cat(aux), torch.cat(last), torch.cat(greedy),
+                        tuple(target.aux_layer_outputs))
 
 
 def load_specforge_sample(path: str | Path) -> dict[str, torch.Tensor]:
@@ -176,7 +199,35 @@ def target_logits(target_lm_head: torch.nn.Module, last_hidden: torch.Tensor) ->
         return F.linear(last_hidden.to(w.device, w.dtype), w).float()
 
 
-def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, t_logits: torch.Tensor, steps: int,
+@dataclass
+class TargetTokens:
+    """What the TTT loss needs of the target at each position.
+
+    Attributes:
+        greedy: [B, S] the target's argmax token (target ids) after each position.
+        draft_logits: [B, S, Vd] its logits at the draft vocabulary's columns, in draft-id order.
+    """
+
+    greedy: torch.Tensor
+    draft_logits: torch.Tensor
+
+    @classmethod
+    def from_logits(cls, logits: torch.Tensor, t2d_ids: torch.Tensor) -> TargetTokens:
+        """From full logits [B, S, V]; ``t2d_ids`` [Vd]: the target id of each draft id."""
+        return cls(logits.argmax(-1), logits[..., t2d_ids.to(logits.device)].float())
+
+    @classmethod
+    @torch.no_grad()
+    def recompute(cls, target_lm_head: torch.nn.Module, batch: HiddenStates, t2d_ids: torch.Tensor) -> TargetTokens:
+        """From the last hidden states: only the ``Vd`` draft rows of lm_head when the greedy ids are stored."""
+        if batch.target_ids is None:
+            return cls.from_logits(target_logits(target_lm_head, batch.last_hidden), t2d_ids)
+        w = target_lm_head.weight
+        rows = w[t2d_ids.to(w.device)]
+        return cls(batch.target_ids, F.linear(batch.last_hidden.to(w.device, w.dtype), rows).float())
+
+
+def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetTokens | torch.Tensor, steps: int,
                 decay: float = 0.8) -> TTTOutput:
     """EAGLE-3 training-time test on one batch.
 
@@ -188,16 +239,17 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, t_logits: torch.Ten
     Args:
         drafter: the drafter (train or eval mode).
         batch: ids, mask and aux states, [B, S, ...].
-        t_logits: the target's logits [B, S, V].
+        target: the target's greedy tokens and draft-vocabulary logits, or its full logits [B, S, V].
         steps: unroll length.
         decay: per-step loss weight base (0.8 in SpecForge).
     """
     dev = drafter.fc.weight.device
     ids = batch.input_ids.to(dev)
-    t_logits = t_logits.to(dev)
-    t_arg = t_logits.argmax(-1)  # [B, S] target's greedy token after each position
+    if isinstance(target, torch.Tensor):
+        target = TargetTokens.from_logits(target, drafter.draft_target_ids())
+    t_arg = target.greedy.to(dev)  # [B, S] target's greedy token after each position
     in_draft = drafter.t2d[t_arg]
-    t_probs = torch.softmax(t_logits[..., drafter.t2d], dim=-1)  # columns in draft-id order
+    t_probs = torch.softmax(target.draft_logits.to(dev), dim=-1)  # columns in draft-id order
     base_mask = batch.loss_mask.to(dev)
     logits = drafter.ttt_logits(ids, batch.aux.to(dev, drafter.fc.weight.dtype), steps)
     loss = torch.zeros((), device=dev)
@@ -262,9 +314,9 @@ def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: 
     """
     was_training = drafter.training
     drafter.eval()
-    if t_logits is None:
-        t_logits = target_logits(target_lm_head, batch.last_hidden)
-    tally.add(ttt_forward(drafter, batch, t_logits.float(), steps), len(batch))
+    target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
+              else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
+    tally.add(ttt_forward(drafter, batch, target, steps), len(batch))
     drafter.train(was_training)
 
 

@@ -107,6 +107,17 @@ class FinetuneData:
     held_out: HiddenStates
     aux_layer_outputs: tuple[int, ...]
 
+    @classmethod
+    def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
+        """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
+        from eaglelab.errors import ConfigError
+
+        tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
+        if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:
+            raise ConfigError(str(train), f"training and held-out states must name the same aux layers "
+                                          f"(got {tr.aux_layers} and {ho.aux_layers})")
+        return cls(tr, ho, tr.aux_layers)
+
     def subset(self, n: int) -> FinetuneData:
         """The first ``n`` training sequences (same held-out set), for data-budget sweeps."""
         return FinetuneData(self.train.batch(range(min(n, len(self.train)))), self.held_out, self.aux_layer_outputs)
@@ -137,3 +148,35 @@ def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfi
                                                           f"captured at {list(data.aux_layer_outputs)}")
     return train_drafter(drafter, data.train, model.lm_head, cfg, run_dir=run_dir, eval_states=data.held_out,
                          resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)
+
+
+def new_target_data(model, tokenizer, aux_spec, data_file: str | Path | None = None, world=None, seq_len: int = 64,
+                    train_sequences: int = 128, eval_sequences: int = 32, progress: bool = True) -> tuple[FinetuneData, str]:
+    """The new target's training data, first of: the user's file, the world's replies of the new target, built-in text.
+
+    Args:
+        model, tokenizer: the new target.
+        aux_spec: the drafter spec whose aux layers are captured.
+        data_file: a text / JSONL file (packed into ``seq_len`` rows; held out: built-in text).
+        world: a :class:`eaglelab.worlds.World`; its target B's own replies and states are used
+            when it has them (the demo world), and the drafter reads the layers they were captured at.
+        seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (and caps
+            for the world's replies).
+
+    Returns:
+        (data, a one-line description of where it came from).
+    """
+    if data_file is None and world is not None and world.has_replies():
+        data = FinetuneData.from_files(world.replies_b / "train-states.safetensors",
+                                       world.replies_b / "held_out-states.safetensors")
+        data = FinetuneData(data.train.batch(range(min(train_sequences, len(data.train)))),
+                            data.held_out.batch(range(min(eval_sequences, len(data.held_out)))), data.aux_layer_outputs)
+        return data, (f"target B's own replies: {len(data.train)} train / {len(data.held_out)} held-out conversations "
+                      f"({int(data.train.loss_mask.sum())} reply tokens)")
+    if data_file is not None:
+        train_ids, where = sequences_from_file(data_file, tokenizer, seq_len)[:train_sequences], str(data_file)
+    else:
+        train_ids, where = builtin_sequences(tokenizer, seq_len, "train", train_sequences), "built-in stdlib text"
+    eval_ids = builtin_sequences(tokenizer, seq_len, "held_out", eval_sequences)
+    data = capture_data(model, aux_spec, train_ids, eval_ids, progress=progress)
+    return data, f"{where}: {tuple(train_ids.shape)} train, {tuple(eval_ids.shape)} held out"

@@ -134,7 +134,7 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float) -> tuple[str, list[st
 
 @torch.no_grad()
 def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 5,
-              batch_size: int = 8, progress: bool = True) -> ProbeResult:
+              batch_size: int = 8, progress: bool = True, loss_mask: torch.Tensor | None = None) -> ProbeResult:
     """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
 
     Each batch of sequences runs through both targets, feeds the similarity accumulator and the
@@ -146,6 +146,7 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         drafter: the old drafter (its aux ids pick the layers).
         sequences: token ids both targets see.
         steps: TTT unroll for the offline acceptance (k drafts).
+        loss_mask: [N, S] positions that count for similarity and acceptance (default: all).
     """
     from eaglelab.evaluation import AcceptanceTally, evaluate_batch
     from eaglelab.progress import progress as bar
@@ -160,7 +161,8 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     try:
         for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
             ids = sequences[i: i + batch_size]
-            (sa, logits_a), (sb, logits_b) = _capture(ta, ids), _capture(tb, ids)
+            counted = None if loss_mask is None else loss_mask[i: i + batch_size]
+            (sa, logits_a), (sb, logits_b) = _capture(ta, ids, counted), _capture(tb, ids, counted)
             _update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
             with drafter.serving_embedding(embed_a):
@@ -177,10 +179,11 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
                        res["tokens"], ev_a, ev_b, {}, level, reasons)
 
 
-def _capture(target: Target, ids: torch.Tensor) -> tuple[HiddenStates, torch.Tensor]:
+def _capture(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:
     """One target forward: the states the drafter reads, and the logits [B, S, V] (reused, not recomputed)."""
     out = target.forward(ids.to(target.device))
-    states = HiddenStates(ids.cpu(), torch.ones_like(ids, dtype=torch.bool).cpu(), out.aux, out.last_hidden)
+    mask = torch.ones_like(ids, dtype=torch.bool) if counted is None else counted.bool()
+    states = HiddenStates(ids.cpu(), mask.cpu(), out.aux, out.last_hidden)
     return states, out.logits
 
 
@@ -242,3 +245,29 @@ def probe_sequences(tokenizer, n: int = 64, seq_len: int = 64) -> torch.Tensor:
     a = pack_sequences(tokenizer, docs, seq_len, half)
     b = pack_sequences(tokenizer, code, seq_len, n - half)
     return torch.cat([a[:half], b[: n - half]])
+
+
+def probe_set(tokenizer, n: int = 64, seq_len: int = 64, world=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences both targets see and the positions that count, ([n', seq_len], [n', seq_len] bool), n' <= n.
+
+    With a world that keeps its targets' replies (the demo world): the last ``seq_len`` tokens of
+    each held-out conversation of target A, counted where the next token is A's own reply (what
+    the old drafter serves; a user's prompt text is not drafted). Otherwise
+    :func:`probe_sequences`, every position counted.
+    """
+    if world is None or not world.has_replies():
+        ids = probe_sequences(tokenizer, n, seq_len)
+        return ids, torch.ones_like(ids, dtype=torch.bool)
+    from eaglelab.responses import Responses, response_rows
+
+    data = Responses.load(world.replies_a / "held_out.safetensors")
+    keep = [i for i, (p, r) in enumerate(zip(data.prompts, data.replies)) if len(p) + len(r) >= seq_len][:n]
+    ids, mask, _ = response_rows(Responses([data.prompts[i] for i in keep], [data.replies[i] for i in keep]))
+    windows, counted = [], []
+    for i, j in enumerate(keep):
+        end = len(data.prompts[j]) + len(data.replies[j])
+        windows.append(ids[i, end - seq_len: end])
+        counted.append(mask[i, end - seq_len: end])
+    if not windows:
+        return torch.zeros(0, seq_len, dtype=torch.int64), torch.zeros(0, seq_len, dtype=torch.bool)
+    return torch.stack(windows), torch.stack(counted)

@@ -7,6 +7,7 @@ forward hooks on the three decoder layers, so memory holds three states, not all
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from dataclasses import dataclass
@@ -94,6 +95,30 @@ class Target:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Keep (aux [B, s, 3H], last_hidden [B, s, H]) of every forward inside the block.
+
+        For capturing states while ``model.generate`` runs (prefill, then one position per
+        step), so a target's replies and the states the drafter trains on come from one pass.
+        Yields the list the records are appended to.
+        """
+        records: list[tuple[torch.Tensor, torch.Tensor]] = []
+        norm = getattr(getattr(self.model, "model", self.model), "norm", None)
+        if not isinstance(norm, nn.Module):
+            raise ConfigError(type(self.model).__name__, "cannot find the final norm to record states after")
+
+        def after_forward(_module, _inputs, output):  # the final norm runs after every decoder layer
+            last = output[0] if isinstance(output, tuple) else output
+            aux = torch.cat([self._captured[i] for i in self.aux_layer_outputs], dim=-1)
+            records.append((aux.detach(), last.detach()))
+
+        hook = norm.register_forward_hook(after_forward)
+        try:
+            yield records
+        finally:
+            hook.remove()
 
     @property
     def config(self):

@@ -21,7 +21,7 @@ import torch
 from eaglelab.atomic import atomic_path, write_text_atomic
 from eaglelab.drafter import Eagle3Drafter, load_drafter, save_drafter
 from eaglelab.errors import OverwriteError
-from eaglelab.evaluation import HiddenStates, evaluate_drafter, target_logits
+from eaglelab.evaluation import HiddenStates, TargetTokens, evaluate_drafter
 
 
 @dataclass(frozen=True)
@@ -253,22 +253,24 @@ def train_drafter(
 
 def _ttt(model, drafter: Eagle3Drafter, batch: HiddenStates, lm_head, cfg: TrainConfig):
     """TTT through ``model`` (the drafter, or its DDP wrapper so gradients are all-reduced)."""
-    return model(batch, target_logits(lm_head, batch.last_hidden), cfg.ttt_steps, cfg.decay)
+    target = TargetTokens.recompute(lm_head, batch, drafter.draft_target_ids())
+    return model(batch, target, cfg.ttt_steps, cfg.decay)
 
 
-def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_vocab: int) -> float:
+def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_rows: int) -> float:
     """Matmul FLOPs of one training token: TTT forward + backward (x3) plus the target-logit recompute.
 
     Per step: q/k/v over 2H, o, MLP, lm_head over the draft vocabulary, and attention scores and
     mixing over on average ``seq_len / 2`` keys (plus the step's diagonal keys); ``fc`` once.
-    The target's lm_head (H_t x V) runs once per token without gradients.
+    The target's lm_head runs once per token without gradients over ``target_rows`` rows: the
+    draft vocabulary when the capture kept the target's greedy ids, its whole vocabulary otherwise.
     """
     H, Ht, I = spec.hidden_size, spec.target_hidden_size, spec.intermediate_size
     q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
     per_step = 2 * (2 * H * (q + 2 * kv) + q * H + 3 * H * I + H * spec.draft_vocab_size)
     attn = 2 * 2 * q * (seq_len / 2 + ttt_steps / 2)
     forward = 2 * 3 * Ht * H + ttt_steps * (per_step + attn)
-    return 3 * forward + 2 * Ht * target_vocab
+    return 3 * forward + 2 * Ht * target_rows
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

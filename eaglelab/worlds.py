@@ -48,7 +48,11 @@ class World:
         target_a, target_b: transformers folders (config, weights, tokenizer).
         drafter_a, drafter_b_small: drafter folders (SpecForge layout).
         prompts: JSON file with ``train`` and ``held_out`` prompt lists.
-        data_a, data_b: token-id sequences (safetensors, key ``input_ids`` [N, S]) from each domain.
+        data_a, data_b: token-id sequences (safetensors, key ``input_ids`` [N, S]) from each domain
+            (tiny world).
+        replies_a, replies_b: folders with each target's own replies to the train / held-out
+            prompts (``train.safetensors``, ``held_out.safetensors``, see
+            :class:`eaglelab.responses.Responses`; demo world).
     """
 
     root: Path
@@ -59,12 +63,19 @@ class World:
     prompts: Path
     data_a: Path
     data_b: Path
+    replies_a: Path
+    replies_b: Path
 
     @classmethod
     def at(cls, root: str | Path) -> World:
         r = Path(root)
         return cls(r, r / "target-a", r / "target-b", r / "drafter-a", r / "drafter-b-small",
-                   r / "prompts.json", r / "data" / "domain-a.safetensors", r / "data" / "domain-b.safetensors")
+                   r / "prompts.json", r / "data" / "domain-a.safetensors", r / "data" / "domain-b.safetensors",
+                   r / "data" / "replies-a", r / "data" / "replies-b")
+
+    def has_replies(self) -> bool:
+        """Whether the world keeps its targets' own replies (the demo world does)."""
+        return (self.replies_a / "held_out.safetensors").is_file() and (self.replies_b / "train.safetensors").is_file()
 
     def held_out_prompts(self) -> list[str]:
         return json.loads(self.prompts.read_text())["held_out"]
@@ -74,7 +85,7 @@ class World:
 
 
 def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool = False) -> World:
-    """Build (or reuse) a world: ``tiny`` (two tiny Llamas, ~70 s) or the experimental ``demo`` (SmolLM2-135M)."""
+    """Build (or reuse) a world: ``tiny`` (two tiny Llamas, ~70 s) or ``demo`` (the SmolLM2-135M pair, ~25 min)."""
     if kind == "tiny":
         return build_tiny_world(root, force=force)
     if kind == "demo":

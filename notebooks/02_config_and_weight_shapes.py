@@ -27,7 +27,7 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
 DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)

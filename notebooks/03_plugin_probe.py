@@ -19,7 +19,8 @@
 # and (b) what acceptance does the old drafter get on the new target?
 #
 # **Inputs.** Target A (old), target B (new), the drafter trained on A, token sequences both
-# targets see (built-in offline set: held-out stdlib docstrings and code). For targets too large
+# targets see (demo world: held-out conversations with A's own replies; tiny world: held-out
+# stdlib docstrings and code). For targets too large
 # for this machine, SpecForge offline hidden-state files of both targets (`SPECFORGE_A/B`).
 #
 # **Outputs.** Similarity table, figures `03_*` in `FIGURES_DIR`, measured speculative decoding of
@@ -28,15 +29,15 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET_A = None  # None: the world's target A
 TARGET_B = None  # None: the world's target B
 DRAFTER = None  # None: the world's drafter-a (trained on A)
-N_SEQUENCES = 64
-SEQ_LEN = 64
-TTT_STEPS = 5  # drafts per cycle in the simulated acceptance
-MEASURE_PROMPTS = 8
+N_SEQUENCES = 32
+SEQ_LEN = 96
+TTT_STEPS = 3  # drafts per cycle in the simulated acceptance
+MEASURE_PROMPTS = 6
 MEASURE_TOKENS = 48
 DEVICE = None  # None: cuda when available
 DEVICE_MAP = None  # "auto": spread each target over all GPUs (large targets; needs accelerate)
@@ -57,21 +58,22 @@ from eaglelab import perf, plots
 from eaglelab.report import bullets_from_markdown, save_findings
 from eaglelab.decoding import benchmark_speculation
 from eaglelab.drafter import load_drafter
-from eaglelab.probe import layerwise_cka, probe_sequences, run_probe
+from eaglelab.probe import layerwise_cka, probe_set, run_probe
 from eaglelab.targets import Target, load_target
 from eaglelab.worlds import build_world, encode_prompts
 
 plots.use_style()
 if SMOKE:
-    N_SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
+    N_SEQUENCES, SEQ_LEN, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 64, 3, 24
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
 DRAFTER = DRAFTER or world.drafter_a
 model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
-sequences = probe_sequences(tok, N_SEQUENCES, SEQ_LEN)
-print(f"{len(sequences)} sequences x {SEQ_LEN} tokens; drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
+sequences, counted = probe_set(tok, N_SEQUENCES, SEQ_LEN, world)
+print(f"{len(sequences)} sequences x {SEQ_LEN} tokens, {int(counted.sum())} positions counted; "
+      f"drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
 
 # %% [markdown]
 # ## 1 · Paired capture and similarity at the drafter's layers
@@ -79,7 +81,7 @@ print(f"{len(sequences)} sequences x {SEQ_LEN} tokens; drafter reads layer outpu
 # minibatches), plus how often the two targets' next-token argmax agree.
 
 # %%
-probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS, batch_size=BATCH_SIZE)
+probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS, batch_size=BATCH_SIZE, loss_mask=counted)
 report = probe.to_json()
 similarity = pd.DataFrame(report["layers"]).set_index("layer")
 display(similarity.round(4))

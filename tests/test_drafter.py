@@ -146,8 +146,28 @@ def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
     d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
     states = capture_hidden_states(Target.for_drafter(tiny_llama, d.spec), torch.randint(0, 256, (3, 10)), progress=False)
     back = HiddenStates.load(states.save(tmp_path / "states.safetensors"))
-    for name in ("input_ids", "loss_mask", "aux", "last_hidden"):
+    for name in ("input_ids", "loss_mask", "aux", "last_hidden", "target_ids"):
         assert torch.equal(getattr(states, name), getattr(back, name))
+    assert back.aux_layers == states.aux_layers == tuple(d.spec.aux_layer_ids)
+
+
+def test_stored_greedy_ids_give_the_same_ttt_loss_as_full_logits(tiny_llama):
+    """Training reads only the draft rows of lm_head when the capture kept the target's greedy ids."""
+    from eaglelab.drafter import build_vocab_map, count_tokens
+    from eaglelab.evaluation import TargetTokens, capture_hidden_states, target_logits, ttt_forward
+    from eaglelab.targets import Target
+
+    d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
+    ids = torch.randint(0, 256, (3, 12), generator=torch.Generator().manual_seed(1))
+    d.set_vocab_map(*build_vocab_map(count_tokens(ids, 256), 64))
+    d.set_embedding(tiny_llama.get_input_embeddings().weight.detach())
+    states = capture_hidden_states(Target.for_drafter(tiny_llama, d.spec), ids, progress=False)
+    assert torch.equal(states.target_ids, target_logits(tiny_llama.lm_head, states.last_hidden).argmax(-1))
+    fast = TargetTokens.recompute(tiny_llama.lm_head, states, d.draft_target_ids())
+    assert fast.draft_logits.shape == (3, 12, 64)
+    full = target_logits(tiny_llama.lm_head, states.last_hidden)
+    a, b = ttt_forward(d, states, fast, 3), ttt_forward(d, states, full, 3)
+    assert torch.allclose(a.loss, b.loss, atol=1e-5) and a.acc == b.acc and a.chain == b.chain
 
 
 def test_serving_embedding_shares_the_targets_tensor_and_restores(drafter, tiny_llama):
