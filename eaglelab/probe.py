@@ -207,11 +207,12 @@ def _update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenSta
 
 @torch.no_grad()
 def layerwise_cka(model_a, model_b, sequences: torch.Tensor, batch_size: int = 8, cka_batch: int = 256,
-                  progress: bool = True) -> torch.Tensor:
+                  progress: bool = True, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Linear CKA between every layer output of A and every layer output of B, streamed.
 
     Args:
         sequences: [N, S] token ids both models see.
+        loss_mask: [N, S] positions to compare (default: all; e.g. skip padding).
 
     Returns:
         [L + 1, L + 1] map; index 0 is the embedding, index i + 1 the output of layer i.
@@ -223,9 +224,10 @@ def layerwise_cka(model_a, model_b, sequences: torch.Tensor, batch_size: int = 8
     dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
     for i in bar(range(0, len(sequences), batch_size), desc="layerwise CKA", disable=not progress):
         ids = sequences[i: i + batch_size]
-        ha = [h.reshape(-1, h.shape[-1]).float().cpu()
+        keep = (torch.ones_like(ids, dtype=torch.bool) if loss_mask is None else loss_mask[i: i + batch_size].bool()).reshape(-1)
+        ha = [h.reshape(-1, h.shape[-1]).float().cpu()[keep]
               for h in model_a(input_ids=ids.to(dev_a), output_hidden_states=True).hidden_states]
-        hb = [h.reshape(-1, h.shape[-1]).float().cpu()
+        hb = [h.reshape(-1, h.shape[-1]).float().cpu()[keep]
               for h in model_b(input_ids=ids.to(dev_b), output_hidden_states=True).hidden_states]
         cka = cka or StreamingCKA(len(ha), len(hb))
         # Gram matrices are n x n: chunk the batch's tokens so memory stays flat
@@ -248,26 +250,17 @@ def probe_sequences(tokenizer, n: int = 64, seq_len: int = 64) -> torch.Tensor:
 
 
 def probe_set(tokenizer, n: int = 64, seq_len: int = 64, world=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences both targets see and the positions that count, ([n', seq_len], [n', seq_len] bool), n' <= n.
+    """Sequences both targets see and the positions that count, ([n', S], [n', S] bool), n' <= n.
 
-    With a world that keeps its targets' replies (the demo world): the last ``seq_len`` tokens of
-    each held-out conversation of target A, counted where the next token is A's own reply (what
-    the old drafter serves; a user's prompt text is not drafted). Otherwise
-    :func:`probe_sequences`, every position counted.
+    With a world that keeps its targets' replies (the demo world): the first ``n`` held-out
+    conversations of target A whole (prompt + A's own reply, right-padded), counted where the
+    next token is A's reply (what the old drafter serves; a user's prompt is not drafted).
+    Otherwise :func:`probe_sequences` (``seq_len`` tokens each), every position counted.
     """
     if world is None or not world.has_replies():
         ids = probe_sequences(tokenizer, n, seq_len)
         return ids, torch.ones_like(ids, dtype=torch.bool)
     from eaglelab.responses import Responses, response_rows
 
-    data = Responses.load(world.replies_a / "held_out.safetensors")
-    keep = [i for i, (p, r) in enumerate(zip(data.prompts, data.replies)) if len(p) + len(r) >= seq_len][:n]
-    ids, mask, _ = response_rows(Responses([data.prompts[i] for i in keep], [data.replies[i] for i in keep]))
-    windows, counted = [], []
-    for i, j in enumerate(keep):
-        end = len(data.prompts[j]) + len(data.replies[j])
-        windows.append(ids[i, end - seq_len: end])
-        counted.append(mask[i, end - seq_len: end])
-    if not windows:
-        return torch.zeros(0, seq_len, dtype=torch.int64), torch.zeros(0, seq_len, dtype=torch.bool)
-    return torch.stack(windows), torch.stack(counted)
+    ids, counted, _ = response_rows(Responses.load(world.replies_a / "held_out.safetensors").subset(n))
+    return ids, counted

@@ -34,8 +34,8 @@ WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET_A = None  # None: the world's target A
 TARGET_B = None  # None: the world's target B
 DRAFTER = None  # None: the world's drafter-a (trained on A)
-N_SEQUENCES = 32
-SEQ_LEN = 96
+N_SEQUENCES = 24  # demo world: held-out conversations (whole); tiny world: text rows of SEQ_LEN tokens
+SEQ_LEN = 64
 TTT_STEPS = 3  # drafts per cycle in the simulated acceptance
 MEASURE_PROMPTS = 6
 MEASURE_TOKENS = 48
@@ -64,7 +64,7 @@ from eaglelab.worlds import build_world, encode_prompts
 
 plots.use_style()
 if SMOKE:
-    N_SEQUENCES, SEQ_LEN, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 64, 3, 24
+    N_SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
 DRAFTER = DRAFTER or world.drafter_a
@@ -72,7 +72,7 @@ model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVI
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
 sequences, counted = probe_set(tok, N_SEQUENCES, SEQ_LEN, world)
-print(f"{len(sequences)} sequences x {SEQ_LEN} tokens, {int(counted.sum())} positions counted; "
+print(f"{len(sequences)} sequences x {sequences.shape[1]} tokens, {int(counted.sum())} positions counted; "
       f"drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
 
 # %% [markdown]
@@ -90,7 +90,7 @@ print(f"next-token argmax agreement A vs B: {probe.argmax_agreement:.3f} over {p
 # %%
 fig = plots.plot_cosine_distributions(probe.cosines)
 plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B), "tokens": probe.tokens})
-cka_all = layerwise_cka(model_a, model_b, sequences)
+cka_all = layerwise_cka(model_a, model_b, sequences, loss_mask=counted)
 names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
 fig = plots.plot_cka_map(cka_all.numpy(), names, names)
 plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B)})

@@ -101,8 +101,9 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     replies = Responses.load(world.replies_a / "train.safetensors")
     assert len(replies) == 4 and all(0 < len(r) <= 6 for r in replies.replies)
     assert len(Responses.load(world.replies_b / "train.safetensors")) == 2 and world.has_replies()
-    ids, counted = probe_set(None, 4, 8, world)  # the probe reads A's held-out conversations
-    assert ids.shape[1] == 8 and counted.any() and not counted[:, -1].any()
+    ids, counted = probe_set(None, 4, 8, world)  # the probe reads A's held-out conversations, replies counted
+    held = Responses.load(world.replies_a / "held_out.safetensors")
+    assert ids.shape[0] == 2 and int(counted.sum()) == held.reply_tokens
     report = json.loads((world.root / "manifest.json").read_text())["drafters"]["drafter-a"]
     assert report["steps"] == 3 and report["held_out_accept_len"] >= 1.0
 
