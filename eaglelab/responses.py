@@ -86,7 +86,7 @@ def end_of_turn_ids(tokenizer) -> list[int]:
     ids = []
     for name in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
         tid = tokenizer.convert_tokens_to_ids(name)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid is not None:
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
             ids.append(tid)
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
