@@ -190,15 +190,13 @@ def train_demo_drafter(model, train, held_out, replies, out_dir: Path, steps: in
     """
     import torch
 
-    from eaglelab.drafter import Eagle3Drafter, build_vocab_map, count_tokens, save_drafter
+    from eaglelab.drafter import save_drafter
     from eaglelab.evaluation import evaluate_drafter
+    from eaglelab.finetune import initial_drafter
     from eaglelab.training import TrainConfig, train_drafter
 
-    drafter = Eagle3Drafter.from_target_config(model.config.to_dict(), draft_vocab_size=p["draft_vocab_size"], seed=seed)
-    drafter.set_vocab_map(*build_vocab_map(count_tokens(replies, model.config.vocab_size), p["draft_vocab_size"]))
+    drafter = initial_drafter(model, None, replies, p["draft_vocab_size"], seed=seed)  # on the model's device
     drafter.init_head_from_target(model.lm_head.weight.detach(), model.model.norm.weight.detach())
-    drafter.set_embedding(model.get_input_embeddings().weight.detach())
-    drafter.to(next(model.parameters()).device)  # a GPU when there is one
     torch.manual_seed(seed)
     cfg = TrainConfig(steps=steps, batch_size=p["drafter_batch"], ttt_steps=p["ttt_steps"], lr=p["drafter_lr"],
                       warmup_steps=20, log_every=max(steps // 10, 1), eval_every=0, seed=seed)
@@ -303,14 +301,11 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         return build
 
     def build_target_b(out: Path):
-        import torch
-
         from eaglelab.corpus import code_blocks, split_held_out
         from eaglelab.worlds import pack_sequences
 
         model, tok = _load_model(s_target_a / "model")
         code = pack_sequences(tok, split_held_out(code_blocks())[0], p["drift_seq_len"], 256)
-        torch.manual_seed(p["seed"])
         lora_drift(model, code, p["drift_steps"], p["drift_lr"], p["lora_rank"], p["drift_batch"], p["seed"] + 1)
         model.save_pretrained(str(out / "model"))
         tok.save_pretrained(str(out / "model"))

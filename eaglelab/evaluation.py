@@ -227,7 +227,7 @@ class TargetTokens:
         return cls(batch.target_ids, F.linear(batch.last_hidden.to(w.device, w.dtype), rows).float())
 
 
-def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetTokens | torch.Tensor, steps: int,
+def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetTokens, steps: int,
                 decay: float = 0.8) -> TTTOutput:
     """EAGLE-3 training-time test on one batch.
 
@@ -239,14 +239,12 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetToken
     Args:
         drafter: the drafter (train or eval mode).
         batch: ids, mask and aux states, [B, S, ...].
-        target: the target's greedy tokens and draft-vocabulary logits, or its full logits [B, S, V].
+        target: the target's greedy tokens and draft-vocabulary logits.
         steps: unroll length.
         decay: per-step loss weight base (0.8 in SpecForge).
     """
     dev = drafter.fc.weight.device
     ids = batch.input_ids.to(dev)
-    if isinstance(target, torch.Tensor):
-        target = TargetTokens.from_logits(target, drafter.draft_target_ids())
     t_arg = target.greedy.to(dev)  # [B, S] target's greedy token after each position
     in_draft = drafter.t2d[t_arg]
     t_probs = torch.softmax(target.draft_logits.to(dev), dim=-1)  # columns in draft-id order

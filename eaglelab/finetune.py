@@ -80,7 +80,7 @@ def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, dra
     Args:
         model: the new target.
         init: old drafter folder, or None for scratch.
-        train_ids: [N, S] training tokens (for the scratch vocabulary map).
+        train_ids: training tokens, [N, S] or a list of rows (for the scratch vocabulary map).
         rebuild_vocab: warm start but rebuild d2t / t2d from the data (warns: lm_head rows then
             mean other tokens).
     """

@@ -164,7 +164,7 @@ def generate_training_data(target, tokenizer, prompts: list[str], max_new_tokens
     from eaglelab.worlds import encode_prompts
 
     encoded = encode_prompts(tokenizer, prompts)
-    kept: dict[int, tuple] = {}
+    kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> its window's (aux, last)
 
     def on_batch(rows, width, batch_replies):
         aux = torch.cat([a for a, _ in records], dim=1).cpu()  # [B, width + steps, 3H]
@@ -172,28 +172,19 @@ def generate_training_data(target, tokenizer, prompts: list[str], max_new_tokens
         records.clear()
         for j, (i, reply) in enumerate(zip(rows, batch_replies)):
             c = len(encoded[i]) if context is None else min(context, len(encoded[i]))
-            start, end = width - c, width + len(reply)
-            a, h = aux[j, start: end], last[j, start: end]
-            if a.shape[0] < end - start:  # the final token's state: computed only when another step ran
-                a = torch.cat([a, a.new_zeros(end - start - a.shape[0], a.shape[1])])
-                h = torch.cat([h, h.new_zeros(end - start - h.shape[0], h.shape[1])])
-            kept[i] = (encoded[i][len(encoded[i]) - c:] + reply, c, a, h)
+            # the final reply token's state exists only when another step ran; it stays zero otherwise
+            kept[i] = (aux[j, width - c: width + len(reply)], last[j, width - c: width + len(reply)])
 
     with target.recording() as records:
-        replies = _generate(target.model, tokenizer, encoded, max_new_tokens, batch_size, desc, on_batch)
-    n = len(encoded)
-    S = max((len(kept[i][0]) for i in range(n)), default=0)
-    H3, H = (kept[0][2].shape[1], kept[0][3].shape[1]) if n else (0, 0)
-    ids = torch.zeros(n, S, dtype=torch.int64)
-    mask = torch.zeros(n, S, dtype=torch.bool)
-    aux, last = torch.zeros(n, S, H3), torch.zeros(n, S, H)
-    for i in range(n):
-        row, c, a, h = kept[i]
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, max(c - 1, 0): len(row) - 1] = True
-        aux[i, : len(row)], last[i, : len(row)] = a, h
+        data = Responses(encoded, _generate(target.model, tokenizer, encoded, max_new_tokens, batch_size, desc, on_batch))
+    ids, mask, _ = response_rows(data, context)  # the same windows as kept above
+    n, S = ids.shape
+    aux = torch.zeros(n, S, kept[0][0].shape[1] if n else 0)
+    last = torch.zeros(n, S, kept[0][1].shape[1] if n else 0)
+    for i, (a, h) in kept.items():
+        aux[i, : a.shape[0]], last[i, : h.shape[0]] = a, h
     target_ids = torch.cat([ids[:, 1:], ids[:, -1:]], dim=1)  # greedy replies: the next token is the argmax
-    return Responses(encoded, replies), HiddenStates(ids, mask, aux, last, target_ids, tuple(target.aux_layer_outputs))
+    return data, HiddenStates(ids, mask, aux, last, target_ids, tuple(target.aux_layer_outputs))
 
 
 def response_rows(data: Responses, context: int | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:

@@ -76,8 +76,9 @@ class Target:
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self._hooks = [self.layers[i].register_forward_hook(self._hook(i)) for i in set(self.aux_layer_outputs)]
         norm = getattr(getattr(model, "model", model), "norm", None)
-        if isinstance(norm, nn.Module):  # final norm output = what lm_head reads
-            self._hooks.append(norm.register_forward_hook(self._hook("last")))
+        self._norm = norm if isinstance(norm, nn.Module) else None
+        if self._norm is not None:  # final norm output = what lm_head reads
+            self._hooks.append(self._norm.register_forward_hook(self._hook("last")))
 
     @classmethod
     def for_drafter(cls, model: nn.Module, drafter_spec, tokenizer=None) -> Target:
@@ -105,8 +106,7 @@ class Target:
         Yields the list the records are appended to.
         """
         records: list[tuple[torch.Tensor, torch.Tensor]] = []
-        norm = getattr(getattr(self.model, "model", self.model), "norm", None)
-        if not isinstance(norm, nn.Module):
+        if self._norm is None:
             raise ConfigError(type(self.model).__name__, "cannot find the final norm to record states after")
 
         def after_forward(_module, _inputs, output):  # the final norm runs after every decoder layer
@@ -114,7 +114,7 @@ class Target:
             aux = torch.cat([self._captured[i] for i in self.aux_layer_outputs], dim=-1)
             records.append((aux.detach(), last.detach()))
 
-        hook = norm.register_forward_hook(after_forward)
+        hook = self._norm.register_forward_hook(after_forward)
         try:
             yield records
         finally:

@@ -174,23 +174,18 @@ def _save_sequences(path: Path, seqs) -> None:
 
 
 def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, draft_vocab_size: int,
-                        seed: int, batch_size: int = 8, lr: float = 3e-3, init=None):
+                        seed: int, batch_size: int = 8, lr: float = 3e-3):
     """Capture a target's states on ``sequences`` and train a drafter on them (SpecForge layout)."""
     import torch
 
-    from eaglelab.drafter import Eagle3Drafter, build_vocab_map, count_tokens, save_drafter
+    from eaglelab.drafter import save_drafter
     from eaglelab.evaluation import capture_hidden_states
+    from eaglelab.finetune import initial_drafter
     from eaglelab.targets import Target, load_target
     from eaglelab.training import TrainConfig, train_drafter
 
     model, _ = load_target(target_dir, device="cpu")
-    if init is None:
-        drafter = Eagle3Drafter.from_target_config(model.config.to_dict(), draft_vocab_size=draft_vocab_size,
-                                                   seed=seed)
-        drafter.set_vocab_map(*build_vocab_map(count_tokens(sequences, model.config.vocab_size), draft_vocab_size))
-    else:
-        drafter = init
-    drafter.set_embedding(model.get_input_embeddings().weight.detach())
+    drafter = initial_drafter(model, None, sequences, draft_vocab_size, seed=seed)
     target = Target.for_drafter(model, drafter.spec)
     states = capture_hidden_states(target, sequences, batch_size=64)
     torch.manual_seed(seed)
@@ -205,7 +200,9 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
 def build_tiny_world(root: str | Path | None = None, force: bool = False, params: dict | None = None) -> World:
     """Build (or reuse) the tiny world under ``root`` and return its paths.
 
-    Deterministic: the same parameters and Python give the same files. A corrupt or
+    Seeded: the same parameters give the same data, tokenizer and targets; drafter weights can
+    differ in the last bits between builds (threaded float reductions on the CPU), which is why
+    reuse is decided by the manifest of the built files, not by rebuilding. A corrupt or
     partial world (manifest check fails) is rebuilt.
     """
     p = {**TINY_PARAMS, **(params or {})}

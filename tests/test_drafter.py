@@ -166,7 +166,7 @@ def test_stored_greedy_ids_give_the_same_ttt_loss_as_full_logits(tiny_llama):
     fast = TargetTokens.recompute(tiny_llama.lm_head, states, d.draft_target_ids())
     assert fast.draft_logits.shape == (3, 12, 64)
     full = target_logits(tiny_llama.lm_head, states.last_hidden)
-    a, b = ttt_forward(d, states, fast, 3), ttt_forward(d, states, full, 3)
+    a, b = ttt_forward(d, states, fast, 3), ttt_forward(d, states, TargetTokens.from_logits(full, d.draft_target_ids()), 3)
     assert torch.allclose(a.loss, b.loss, atol=1e-5) and a.acc == b.acc and a.chain == b.chain
 
 
