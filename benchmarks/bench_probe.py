@@ -1,7 +1,7 @@
 """Probe cost against a bare forward pass with hidden states, and peak memory as tokens grow 10x.
 
 Baseline (same process): both targets run over the same sequences with
-``output_hidden_states=True`` and nothing else. Probe: :func:`eaglelab.probe.run_probe`
+``output_hidden_states=True`` and nothing else. Probe: :func:`eaglelab.probe.plugin.run_probe`
 (hook capture, cosine / relative L2 / streaming CKA, next-token agreement, the drafter's
 teacher-forced acceptance on both targets). Peak memory (max RSS) is measured in a fresh
 subprocess per token count.
@@ -19,9 +19,9 @@ import time
 
 
 def _setup(world_dir):
-    from eaglelab.drafter import load_drafter
-    from eaglelab.targets import load_target
-    from eaglelab.worlds import build_tiny_world
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.worlds.tiny import build_tiny_world
 
     world = build_tiny_world(world_dir)
     a, tok = load_target(world.target_a, device="cpu")
@@ -34,7 +34,7 @@ def _smollm2_shaped():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eaglelab.drafter import Eagle3Drafter
+    from eaglelab.model.drafter import Eagle3Drafter
 
     cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                       num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, tie_word_embeddings=True)
@@ -47,14 +47,15 @@ def _smollm2_shaped():
 def timing(args) -> None:
     import torch
 
-    from eaglelab.probe import probe_sequences, run_probe
+    from eaglelab.data.sets import builtin_probe_rows
+    from eaglelab.probe.plugin import run_probe
 
     if args.shape == "smollm2":
         a, b, drafter = _smollm2_shaped()
         seqs = torch.randint(0, 49152, (args.sequences, args.seq_len), generator=torch.Generator().manual_seed(0))
     else:
         _, a, b, tok, drafter = _setup(args.world)
-        seqs = probe_sequences(tok, args.sequences, args.seq_len)
+        seqs = builtin_probe_rows(tok, args.sequences, args.seq_len)
 
     @torch.no_grad()
     def bare():
@@ -63,9 +64,9 @@ def timing(args) -> None:
             b(input_ids=seqs[i:i + 8], output_hidden_states=True)
 
     def similarity_only():
-        from eaglelab.probe import _capture, _update_similarity, layer_labels
-        from eaglelab.similarity import SimilarityAccumulator
-        from eaglelab.targets import Target
+        from eaglelab.model.targets import Target
+        from eaglelab.probe.plugin import _capture, _update_similarity, layer_labels
+        from eaglelab.probe.similarity import SimilarityAccumulator
 
         ta, tb = Target.for_drafter(a, drafter.spec), Target.for_drafter(b, drafter.spec)
         acc = SimilarityAccumulator(layer_labels(ta.aux_layer_outputs))
@@ -96,10 +97,11 @@ def timing(args) -> None:
 def memory_child(world_dir, sequences: int, seq_len: int) -> None:
     import resource
 
-    from eaglelab.probe import probe_sequences, run_probe
+    from eaglelab.data.sets import builtin_probe_rows
+    from eaglelab.probe.plugin import run_probe
 
     _, a, b, tok, drafter = _setup(world_dir)
-    seqs = probe_sequences(tok, sequences, seq_len)
+    seqs = builtin_probe_rows(tok, sequences, seq_len)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     run_probe(a, b, drafter, seqs, steps=5, progress=False)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

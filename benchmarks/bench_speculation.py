@@ -2,7 +2,7 @@
 
 Prints tok/s of both, their ratio, τ, the per-cycle split (draft / verify / overhead share) and
 the performance model's prediction τ / T_cycle next to the measurement; with the CPU's default
-linear kernels and with the small-batch path (:mod:`eaglelab.cpu_kernels`), and the cost of one
+linear kernels and with the small-batch path (:mod:`eaglelab.model.cpu_kernels`), and the cost of one
 verify forward of k + 1 tokens relative to one decode step under each.
 
     python benchmarks/bench_speculation.py [--world tiny|demo] [--world-dir DIR] [--prompts 16] [--tokens 64] [--k 1 2 4 6]
@@ -20,7 +20,7 @@ def verify_cost_ratio(target, k: int, repeats: int = 7) -> float:
     import torch
     from transformers import DynamicCache
 
-    from eaglelab.targets import crop_cache
+    from eaglelab.model.targets import crop_cache
 
     ids = torch.randint(0, target.config.vocab_size, (1, 64 + k + 1), generator=torch.Generator().manual_seed(0))
     cache = DynamicCache()
@@ -44,18 +44,19 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 6])
     args = ap.parse_args()
 
-    from eaglelab.cpu_kernels import small_batch_kernels
-    from eaglelab.decoding import benchmark_speculation
-    from eaglelab.drafter import load_drafter
-    from eaglelab.targets import Target, load_target
-    from eaglelab.worlds import build_world, encode_prompts
+    from eaglelab.data.sets import measure_prompts
+    from eaglelab.model.cpu_kernels import small_batch_kernels
+    from eaglelab.model.decoding import benchmark_speculation
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import Target, load_target
+    from eaglelab.worlds.build import build_world
 
     world = build_world(args.world, args.world_dir)
     for target_name, drafter_name in (("target_a", "drafter_a"), ("target_b", "drafter_a"), ("target_b", "drafter_b_small")):
         model, tok = load_target(getattr(world, target_name), device="cpu")
         drafter = load_drafter(getattr(world, drafter_name))
         target = Target.for_drafter(model, drafter.spec)
-        prompts = encode_prompts(tok, world.held_out_prompts()[: args.prompts])
+        prompts = measure_prompts(tok, args.prompts, world)
         print(f"\n{drafter_name} on {target_name} ({len(prompts)} prompts x {args.tokens} tokens, CPU)")
         for kernels in (False, True):
             with small_batch_kernels(model, enabled=kernels):

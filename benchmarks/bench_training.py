@@ -1,7 +1,7 @@
 """Drafter training throughput (tokens/s) and its share of the matmul peak, measured in the same process.
 
 The peak is what this machine's torch achieves on large fp32 matmuls right before the run;
-the run's FLOPs are counted analytically (:func:`eaglelab.training.ttt_flops_per_token`).
+the run's FLOPs are counted analytically (:func:`eaglelab.train.training.ttt_flops_per_token`).
 Target states are random (the training step's cost does not depend on their values).
 
     python benchmarks/bench_training.py [--steps 20] [--sizes tiny smollm2 1b]
@@ -39,9 +39,9 @@ def matmul_peak_flops(n: int = 2048, repeat: int = 5) -> float:
 def run(name: str, steps: int, ttt_steps: int) -> dict:
     import torch
 
-    from eaglelab.drafter import Eagle3Drafter
-    from eaglelab.evaluation import HiddenStates
-    from eaglelab.training import TrainConfig, train_drafter, ttt_flops_per_token
+    from eaglelab.model.drafter import Eagle3Drafter
+    from eaglelab.train.states import HiddenStates
+    from eaglelab.train.training import TrainConfig, train_drafter, ttt_flops_per_token
 
     fields, vd, batch, seq = SIZES[name]
     drafter = Eagle3Drafter.from_target_config({**fields, "max_position_embeddings": 4096}, draft_vocab_size=vd)

@@ -33,7 +33,7 @@ DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
 DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)
 TARGET = None  # None: the world's target B (the new target)
 SCRATCH_DIR = "../data/runs/02"  # where the full-size synthetic K2 / K2.5 checkpoints go (sparse files)
-FIXTURES_DIR = "../../shared/fixtures/specforge-configs"  # real SpecForge configs, when present
+FIXTURES_DIR = "../data/fixtures/specforge-configs"  # real SpecForge drafter configs, shipped with the repository
 
 # %%
 import json
@@ -43,12 +43,14 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab import plots
-from eaglelab.report import bullets_from_markdown, save_findings
-from eaglelab.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.worlds import build_world
+from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.workbook import plots
+from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.workbook.runner import scratch_dir
+from eaglelab.worlds.build import build_world
 
 plots.use_style()
+SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 DRAFTER_A = DRAFTER_A or str(world.drafter_a)
 DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
@@ -60,7 +62,7 @@ TARGET = TARGET or str(world.target_b)
 # They start at `DRAFTER_A` / `DRAFTER_B` (parameters), so a headless run needs no clicks.
 
 # %%
-from eaglelab.widgets import checkpoint_picker, find_checkpoints
+from eaglelab.workbook.widgets import checkpoint_picker, find_checkpoints
 
 found = find_checkpoints(world.root)
 picker_a = checkpoint_picker(world.root, "drafter A (old)", DRAFTER_A)
@@ -103,12 +105,12 @@ plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER
 
 # %% [markdown]
 # ## 4 · The seed's case at full size: Kimi-K2 drafter vs a Kimi-K2.5 drafter
-# Two checkpoints with the real Kimi-K2 drafter shapes (H 7168, V 163840, Vd 32000; 4.7 GB each
-# in bf16) are written as sparse files, their configs differing as the seed's did:
-# `max_position_embeddings` 131072 → 262144, `max_window_layers: 48`, `transformers_version`.
+# Two checkpoints with the real Kimi-K2 drafter shapes are written as sparse files (no bytes of
+# weights on disk), their configs differing as the seed's did: `max_position_embeddings`,
+# `max_window_layers` and `transformers_version`; the K2.5 one saved without the embedding.
 
 # %%
-from eaglelab.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
+from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
 
 k25_config = {**KIMI_K2_DRAFTER_CONFIG, "max_position_embeddings": 262144, "max_window_layers": 48,
               "transformers_version": "4.56.2"}
@@ -118,6 +120,9 @@ start = time.perf_counter()
 kimi = compare_checkpoints(str(k2_dir), str(k25_dir))
 kimi_s = time.perf_counter() - start
 kimi_a = kimi.a.to_json()
+kimi_spec = kimi.a.spec
+print(f"Kimi-K2 drafter: H {kimi_spec.hidden_size}, V {kimi_spec.vocab_size}, Vd {kimi_spec.draft_vocab_size}; "
+      f"{kimi_a['total_bytes'] / 1e9:.2f} GB in {KIMI_K2_DRAFTER_CONFIG['torch_dtype']}")
 display(pd.DataFrame(kimi.to_json()["config_diff"]))
 display(pd.DataFrame([t for t in kimi.to_json()["tensor_diff"] if t["status"] != "same"]))
 print(f"verdict: {kimi.verdict.level}; read in {kimi_s * 1e3:.0f} ms without loading a tensor")
@@ -126,22 +131,21 @@ for r in kimi.verdict.reasons:
 
 # %% [markdown]
 # ## 5 · Real SpecForge configs
-# Every drafter config SpecForge ships must parse into a consistent expected-tensor table; the
-# EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
+# Every drafter config SpecForge ships (copied into `data/fixtures/specforge-configs`, see its
+# README) must parse into a consistent expected-tensor table (`schema.table_problems`: fc, q/k/v,
+# o_proj, MLP, lm_head and vocabulary maps wired into one layer); the EAGLE-3 vs EAGLE-3.1
+# configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
-from eaglelab.inspection import config_table
-from eaglelab.schema import diff_configs
+from eaglelab.checkpoints.inspection import config_table
+from eaglelab.checkpoints.schema import diff_configs
 
-fixtures = sorted(Path(FIXTURES_DIR).glob("*.json")) if Path(FIXTURES_DIR).is_dir() else []
-rows = config_table(fixtures)
-if rows:
-    display(pd.DataFrame(rows).set_index("config"))
-    pair = [Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.json", Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.1.json"]
-    if all(p.exists() for p in pair):
-        display(pd.DataFrame([vars(d) for d in diff_configs(*(json.loads(p.read_text()) for p in pair))]))
-else:
-    print(f"no fixtures at {FIXTURES_DIR}; skipping")
+rows = config_table(sorted(Path(FIXTURES_DIR).glob("*.json")))
+table = pd.DataFrame(rows).set_index("config")
+display(table)
+pair = [Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.json", Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.1.json"]
+fc_norm_diff = diff_configs(*(json.loads(p.read_text()) for p in pair))
+display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
 
 # %% [markdown]
 # ## Findings
@@ -155,11 +159,13 @@ findings = f"""
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
   **{comparison.target_verdicts['b'].level}**.
 - **Kimi-K2 vs K2.5 drafter shapes:** verdict **{kimi.verdict.level}** — the config differences are
-  {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The 163840-row
+  {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The {kimi_spec.vocab_size}-row
   `embed_tokens` is the *target's vocabulary* copied from the target, present in one checkpoint only and
   injected by SGLang anyway; attention weights are present in both ({kimi_a['parameters_without_embedding'] / 1e9:.2f} B
   parameters without the embedding, {kimi_a['total_bytes'] / 1e9:.2f} GB with it), read in {kimi_s * 1e3:.0f} ms from headers.
-- **SpecForge configs:** {len(rows)} real configs parsed into consistent tensor tables.
+- **SpecForge configs:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
+  tables{'' if table['consistent'].all() else ' (inconsistent: ' + ', '.join(table.index[~table['consistent']]) + ')'};
+  EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
 display(Markdown(findings))
 save_findings("02", {"verdict": report["verdict"], "kimi_verdict": kimi.to_json()["verdict"]}, bullets_from_markdown(findings), FIGURES_DIR)

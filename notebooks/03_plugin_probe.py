@@ -18,10 +18,11 @@
 # measure: (a) how similar are the two targets' hidden states at the layers the drafter reads,
 # and (b) what acceptance does the old drafter get on the new target?
 #
-# **Inputs.** Target A (old), target B (new), the drafter trained on A, token sequences both
-# targets see (demo world: held-out conversations with A's own replies; tiny world: held-out
-# stdlib docstrings and code). For targets too large
-# for this machine, SpecForge offline hidden-state files of both targets (`SPECFORGE_A/B`).
+# **Inputs.** Target A (old), target B (new), the drafter trained on A, and the token sequences
+# both targets see, from the data layer (`eaglelab.data.sets.probe_set`, the same as `eaglelab
+# probe`): your file (`DATA`), else the world's held-out conversations with A's own replies (demo
+# world), else held-out stdlib docstrings and code. For targets too large for this machine,
+# SpecForge offline hidden-state files of both targets (section 4).
 #
 # **Outputs.** Similarity table, figures `03_*` in `FIGURES_DIR`, measured speculative decoding of
 # the old drafter on both targets, and a verdict: plug in, warm start, or retrain.
@@ -34,6 +35,7 @@ WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 TARGET_A = None  # None: the world's target A
 TARGET_B = None  # None: the world's target B
 DRAFTER = None  # None: the world's drafter-a (trained on A)
+DATA = None  # None: the world's held-out conversations (when A is the world's target), else built-in text; or a .txt / .jsonl file
 N_SEQUENCES = 24  # demo world: held-out conversations (whole); tiny world: text rows of SEQ_LEN tokens
 SEQ_LEN = 64
 TTT_STEPS = 3  # drafts per cycle in the simulated acceptance
@@ -48,19 +50,18 @@ BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
 
 # %%
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab import perf, plots
-from eaglelab.report import bullets_from_markdown, save_findings
-from eaglelab.decoding import benchmark_speculation
-from eaglelab.drafter import load_drafter
-from eaglelab.probe import layerwise_cka, probe_set, run_probe
-from eaglelab.targets import Target, load_target
-from eaglelab.worlds import build_world, encode_prompts
+from eaglelab.data.sets import measure_prompts, probe_set, world_of
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.targets import load_target
+from eaglelab.probe.plugin import layerwise_cka, measure_plugin, run_probe
+from eaglelab.serving import perf
+from eaglelab.workbook import plots
+from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.worlds.build import build_world
 
 plots.use_style()
 if SMOKE:
@@ -71,8 +72,9 @@ DRAFTER = DRAFTER or world.drafter_a
 model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
-sequences, counted = probe_set(tok, N_SEQUENCES, SEQ_LEN, world)
-print(f"{len(sequences)} sequences x {sequences.shape[1]} tokens, {int(counted.sum())} positions counted; "
+data_world = world_of(TARGET_A)  # the world's own conversations when A is the world's target (as `eaglelab probe`)
+data = probe_set(tok, N_SEQUENCES, SEQ_LEN, data_world, DATA)
+print(f"{data.source}; {len(data.ids)} sequences x {data.ids.shape[1]} tokens, {data.positions} positions counted; "
       f"drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
 
 # %% [markdown]
@@ -81,7 +83,7 @@ print(f"{len(sequences)} sequences x {sequences.shape[1]} tokens, {int(counted.s
 # minibatches), plus how often the two targets' next-token argmax agree.
 
 # %%
-probe = run_probe(model_a, model_b, drafter, sequences, steps=TTT_STEPS, batch_size=BATCH_SIZE, loss_mask=counted)
+probe = run_probe(model_a, model_b, drafter, data.ids, steps=TTT_STEPS, batch_size=BATCH_SIZE, loss_mask=data.counted)
 report = probe.to_json()
 similarity = pd.DataFrame(report["layers"]).set_index("layer")
 display(similarity.round(4))
@@ -90,7 +92,7 @@ print(f"next-token argmax agreement A vs B: {probe.argmax_agreement:.3f} over {p
 # %%
 fig = plots.plot_cosine_distributions(probe.cosines)
 plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B), "tokens": probe.tokens})
-cka_all = layerwise_cka(model_a, model_b, sequences, loss_mask=counted)
+cka_all = layerwise_cka(model_a, model_b, data.ids, loss_mask=data.counted)
 names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
 fig = plots.plot_cka_map(cka_all.numpy(), names, names)
 plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B)})
@@ -110,14 +112,8 @@ display(pd.DataFrame({"on A": probe.eval_a["acc"], "on B": probe.eval_b["acc"]},
 # ## 3 · Measured: real speculative decoding with the old drafter on both targets
 
 # %%
-prompts = encode_prompts(tok, world.held_out_prompts()[:MEASURE_PROMPTS])
-measured = {}
-for name, model in (("A", model_a), ("B", model_b)):
-    target = Target.for_drafter(model, drafter.spec)
-    drafter.set_embedding(model.get_input_embeddings().weight.detach())  # SGLang injects the serving target's
-    measured[name] = benchmark_speculation(target, drafter, prompts, MEASURE_TOKENS, k=TTT_STEPS)
-    target.close()
-probe.measured = measured
+measured = measure_plugin(model_a, model_b, drafter, measure_prompts(tok, MEASURE_PROMPTS, data_world),
+                          MEASURE_TOKENS, k=TTT_STEPS)
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
 
 # %% [markdown]
@@ -128,10 +124,10 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # %%
 import tempfile
 
-from eaglelab.probe import compare_live_and_specforge
+from eaglelab.probe.plugin import compare_live_and_specforge
 
 with tempfile.TemporaryDirectory() as tmp:
-    live, from_files = compare_live_and_specforge(model_a, model_b, drafter.spec, sequences[:8], tmp)
+    live, from_files = compare_live_and_specforge(model_a, model_b, drafter.spec, data.ids[:8], tmp)
 live_cos = [layer.cosine_mean for layer in live["layers"]]
 off_cos = [layer.cosine_mean for layer in from_files["layers"]]
 offline_gap = max(abs(x - y) for x, y in zip(live_cos, off_cos))
@@ -149,15 +145,17 @@ findings = f"""
   {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
   {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
   the two targets agree on the next token {100 * probe.argmax_agreement:.1f}% of the time.
+- **Data:** {data.source} ({data.positions} positions counted).
 - **Plug-in acceptance (teacher forced, k = {TTT_STEPS}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**;
   first-draft accuracy {probe.eval_a['acc'][0]:.2f} → {probe.eval_b['acc'][0]:.2f}.
 - **Measured (CPU):** τ {measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B;
   {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}).
-- **Verdict: {probe.verdict.upper()}.** {'; '.join(probe.reasons)}.
+- **Verdict: {probe.decision.action.upper()}.** {'; '.join(probe.decision.reasons)}.
 - **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): τ {tau_b:.2f} projects to
   {proj_b:.1f} tok/s on the new target (the old target's τ would give {proj_a:.1f}); break-even needs
   τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}.
 - **Offline files:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
 """
 display(Markdown(findings))
-save_findings("03", probe.to_json(), bullets_from_markdown(findings), FIGURES_DIR)
+save_findings("03", {**probe.to_json(), "measured": measured, "data": data.source.description},
+              bullets_from_markdown(findings), FIGURES_DIR)

@@ -44,8 +44,9 @@ BUDGETS = [16, 64]  # training sequences in the sweep
 SWEEP_STEPS = 30
 MEASURE_PROMPTS = 4
 MEASURE_TOKENS = 48
-RUNS_DIR = "../data/runs/04"
-EXPORT_DIR = "../data/runs/04/export"
+RUNS_DIR = "../data/runs/04"  # training runs and the exports (export/sglang, export/vllm)
+DEVICE = None  # None: cuda when available
+DTYPE = "float32"
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
 
@@ -55,32 +56,37 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab import perf, plots
-from eaglelab.decoding import benchmark_speculation
-from eaglelab.drafter import load_drafter, save_drafter
-from eaglelab.export import export_speculators
-from eaglelab.finetune import finetune, new_target_data
-from eaglelab.report import save_findings, write_game_plan
-from eaglelab.targets import Target, load_target
-from eaglelab.training import TrainConfig
-from eaglelab.worlds import build_world, encode_prompts
+from eaglelab.checkpoints.export import export_speculators
+from eaglelab.data.sets import finetune_set, measure_prompts, world_of
+from eaglelab.decisions import best_drafter, data_saved, recommend
+from eaglelab.model.decoding import benchmark_speculation
+from eaglelab.model.drafter_files import load_drafter, save_drafter
+from eaglelab.model.targets import Target, load_target
+from eaglelab.serving import perf
+from eaglelab.train.finetune import finetune
+from eaglelab.train.training import TrainConfig
+from eaglelab.workbook import plots
+from eaglelab.workbook.report import save_findings, write_game_plan
+from eaglelab.workbook.runner import scratch_dir
+from eaglelab.worlds.build import build_world
 
 plots.use_style()
 if SMOKE:
     TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [8, 24], 10
     BATCH_SIZE, TTT_STEPS = 8, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
-    RUNS_DIR, EXPORT_DIR = str(Path(FIGURES_DIR).parent / "runs-04"), str(Path(FIGURES_DIR).parent / "runs-04" / "export")
+RUNS_DIR = scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
-model, tok = load_target(TARGET, device="cpu")
+model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
 old = load_drafter(OLD_DRAFTER)
+data_world = world_of(TARGET)  # the world's replies of B when B is the world's target (as `eaglelab finetune`)
 
 # %% [markdown]
 # ## 1 · The new target's data, captured once
 
 # %%
-data, data_source = new_target_data(model, tok, old.spec, DATA, world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
+data, data_source = finetune_set(model, tok, old.spec, DATA, data_world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
 print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 
 # %% [markdown]
@@ -89,8 +95,7 @@ print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 # size); the warm start keeps the old drafter's d2t / t2d, scratch builds its own from the data.
 
 # %%
-cfg = TrainConfig(steps=STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, log_every=max(STEPS // 12, 1),
-                  eval_every=max(STEPS // 6, 1), checkpoint_every=max(STEPS // 2, 1))
+cfg = TrainConfig.for_steps(STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR)
 runs = {
     "warm start (old drafter)": finetune(model, OLD_DRAFTER, data, cfg, Path(RUNS_DIR) / "warm", overwrite=True),
     "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True,
@@ -108,7 +113,7 @@ display(pd.DataFrame({name: {"final loss": r.metrics[-1]["loss"], "held-out τ":
 
 # %%
 target = Target.for_drafter(model, old.spec)
-prompts = encode_prompts(tok, world.held_out_prompts()[:MEASURE_PROMPTS])
+prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
 contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
 measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, k=TTT_STEPS) for n, d in contenders.items()}
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
@@ -132,9 +137,9 @@ display(pd.DataFrame(sweep, index=BUDGETS).rename_axis("training sequences"))
 # ## 5 · Export the chosen drafter for SGLang and vLLM
 
 # %%
-best = max(runs, key=lambda n: measured[n]["accept_len"])
-sglang_dir = save_drafter(runs[best].drafter, Path(EXPORT_DIR) / "sglang", dtype="bfloat16", overwrite=True)
-vllm_dir = export_speculators(sglang_dir, Path(EXPORT_DIR) / "vllm", model.config.to_dict(), verifier=str(TARGET),
+best = best_drafter({n: measured[n] for n in runs})
+sglang_dir = save_drafter(runs[best].drafter, Path(RUNS_DIR) / "export" / "sglang", dtype="bfloat16", overwrite=True)
+vllm_dir = export_speculators(sglang_dir, Path(RUNS_DIR) / "export" / "vllm", model.config.to_dict(), verifier=str(TARGET),
                               target_embedding=model.get_input_embeddings().weight, overwrite=True, num_speculative_tokens=TTT_STEPS)
 print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 
@@ -144,26 +149,22 @@ print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 # %%
 warm, scratch = measured["warm start (old drafter)"], measured["from scratch"]
 plug = measured["old drafter, plugged in"]
+saving = data_saved(BUDGETS, sweep["warm start"], sweep["from scratch"])
+decision = recommend({"plug in": plug["accept_len"], "warm start": warm["accept_len"], "from scratch": scratch["accept_len"]})
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
-saved = next((b for b, w in zip(BUDGETS, sweep["warm start"]) if w >= sweep["from scratch"][-1]), None)
 bullets = [
-    f"- **Equal budget ({STEPS} steps, {len(data.train)} sequences of {data_source.split(':')[0]}):** warm start reaches held-out τ "
+    f"- **Equal budget ({STEPS} steps; data: {data_source}):** warm start reaches held-out τ "
     f"{runs['warm start (old drafter)'].metrics[-1]['eval_accept_len']:.2f} vs {runs['from scratch'].metrics[-1]['eval_accept_len']:.2f} "
     f"from scratch.",
     f"- **Measured on the new target (k = {TTT_STEPS}):** τ {plug['accept_len']:.2f} plugged in, {warm['accept_len']:.2f} warm-started, "
     f"{scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× plain decoding on this CPU "
     f"(all outputs equal greedy: {all(m['matches_greedy'] for m in measured.values())}).",
-    "- **Data budget:** " + (f"warm start with {saved} sequences already matches scratch with {BUDGETS[-1]}."
-                              if saved is not None else f"within {BUDGETS[-1]} sequences warm start did not reach scratch's τ."),
+    f"- **Data budget** ({SWEEP_STEPS} steps per point): {saving.text}.",
     f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): "
     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + ".",
-    f"- **Exported** `{best}` for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
+    f"- **Exported** `{best}` (highest measured τ) for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
 ]
-recommendation = (f"Initialise the new drafter from the old one and fine-tune on the new target's data: at equal budget it "
-                  f"reaches τ {warm['accept_len']:.2f} vs {scratch['accept_len']:.2f} from scratch."
-                  if warm["accept_len"] >= scratch["accept_len"] else
-                  f"Train from scratch: the warm start reached τ {warm['accept_len']:.2f} vs {scratch['accept_len']:.2f}.")
-display(Markdown("\n".join(bullets) + f"\n\n**Recommendation.** {recommendation}"))
-save_findings("04", {"measured": measured, "sweep": sweep, "budgets": BUDGETS, "recommendation": recommendation},
-              bullets, FIGURES_DIR)
+display(Markdown("\n".join(bullets) + f"\n\n**Recommendation.** {decision.text}"))
+save_findings("04", {"measured": measured, "sweep": saving.to_json(), "data": data_source.description,
+                     "chosen": best, "recommendation": decision.to_json()}, bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures" / "specforge-configs"
+FIXTURES = REPO / "data" / "fixtures" / "specforge-configs"
 
 
 def pytest_addoption(parser):
@@ -32,8 +32,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def specforge_configs() -> list[Path]:
     files = sorted(FIXTURES.glob("*.json"))
-    if not files:
-        pytest.skip(f"no SpecForge fixtures at {FIXTURES}")
+    assert files, f"the repository ships SpecForge's drafter configs at {FIXTURES}"
     return files
 
 
@@ -57,8 +56,29 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     """The tiny offline world, built once per test session (or reused from $EAGLELAB_WORLDS)."""
-    from eaglelab.worlds import build_tiny_world, default_world_dir
+    from eaglelab.worlds.tiny import build_tiny_world
+    from eaglelab.worlds.world import default_world_dir
 
     root = default_world_dir("tiny") if os.environ.get("EAGLELAB_WORLDS") else tmp_path_factory.mktemp("worlds") / "tiny"
     os.environ["EAGLELAB_WORLDS"] = str(root.parent)  # notebooks executed by the tests find the same world
     return build_tiny_world(root)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tiny_world, tmp_path_factory):
+    """Run one notebook in smoke mode (once per session): ``smoke_run("03")`` -> (output folder, NotebookRun).
+
+    Figures and findings land in ``<folder>/figures``, scratch files in ``<folder>/scratch-NN``.
+    """
+    from eaglelab.workbook.runner import run_workbook
+
+    done: dict[str, tuple] = {}
+
+    def run(number: str):
+        if number not in done:
+            out = tmp_path_factory.mktemp(f"smoke-{number}")
+            runs = run_workbook(out, smoke=True, only=[number], notebooks_dir=REPO / "notebooks", progress=False)
+            done[number] = (out, runs[0])
+        return done[number]
+
+    return run

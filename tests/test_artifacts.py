@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eaglelab.artifacts import cached_build, verify_manifest
 from eaglelab.atomic import write_text_atomic
+from eaglelab.worlds.artifacts import cached_build, verify_manifest
 
 
 def test_cached_build_reuses_and_rebuilds(tmp_path):

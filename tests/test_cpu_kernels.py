@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from eaglelab.cpu_kernels import restore_default_kernels, small_batch_kernels, use_small_batch_kernels
+from eaglelab.model.cpu_kernels import restore_default_kernels, small_batch_kernels, use_small_batch_kernels
 from tests.conftest import make_tiny_llama
 
 

@@ -11,8 +11,8 @@ import zipfile
 import pytest
 import torch
 
-from eaglelab.demo_world import demo_prompts, find_smollm2_gguf, lora_drift
 from eaglelab.errors import SourceError
+from eaglelab.worlds.demo import demo_prompts, find_smollm2_gguf, lora_drift
 
 from .conftest import make_tiny_llama
 
@@ -64,7 +64,7 @@ def smollm2_gguf(tmp_path_factory):
     import os
     from pathlib import Path
 
-    from eaglelab.demo_world import DEMO_PARAMS
+    from eaglelab.worlds.demo import DEMO_PARAMS
 
     base = os.environ.get("EAGLELAB_WORLDS")
     cache = Path(base) / "cache" if base else tmp_path_factory.mktemp("gguf-cache")
@@ -78,11 +78,12 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     """The whole pipeline on the real SmolLM2 pair with tiny budgets; a corrupted stage alone is rebuilt."""
     import json
 
-    from eaglelab.demo_world import build_demo_world
-    from eaglelab.drafter import load_drafter
-    from eaglelab.probe import probe_set
-    from eaglelab.responses import Responses
-    from eaglelab.schema import drafter_vs_target
+    from eaglelab.checkpoints.schema import drafter_vs_target
+    from eaglelab.data.sets import finetune_set, probe_set, world_of
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.train.responses import Responses
+    from eaglelab.worlds.demo import build_demo_world
 
     monkeypatch.setenv("EAGLELAB_SMOLLM2_GGUF", str(smollm2_gguf))
     logs: list[str] = []
@@ -101,9 +102,15 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     replies = Responses.load(world.replies_a / "train.safetensors")
     assert len(replies) == 4 and all(0 < len(r) <= 6 for r in replies.replies)
     assert len(Responses.load(world.replies_b / "train.safetensors")) == 2 and world.has_replies()
-    ids, counted = probe_set(None, 4, 8, world)  # the probe reads A's held-out conversations, replies counted
+    # the data layer finds the world from its target and probes A's held-out conversations, replies counted
+    assert world_of(world.target_a).root == world.root
+    probe = probe_set(None, 4, 8, world_of(world.target_a))
     held = Responses.load(world.replies_a / "held_out.safetensors")
-    assert ids.shape[0] == 2 and int(counted.sum()) == held.reply_tokens
+    assert probe.source.kind == "world-replies" and probe.ids.shape[0] == 2 and probe.positions == held.reply_tokens
+    model_b, tok_b = load_target(world.target_b, device="cpu")
+    spec_a = load_drafter(world.drafter_a).spec
+    data, source = finetune_set(model_b, tok_b, spec_a, world=world_of(world.target_b), progress=False)
+    assert source.kind == "world-replies" and len(data.train) == 2 and data.aux_layer_outputs == spec_a.aux_layer_ids
     report = json.loads((world.root / "manifest.json").read_text())["drafters"]["drafter-a"]
     assert report["steps"] == 3 and report["held_out_accept_len"] >= 1.0
 

@@ -6,17 +6,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglelab.drafter import (
-    Eagle3Drafter,
-    build_vocab_map,
-    count_tokens,
-    drafter_config_for_target,
-    load_drafter,
-    save_drafter,
-)
+from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.schema import expected_eagle3_tensors
 from eaglelab.errors import CheckpointMismatchError, OverwriteError
-from eaglelab.inspection import inspect_checkpoint
-from eaglelab.schema import expected_eagle3_tensors
+from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.drafter_files import load_drafter, save_drafter
+from eaglelab.model.vocab import build_vocab_map, count_tokens
 
 
 @pytest.fixture
@@ -140,8 +136,8 @@ def test_head_initialised_from_the_targets_draft_rows(drafter, tiny_llama):
 
 
 def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
-    from eaglelab.evaluation import HiddenStates, capture_hidden_states
-    from eaglelab.targets import Target
+    from eaglelab.model.targets import Target
+    from eaglelab.train.states import HiddenStates, capture_hidden_states
 
     d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
     states = capture_hidden_states(Target.for_drafter(tiny_llama, d.spec), torch.randint(0, 256, (3, 10)), progress=False)
@@ -153,9 +149,10 @@ def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
 
 def test_stored_greedy_ids_give_the_same_ttt_loss_as_full_logits(tiny_llama):
     """Training reads only the draft rows of lm_head when the capture kept the target's greedy ids."""
-    from eaglelab.drafter import build_vocab_map, count_tokens
-    from eaglelab.evaluation import TargetTokens, capture_hidden_states, target_logits, ttt_forward
-    from eaglelab.targets import Target
+    from eaglelab.model.targets import Target
+    from eaglelab.model.vocab import build_vocab_map, count_tokens
+    from eaglelab.train.states import capture_hidden_states
+    from eaglelab.train.ttt import TargetTokens, target_logits, ttt_forward
 
     d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
     ids = torch.randint(0, 256, (3, 12), generator=torch.Generator().manual_seed(1))

@@ -9,7 +9,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from eaglelab.drafter import load_drafter
+from eaglelab.model.drafter_files import load_drafter
 
 
 def eaglelab(*args: str) -> str:
@@ -43,7 +43,10 @@ def test_inspect_and_compare_json(tiny_world):
     cmp_ = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(tiny_world.drafter_b_small), "--target",
                                str(tiny_world.target_b), "--json"))
     assert {"config_diff", "tensor_diff", "verdict"} <= set(cmp_)
-    assert cmp_["verdict"]["level"] in ("interchangeable", "warm-start", "incompatible")
+    # both drafters were sized for the same target family: same shapes and settings, other weights and maps
+    assert cmp_["verdict"]["level"] == "interchangeable"
+    assert any("draft vocabularies share" in r for r in cmp_["verdict"]["reasons"])
+    assert {v["level"] for v in cmp_["target"].values()} == {"interchangeable"}
     assert {"name", "a_shape", "b_shape", "a_dtype", "b_dtype", "status"} <= set(cmp_["tensor_diff"][0])
 
 

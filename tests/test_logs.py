@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eaglelab.errors import LogFormatError
-from eaglelab.logs import parse_line, parse_log, parse_log_text
+from eaglelab.serving.logs import parse_line, parse_log, parse_log_text
 
 OLD = ("[2026-01-01 10:00:00 TP0] Decode batch. #running-req: 1, #token: 112, token usage: 0.00, accept len: 2.19, "
        "cuda graph: True, gen throughput (token/s): 258.07, #queue-req: 0,")

@@ -36,7 +36,7 @@ def test_every_subcommand_has_help(cmd):
 
 
 def test_metadata_commands_do_not_import_torch(tmp_path):
-    from eaglelab.synthetic import write_synthetic_drafter
+    from eaglelab.checkpoints.synthetic import write_synthetic_drafter
 
     d = write_synthetic_drafter(tmp_path / "k2")
     code = ("import sys, contextlib, io\nfrom eaglelab.cli import main\n"

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from eaglelab import perf
 from eaglelab.errors import ParameterError
+from eaglelab.serving import perf
 
 
 def test_seed_figures():

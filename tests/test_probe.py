@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from eaglelab.drafter import load_drafter
-from eaglelab.probe import compare_live_and_specforge, probe_sequences, run_probe
-from eaglelab.targets import load_target
+from eaglelab.data.sets import builtin_probe_rows
+from eaglelab.decisions import PLUGIN_KEEP, plugin_verdict
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.targets import load_target
+from eaglelab.probe.plugin import compare_live_and_specforge, run_probe
 
 
 @pytest.fixture(scope="module")
@@ -22,25 +24,26 @@ def models(tiny_world):
 
 def test_a_against_itself_is_identical(models):
     a, _, tok, drafter = models
-    res = run_probe(a, a, drafter, probe_sequences(tok, 8, 32), steps=3, progress=False)
+    res = run_probe(a, a, drafter, builtin_probe_rows(tok, 8, 32), steps=3, progress=False)
     for layer in res.layers:
         assert layer.cosine_mean == pytest.approx(1.0, abs=1e-5) and layer.cka == pytest.approx(1.0, abs=1e-5)
     assert res.argmax_agreement == 1.0
     assert res.eval_a["accept_len"] == pytest.approx(res.eval_b["accept_len"])
-    assert res.verdict == "plug in"
+    assert res.decision.action == "plug in" and res.decision.kept == pytest.approx(1.0)
 
 
 def test_b_moved_and_the_old_drafter_loses_acceptance(models):
     a, b, tok, drafter = models
-    res = run_probe(a, b, drafter, probe_sequences(tok, 16, 64), steps=4, progress=False)
+    res = run_probe(a, b, drafter, builtin_probe_rows(tok, 16, 64), steps=4, progress=False)
     assert all(0.3 < layer.cosine_mean < 0.999 for layer in res.layers)
     assert res.eval_a["accept_len"] > res.eval_b["accept_len"] > 1.0
-    assert res.verdict in ("warm start", "retrain") and res.reasons
+    assert res.decision == plugin_verdict(res.eval_a["accept_len"], res.eval_b["accept_len"])
+    assert res.decision.action != "plug in" and res.decision.kept < PLUGIN_KEEP
 
 
 def test_specforge_files_give_the_live_numbers(models, tmp_path):
     a, b, tok, drafter = models
-    x, y = compare_live_and_specforge(a, b, drafter.spec, probe_sequences(tok, 6, 32), tmp_path)
+    x, y = compare_live_and_specforge(a, b, drafter.spec, builtin_probe_rows(tok, 6, 32), tmp_path)
     assert [layer.cosine_mean for layer in x["layers"]] == [layer.cosine_mean for layer in y["layers"]]
     assert x["argmax_agreement"] == y["argmax_agreement"]
     assert (x["cka_map"] == y["cka_map"]).all()

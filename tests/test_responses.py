@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eaglelab.data.tokens import encode_prompts
 from eaglelab.errors import SourceError
-from eaglelab.responses import (
-    Responses,
-    capture_response_states,
-    generate_responses,
-    generate_training_data,
-    response_rows,
-)
-from eaglelab.worlds import encode_prompts
+from eaglelab.train.responses import Responses, capture_response_states, generate_responses, generate_training_data, response_rows
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -21,7 +15,7 @@ CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor
 
 @pytest.fixture(scope="module")
 def chat_target(tiny_world):
-    from eaglelab.targets import load_target
+    from eaglelab.model.targets import load_target
 
     model, tok = load_target(tiny_world.target_a, device="cpu")
     tok.chat_template = CHAT
@@ -29,8 +23,8 @@ def chat_target(tiny_world):
 
 
 def test_batched_greedy_replies_equal_one_at_a_time(chat_target):
-    from eaglelab.decoding import greedy_decode
-    from eaglelab.targets import Target
+    from eaglelab.model.decoding import greedy_decode
+    from eaglelab.model.targets import Target
 
     model, tok = chat_target
     prompts = ["a longer prompt about the bisect module and sorted lists", "alpha beta", "heapq"]
@@ -63,8 +57,8 @@ def test_rows_mask_the_positions_that_predict_reply_tokens():
 
 
 def test_cropped_capture_keeps_the_full_prompt_states(chat_target):
-    from eaglelab.evaluation import capture_hidden_states
-    from eaglelab.targets import Target
+    from eaglelab.model.targets import Target
+    from eaglelab.train.states import capture_hidden_states
 
     model, _ = chat_target
     g = torch.Generator().manual_seed(0)
@@ -83,7 +77,7 @@ def test_cropped_capture_keeps_the_full_prompt_states(chat_target):
 
 def test_states_recorded_while_generating_equal_a_second_pass(chat_target):
     """One pass gives replies and training states; they match capturing prompt + reply afterwards."""
-    from eaglelab.targets import Target
+    from eaglelab.model.targets import Target
 
     model, tok = chat_target
     prompts = ["the bisect module keeps lists sorted", "heapq", "what does functools.partial return"]

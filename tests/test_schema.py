@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from eaglelab.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.schema import (
+from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.schema import (
     aux_ids_as_layer_outputs,
     diff_configs,
     drafter_spec_from_config,
@@ -16,7 +16,7 @@ from eaglelab.schema import (
     expected_eagle3_tensors,
     expected_parameters,
 )
-from eaglelab.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
+from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
 
 
 def test_every_specforge_config_gives_a_consistent_table(specforge_configs):

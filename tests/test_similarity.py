@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from eaglelab.similarity import (
+from eaglelab.probe.similarity import (
     SimilarityAccumulator,
     StreamingCKA,
     cosine_per_token,

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.sources import MAX_HEADER_BYTES, load_checkpoint, read_safetensors_header
 from eaglelab.errors import ConfigError, HeaderError, HubError, SourceError, UnsafeFormatError
-from eaglelab.inspection import inspect_checkpoint
-from eaglelab.sources import MAX_HEADER_BYTES, load_checkpoint, read_safetensors_header
 
 
 def write_raw(path, header: dict | bytes, data: bytes = b"", length: int | None = None):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eaglelab.decoding import benchmark_speculation, greedy_decode, speculative_decode
-from eaglelab.drafter import Eagle3Drafter, load_drafter
-from eaglelab.schema import drafter_spec_from_config
-from eaglelab.targets import Target, load_target
+from eaglelab.checkpoints.schema import drafter_spec_from_config
+from eaglelab.model.decoding import benchmark_speculation, greedy_decode, speculative_decode
+from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.targets import Target, load_target
 
 
 @pytest.mark.parametrize("config_ids, convention", [({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 6]}}, "sglang"),

@@ -10,16 +10,17 @@ import sys
 import pytest
 import torch
 
+from eaglelab.data.tokens import builtin_sequences
 from eaglelab.errors import OverwriteError
-from eaglelab.finetune import builtin_sequences, capture_data, finetune
-from eaglelab.targets import load_target
-from eaglelab.training import TrainConfig, read_metrics
+from eaglelab.model.targets import load_target
+from eaglelab.train.finetune import capture_data, finetune
+from eaglelab.train.training import TrainConfig, read_metrics
 
 
 @pytest.fixture(scope="module")
 def world_b(tiny_world):
     """Target B and its captured states on the built-in data (train 96, held out 24)."""
-    from eaglelab.drafter import load_drafter
+    from eaglelab.model.drafter_files import load_drafter
 
     model, tok = load_target(tiny_world.target_b, device="cpu")
     spec = load_drafter(tiny_world.drafter_a).spec
@@ -29,9 +30,9 @@ def world_b(tiny_world):
 
 
 def test_loss_decreases(world_b):
-    from eaglelab.evaluation import evaluate_drafter
-    from eaglelab.finetune import initial_drafter
-    from eaglelab.training import train_drafter
+    from eaglelab.train.finetune import initial_drafter
+    from eaglelab.train.training import train_drafter
+    from eaglelab.train.ttt import evaluate_drafter
 
     model, data = world_b
     cfg = TrainConfig(steps=40, batch_size=8, ttt_steps=3, log_every=5, eval_every=0)

@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from eaglelab.errors import NotebookError
-from eaglelab.runner import discover_notebooks, parse_parameter, run_workbook
+from eaglelab.errors import NotebookError, ParameterError
+from eaglelab.workbook.runner import discover_notebooks, notebook_parameters, parse_parameter, run_workbook
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -44,19 +44,22 @@ def test_paired_py_percent_file_is_in_sync(nb):
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_in_smoke_mode(nb, tiny_world, tmp_path):
-    runs = run_workbook(tmp_path, smoke=True, only=[nb.name[:2]], notebooks_dir=REPO / "notebooks", progress=False)
-    assert runs[0].output.is_file()
-    figures = tmp_path / "figures"
+def test_notebook_runs_in_smoke_mode(nb, smoke_run):
+    out, run = smoke_run(nb.name[:2])
+    assert run.output.is_file()
+    figures = out / "figures"
     pngs = sorted(figures.glob(f"{nb.name[:2]}_*.png"))
     assert pngs and all(p.with_suffix(".pdf").is_file() and p.with_suffix(".json").is_file() for p in pngs)
     findings = json.loads((figures / f"{nb.name[:2]}_findings.json").read_text())
     assert findings["bullets"] and all("{" not in b for b in findings["bullets"])
-    executed = nbformat.read(runs[0].output, as_version=4)
+    executed = nbformat.read(run.output, as_version=4)
     assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
     if nb.name.startswith("04"):
         plan = (figures / "GAME_PLAN.md").read_text()
-        assert "## 04" in plan and "Recommendation" in plan and "![04_" in plan
+        assert "## 04" in plan and "![04_" in plan
+        assert findings["numbers"]["recommendation"]["text"] in plan  # the decision, rendered, not retyped
+    if nb.name[:2] in ("02", "04"):  # smoke runs keep their scratch files beside the figures, not in data/
+        assert any((out / f"scratch-{nb.name[:2]}").iterdir())
 
 
 BROKEN = """\
@@ -88,12 +91,24 @@ def test_executed_copies_never_overwrite_sources(tmp_path):
 
 
 def test_relative_path_parameters_become_absolute(tmp_path):
-    from eaglelab.runner import absolutise_paths
+    from eaglelab.workbook.runner import absolutise_paths
 
     (tmp_path / "drafter").mkdir()
     assert absolutise_paths("drafter", tmp_path) == str((tmp_path / "drafter").resolve())
     assert absolutise_paths(["drafter", "org/hub-id"], tmp_path) == [str((tmp_path / "drafter").resolve()), "org/hub-id"]
     assert absolutise_paths(3, tmp_path) == 3
+
+
+def test_unknown_parameter_names_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ParameterError, match="did you mean BASELINE_TPS"):
+        run_workbook(tmp_path, only=["01"], parameters={"BASELINE_TPs": 80}, notebooks_dir=REPO / "notebooks",
+                     progress=False)
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "run", "--only", "02", "-p", "DRAFTER_C=x",
+                           "--out", str(tmp_path / "cli")], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DRAFTER_C" in proc.stderr
+    assert not (tmp_path / "cli").exists()  # refused before any notebook ran
+    # a name one selected notebook takes is fine for all (papermill injects it where it is used)
+    assert {"TARGET_A", "SMOKE"} <= set(notebook_parameters(REPO / "notebooks" / "03_plugin_probe.ipynb"))
 
 
 def test_parameters_and_selection():

@@ -1,0 +1,46 @@
+"""The drafter config a target implies, as SpecForge derives it (plain dicts; no torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eaglelab.checkpoints.schema import DEFAULT_DRAFT_VOCAB, default_aux_layer_outputs
+from eaglelab.errors import ConfigError
+
+
+def drafter_config_for_target(target_cfg: dict[str, Any], draft_vocab_size: int | None = None,
+                              aux_layer_ids: list[int] | None = None, **overrides) -> dict[str, Any]:
+    """SpecForge-style drafter config for a transformers target config.
+
+    Copies the target's width, heads, MLP width, vocabulary, eps and RoPE; one layer; draft
+    vocabulary ``min(32000, V)`` by default; aux ids (layer outputs) default [1, L//2-1, L-4],
+    written nested under ``eagle_config`` as SGLang / SpecForge read them.
+    """
+    t = target_cfg.get("text_config") or target_cfg
+    L = t["num_hidden_layers"]
+    V = t["vocab_size"]
+    ids = list(aux_layer_ids) if aux_layer_ids is not None else list(default_aux_layer_outputs(L))
+    if len(ids) != 3 or not all(0 <= i < L for i in ids):
+        raise ConfigError("aux_layer_ids", f"need three layer ids in [0, {L}), got {ids}")
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": t["hidden_size"],
+        "intermediate_size": t["intermediate_size"],
+        "num_attention_heads": t["num_attention_heads"],
+        "num_key_value_heads": t.get("num_key_value_heads", t["num_attention_heads"]),
+        "head_dim": t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"],
+        "hidden_act": t.get("hidden_act", "silu"),
+        "rms_norm_eps": t.get("rms_norm_eps", 1e-6),
+        "rope_theta": (t.get("rope_parameters") or {}).get("rope_theta", t.get("rope_theta", 10000.0)),
+        "max_position_embeddings": t.get("max_position_embeddings", 2048),
+        "vocab_size": V,
+        "draft_vocab_size": draft_vocab_size or min(DEFAULT_DRAFT_VOCAB, V),
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+        "torch_dtype": "float32",
+    }
+    cfg.update(overrides)
+    return cfg

@@ -1,0 +1,301 @@
+"""Inspect one drafter checkpoint, or compare two, from metadata only.
+
+Joins :mod:`eaglelab.checkpoints.sources` (files, headers) and :mod:`eaglelab.checkpoints.schema` (what EAGLE-3
+expects). Used by notebook 02 and by ``eaglelab inspect`` / ``eaglelab compare``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from eaglelab.checkpoints.schema import (
+    ConfigDiff,
+    DrafterSpec,
+    Verdict,
+    canonical_tensor_name,
+    check_tensors_against_spec,
+    check_vocab_maps,
+    diff_configs,
+    drafter_spec_from_config,
+    drafter_verdict,
+    drafter_vs_target,
+    expected_eagle3_tensors,
+    strip_prefix,
+)
+from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_json, read_small_tensor
+from eaglelab.errors import ConfigError, EaglelabError
+
+
+@dataclass
+class Inspection:
+    """One checkpoint, read from its config and headers.
+
+    Attributes:
+        checkpoint: the resolved source.
+        spec: the drafter spec (None when the config is not an EAGLE-3 drafter's).
+        problems: everything wrong against the config, one line each.
+    """
+
+    checkpoint: Checkpoint
+    spec: DrafterSpec | None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.checkpoint.config or {}
+
+    def tensor_rows(self) -> list[dict[str, Any]]:
+        """One row per tensor: name, shape, dtype, parameters, meaning."""
+        expected = expected_eagle3_tensors(self.spec) if self.spec else {}
+        rows = []
+        for name, t in sorted(self.checkpoint.tensors.items()):
+            exp = expected.get(strip_prefix(name))
+            rows.append({"name": name, "shape": list(t.shape), "dtype": t.dtype, "parameters": t.numel,
+                         "meaning": exp.meaning if exp else ""})
+        return rows
+
+    def parameters_by_module(self) -> dict[str, int]:
+        """Parameter counts grouped as fc / attention / mlp / norms / lm_head / embedding / maps."""
+        groups: dict[str, int] = {}
+        for name, t in self.checkpoint.tensors.items():
+            n = strip_prefix(name)
+            if "self_attn" in n:
+                g = "attention"
+            elif ".mlp." in n:
+                g = "mlp"
+            elif n.startswith("embed_tokens"):
+                g = "embed_tokens"
+            elif n.startswith("lm_head"):
+                g = "lm_head"
+            elif n.startswith("fc."):
+                g = "fc"
+            elif n in ("d2t", "t2d"):
+                g = "vocab maps"
+            else:
+                g = "norms"
+            groups[g] = groups.get(g, 0) + t.numel
+        return groups
+
+    def to_json(self) -> dict[str, Any]:
+        ck = self.checkpoint
+        return {
+            "source": ck.source,
+            "kind": ck.kind,
+            "config": ck.config,
+            "tensors": [{"name": r["name"], "shape": r["shape"], "dtype": r["dtype"]} for r in self.tensor_rows()],
+            "total_parameters": ck.total_parameters,
+            "total_bytes": ck.total_bytes,
+            "parameters_without_embedding": ck.total_parameters - sum(
+                t.numel for n, t in ck.tensors.items() if strip_prefix(n).startswith("embed_tokens")),
+            "parameters_by_module": self.parameters_by_module(),
+            "spec": asdict(self.spec) if self.spec else None,
+            "problems": self.problems,
+        }
+
+
+def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
+    """Read a checkpoint's config and headers and check it against its own config.
+
+    Args:
+        source: folder, ``.safetensors`` file, shard index, or hub id.
+        revision: hub revision.
+
+    Returns:
+        Inspection; problems include missing / unexpected / wrong-shape / wrong-dtype tensors
+        and d2t / t2d invariants (read lazily from local files only).
+
+    Raises:
+        SourceError, ConfigError: the source cannot be read, or has no EAGLE-3 config.
+    """
+    ck = load_checkpoint(source, revision)
+    if ck.config is None:
+        raise ConfigError(source, "no config.json beside the weights; an EAGLE-3 drafter needs one")
+    spec = drafter_spec_from_config(ck.config, ck.config_path or source)
+    tensors = {n: (t.shape, t.dtype) for n, t in ck.tensors.items()}
+    problems = check_tensors_against_spec(spec, tensors)
+    problems += vocab_map_problems(ck, spec)
+    return Inspection(ck, spec, problems)
+
+
+def vocab_map_problems(ck: Checkpoint, spec: DrafterSpec) -> list[str]:
+    """Check d2t / t2d invariants by reading just those two small tensors (local files only)."""
+    by_name = {strip_prefix(n): t for n, t in ck.tensors.items()}
+    d2t, t2d = by_name.get("d2t"), by_name.get("t2d")
+    if d2t is None or t2d is None or not ck.local:
+        return []
+    if d2t.dtype != "I64" or t2d.dtype != "BOOL":
+        return []  # already reported as dtype problems
+    try:
+        return check_vocab_maps(read_small_tensor(d2t), read_small_tensor(t2d), spec.draft_vocab_size)
+    except EaglelabError as exc:
+        return [f"vocabulary maps unreadable: {exc.problem}"]
+
+
+@dataclass
+class TensorDiff:
+    """One tensor name across two checkpoints (``status``: same, shape, dtype, only-a, only-b)."""
+
+    name: str
+    a_shape: list[int] | None
+    b_shape: list[int] | None
+    a_dtype: str | None
+    b_dtype: str | None
+    status: str
+
+
+@dataclass
+class Comparison:
+    """Two drafters side by side, optionally against a target config.
+
+    Attributes:
+        a, b: the two inspections.
+        config_diff: differing config keys, classified.
+        tensor_diff: every tensor name in either, with its status.
+        verdict: drafter vs drafter.
+        target_verdicts: for ``--target``: label -> verdict of that drafter on the target.
+    """
+
+    a: Inspection
+    b: Inspection
+    config_diff: list[ConfigDiff]
+    tensor_diff: list[TensorDiff]
+    verdict: Verdict
+    target_verdicts: dict[str, Verdict] = field(default_factory=dict)
+    draft_vocab_overlap: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": {"source": self.a.checkpoint.source, "problems": self.a.problems,
+                  "total_parameters": self.a.checkpoint.total_parameters},
+            "b": {"source": self.b.checkpoint.source, "problems": self.b.problems,
+                  "total_parameters": self.b.checkpoint.total_parameters},
+            "config_diff": [asdict(d) for d in self.config_diff],
+            "tensor_diff": [asdict(d) for d in self.tensor_diff],
+            "verdict": asdict(self.verdict),
+            "target": {k: asdict(v) for k, v in self.target_verdicts.items()},
+            "draft_vocab_overlap": self.draft_vocab_overlap,
+        }
+
+
+def diff_tensors(a: Checkpoint, b: Checkpoint) -> list[TensorDiff]:
+    """Tensor-by-tensor comparison under canonical names (SpecForge, speculators and SGLang spellings match)."""
+    ta = {canonical_tensor_name(n): t for n, t in a.tensors.items()}
+    tb = {canonical_tensor_name(n): t for n, t in b.tensors.items()}
+    rows = []
+    for name in sorted(set(ta) | set(tb)):
+        x, y = ta.get(name), tb.get(name)
+        if x is None:
+            status = "only-b"
+        elif y is None:
+            status = "only-a"
+        elif x.shape != y.shape:
+            status = "shape"
+        elif x.dtype != y.dtype:
+            status = "dtype"
+        else:
+            status = "same"
+        rows.append(TensorDiff(name, list(x.shape) if x else None, list(y.shape) if y else None,
+                               x.dtype if x else None, y.dtype if y else None, status))
+    return rows
+
+
+def draft_vocab_overlap(a: Inspection, b: Inspection) -> float | None:
+    """Fraction of A's draft tokens that are also in B's (from t2d), or None when unreadable."""
+    ta = {strip_prefix(n): t for n, t in a.checkpoint.tensors.items()}.get("t2d")
+    tb = {strip_prefix(n): t for n, t in b.checkpoint.tensors.items()}.get("t2d")
+    if ta is None or tb is None or not (a.checkpoint.local and b.checkpoint.local) or ta.shape != tb.shape \
+            or ta.dtype != "BOOL" or tb.dtype != "BOOL":
+        return None
+    ma, mb = read_small_tensor(ta), read_small_tensor(tb)
+    return float((ma & mb).sum() / max(int(ma.sum()), 1))
+
+
+def config_table(paths) -> list[dict[str, Any]]:
+    """One summary row per drafter config file: sizes, aux ids, tensor count, parameters without embedding,
+    and whether its expected-tensor table is consistent (:func:`eaglelab.checkpoints.schema.table_problems`).
+
+    Raises:
+        SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
+    """
+    from pathlib import Path
+
+    from eaglelab.checkpoints.schema import expected_parameters, table_problems
+    from eaglelab.errors import SourceError
+
+    paths = list(paths)
+    if not paths:
+        raise SourceError("configs", "no drafter config files given")
+    rows = []
+    for path in paths:
+        cfg = read_json(path)
+        spec = drafter_spec_from_config(cfg, str(path))
+        problems = table_problems(spec, cfg)
+        rows.append({"config": Path(path).stem, "H": spec.hidden_size, "V": spec.vocab_size,
+                     "Vd": spec.draft_vocab_size, "aux ids": spec.aux_layer_ids, "fc_norm": spec.fc_norm,
+                     "tensors": len(expected_eagle3_tensors(spec)),
+                     "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1),
+                     "consistent": not problems, "problems": "; ".join(problems)})
+    return rows
+
+
+def load_target_config(target: str) -> dict[str, Any]:
+    """A target's config: a folder with config.json, a config.json path, or a hub id."""
+    from pathlib import Path
+
+    from eaglelab.checkpoints.sources import _hub_offline, is_hub_id
+
+    p = Path(target)
+    if p.is_dir():
+        return read_json(p / "config.json")
+    if p.is_file():
+        return read_json(p)
+    if is_hub_id(target):
+        if _hub_offline():
+            from eaglelab.errors import HubError
+
+            raise HubError(target, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
+        try:
+            from huggingface_hub import hf_hub_download
+
+            return read_json(hf_hub_download(target, "config.json", etag_timeout=10))
+        except EaglelabError:
+            raise
+        except Exception as exc:
+            from eaglelab.errors import HubError
+
+            raise HubError(target, f"cannot read config.json from the hub: {exc}") from None
+    raise ConfigError(target, "no such target folder, config file or hub id")
+
+
+def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison:
+    """Compare two drafters' configs and tensor tables and give a verdict.
+
+    Args:
+        a: first drafter source.
+        b: second drafter source.
+        target: optional target (folder, config.json or hub id) to check both drafters against.
+    """
+    ia, ib = inspect_checkpoint(a), inspect_checkpoint(b)
+    cdiff = diff_configs(ia.config, ib.config)
+    tdiff = diff_tensors(ia.checkpoint, ib.checkpoint)
+    verdict = drafter_verdict(ia.spec, ib.spec, cdiff)
+    for problems, label in ((ia.problems, "A"), (ib.problems, "B")):
+        if problems:
+            verdict.reasons.append(f"{label} has {len(problems)} problem(s) against its own config: {problems[0]}")
+            if any(p.startswith("missing tensor") or "shape" in p for p in problems):
+                verdict.level = "incompatible"
+    overlap = draft_vocab_overlap(ia, ib)
+    if overlap is not None and overlap < 1.0:
+        verdict.reasons.append(
+            f"draft vocabularies share {100 * overlap:.1f}% of their tokens: each lm_head belongs with its own "
+            "d2t / t2d; a warm start keeps the old pair (rebuilding the map re-assigns lm_head rows)")
+    comparison = Comparison(ia, ib, cdiff, tdiff, verdict)
+    comparison.draft_vocab_overlap = overlap
+    if target is not None:
+        tcfg = load_target_config(target)
+        comparison.target_verdicts = {
+            "a": drafter_vs_target(ia.spec, ia.config, tcfg),
+            "b": drafter_vs_target(ib.spec, ib.config, tcfg),
+        }
+    return comparison

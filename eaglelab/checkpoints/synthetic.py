@@ -1,0 +1,110 @@
+"""Full-size drafter checkpoints with real headers and empty (sparse) weights.
+
+For inspecting and benchmarking at production shapes (a Kimi-K2 drafter is ~4.7 GB in bf16)
+without the disk or the time: the safetensors header is real, ``d2t`` / ``t2d`` hold a valid
+identity vocabulary map, and the float weights are a hole in a sparse file (zeros when read).
+No torch needed.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from eaglelab.atomic import atomic_path, write_json_atomic
+from eaglelab.checkpoints.schema import drafter_spec_from_config, expected_eagle3_tensors
+from eaglelab.checkpoints.sources import DTYPE_SIZES
+
+#: The Kimi-K2 EAGLE-3 drafter's shape (``docs/EAGLE3_FORMAT.md``), SpecForge style.
+KIMI_K2_DRAFTER_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "num_hidden_layers": 1,
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 64,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 50000.0,
+    "max_position_embeddings": 131072,
+    "vocab_size": 163840,
+    "draft_vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True},
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+}
+
+
+def _write_shard(path: Path, entries: list[tuple[str, tuple[int, ...], str]], vocab: dict[str, bytes]) -> None:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "eaglelab.checkpoints.synthetic"}}
+    offset = 0
+    for name, shape, dtype in entries:
+        n = DTYPE_SIZES[dtype]
+        for s in shape:
+            n *= s
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # align the data area to 8 bytes
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        data_start = 8 + len(raw)
+        for name, blob in vocab.items():
+            if name in header:
+                fh.seek(data_start + header[name]["data_offsets"][0])
+                fh.write(blob)
+        fh.truncate(data_start + offset)  # the rest is a hole: no disk used
+
+
+def write_synthetic_drafter(out_dir: str | Path, config: dict[str, Any] | None = None, dtype: str = "BF16",
+                            include_embedding: bool = True, shards: int = 1) -> Path:
+    """Write ``config.json`` + weights with the config's expected tensors, as a sparse file.
+
+    Args:
+        out_dir: folder to create.
+        config: drafter config (default: :data:`KIMI_K2_DRAFTER_CONFIG`).
+        dtype: safetensors dtype of the float weights.
+        include_embedding: write ``embed_tokens.weight`` too.
+        shards: > 1 writes ``model-0000i-of-0000n.safetensors`` files and an index.
+    """
+    cfg = dict(config or KIMI_K2_DRAFTER_CONFIG)
+    spec = drafter_spec_from_config(cfg)
+    expected = expected_eagle3_tensors(spec)
+    entries = [(n, e.shape, dtype if e.dtype == "float" else e.dtype) for n, e in expected.items()
+               if include_embedding or n != "embed_tokens.weight"]
+    Vd, V = spec.draft_vocab_size, spec.vocab_size
+    t2d = bytearray(V)
+    t2d[:Vd] = b"\x01" * Vd
+    vocab = {"d2t": bytes(8 * Vd), "t2d": bytes(t2d)}  # identity map: d2t = 0, t2d[:Vd] = True
+    out = write_synthetic_weights(out_dir, entries, shards, vocab)
+    write_json_atomic(out / "config.json", cfg)
+    return out
+
+
+def write_synthetic_weights(out_dir: str | Path, entries: list[tuple[str, tuple[int, ...], str]], shards: int = 1,
+                            contents: dict[str, bytes] | None = None) -> Path:
+    """Write tensors (name, shape, dtype) as sparse safetensors, one file or ``shards`` files + index.
+
+    Args:
+        contents: raw bytes for some tensors (written at their offsets); the rest is a hole.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    contents = contents or {}
+    if shards <= 1:
+        _write_shard(out / "model.safetensors", entries, contents)
+        return out
+    groups = [g for g in (entries[i::shards] for i in range(shards)) if g]
+    weight_map = {}
+    for i, group in enumerate(groups):
+        fname = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        _write_shard(out / fname, group, contents)
+        weight_map.update({name: fname for name, _, _ in group})
+    write_json_atomic(out / "model.safetensors.index.json", {"metadata": {}, "weight_map": weight_map})
+    return out

@@ -1,0 +1,45 @@
+"""The ``eaglelab`` command line: argument parsing only.
+
+Every subcommand calls the same package functions the notebooks call: the metadata commands
+(:mod:`eaglelab.cli.metadata`: ``run``, ``inspect``, ``compare``, ``perf``, ``report``) never
+import torch or transformers; the model commands (:mod:`eaglelab.cli.models`) import them
+inside each handler. Errors of type
+:class:`EaglelabError` print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eaglelab.errors import EaglelabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from eaglelab.cli import metadata, models
+
+    p = argparse.ArgumentParser(prog="eaglelab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    metadata.add_parsers(sub)
+    models.add_parsers(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except EaglelabError as exc:
+        print(f"eaglelab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("eaglelab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

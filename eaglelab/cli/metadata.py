@@ -1,0 +1,161 @@
+"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``report``).
+
+None of them imports torch or transformers: they start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eaglelab.cli.output import print_json, table
+
+# --------------------------------------------------------------------------- run
+
+def cmd_run(args) -> int:
+    from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
+
+    params = {name: absolutise_paths(value) for name, value in map(parse_parameter, args.param)}
+    out = Path(args.out or ("runs/smoke" if args.smoke else "runs/workbook"))
+    runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params)
+    for r in runs:
+        print(f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
+    return 0
+
+
+# --------------------------------------------------------------------------- inspect / compare
+
+def cmd_inspect(args) -> int:
+    from eaglelab.checkpoints.inspection import inspect_checkpoint
+
+    insp = inspect_checkpoint(args.source, args.revision)
+    if args.json:
+        print_json(insp.to_json())
+        return 0
+    ck = insp.checkpoint
+    print(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
+          f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
+    rows = [[r["name"], r["shape"], r["dtype"], f"{r['parameters']:,}", r["meaning"][:60]] for r in insp.tensor_rows()]
+    print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
+    print("problems: " + ("none" if not insp.problems else ""))
+    for p in insp.problems:
+        print(f"  - {p}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from eaglelab.checkpoints.inspection import compare_checkpoints
+
+    cmp_ = compare_checkpoints(args.a, args.b, target=args.target)
+    if args.json:
+        print_json(cmp_.to_json())
+        return 0
+    print(f"A: {args.a}\nB: {args.b}\n")
+    if cmp_.config_diff:
+        print(table([[d.key, json.dumps(d.a), json.dumps(d.b), d.category, d.why[:60]] for d in cmp_.config_diff],
+                     ["config key", "A", "B", "category", "why"]))
+    else:
+        print("configs: identical")
+    changed = [t for t in cmp_.tensor_diff if t.status != "same"]
+    print(f"\ntensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
+    if changed:
+        print(table([[t.name, t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
+                     ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
+    print(f"\nverdict: {cmp_.verdict.level.upper()}")
+    for r in cmp_.verdict.reasons:
+        print(f"  - {r}")
+    for label, v in cmp_.target_verdicts.items():
+        print(f"\n{label.upper()} on target {args.target}: {v.level}")
+        for r in v.reasons:
+            print(f"  - {r}")
+    return 0
+
+
+# --------------------------------------------------------------------------- perf
+
+def cmd_perf(args) -> int:
+    if args.log:
+        from eaglelab.serving.logs import parse_log
+
+        parsed = parse_log(args.log)
+        if args.json:
+            print_json(parsed.to_json())
+            return 0
+        s = parsed.summary()
+        print(f"{args.log}: {s['n']} metrics lines, {parsed.skipped_lines} other lines skipped, "
+              f"{len(parsed.malformed)} malformed")
+        print(f"median accept length {s['median_accept_len']:.2f}, median throughput {s['median_throughput']}")
+        print(table([[g["source"], g["batch_size"], g["n"], f"{g['median_accept_len']:.2f}",
+                       g["median_throughput"]] for g in s["by_batch_size"]],
+                     ["source", "batch", "n", "accept len", "tok/s"]))
+        return 0
+    missing = [n for n in ("baseline_tps", "cycle_ms", "accept_len") if getattr(args, n) is None]
+    if missing:
+        from eaglelab.errors import ParameterError
+
+        raise ParameterError("perf", "give --log FILE, or all of --baseline-tps, --cycle-ms and --accept-len")
+    from eaglelab.serving.perf import diagnose
+
+    out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.target_tps or [])
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"effective tok/s        {out['effective_tps']:.1f}  ({out['speedup']:.2f}x baseline {args.baseline_tps})")
+    print(f"break-even accept len  {out['break_even_accept_len']:.2f}")
+    print(f"max cycle at break-even {out['max_cycle_ms_for_break_even']:.1f} ms")
+    for tps, tau in out["required_accept_len"].items():
+        print(f"{tps} tok/s needs accept len {tau:.2f}")
+    print(out["verdict"])
+    return 0
+
+
+def cmd_report(args) -> int:
+    from eaglelab.workbook.report import write_game_plan
+
+    print(write_game_plan(args.figures, args.out))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """Register the metadata subcommands on the ``eaglelab`` subparsers."""
+    r = sub.add_parser("run", help="execute the numbered notebooks (papermill)",
+                       description="Execute the workbook's numbered notebooks in order.")
+    r.add_argument("--smoke", action="store_true", help="tiny world, SMOKE=True, figures in OUT/figures")
+    r.add_argument("--only", nargs="+", metavar="NN", help="notebook numbers or name parts, e.g. 01 03")
+    r.add_argument("--out", help="folder for executed copies (default runs/workbook or runs/smoke)")
+    r.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="papermill parameter for every notebook (repeatable)")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("inspect", help="tensor table and problems of one checkpoint, headers only",
+                       description="Read a drafter checkpoint's config and safetensors headers (no tensor "
+                                   "data) and check it against its config.")
+    i.add_argument("source", help="folder, .safetensors file, shard index, or hub id")
+    i.add_argument("--revision", help="hub revision")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_inspect)
+
+    c = sub.add_parser("compare", help="config and tensor diff of two drafters, with a verdict",
+                       description="Compare two drafter checkpoints from metadata only.")
+    c.add_argument("a", help="drafter A (folder, file, index or hub id)")
+    c.add_argument("b", help="drafter B")
+    c.add_argument("--target", help="target model (folder, config.json or hub id) to check both against")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_compare)
+
+    f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements; or parse a log",
+                       description="From a measured cycle time and acceptance length to tok/s, or from a "
+                                   "SGLang / vLLM server log to a table of measured points.")
+    f.add_argument("--baseline-tps", type=float, help="plain decoding tok/s")
+    f.add_argument("--cycle-ms", type=float, help="speculative cycle time in ms (draft + verify + overhead)")
+    f.add_argument("--accept-len", type=float, help="acceptance length tau (bonus token included)")
+    f.add_argument("--target-tps", type=float, nargs="+", help="throughputs to compute the required tau for")
+    f.add_argument("--log", help="SGLang or vLLM server log to parse instead")
+    f.add_argument("--json", action="store_true", help="machine-readable output")
+    f.set_defaults(func=cmd_perf)
+
+    r = sub.add_parser("report", help="write the game-plan markdown from the exported findings",
+                       description="Assemble GAME_PLAN.md from the notebooks' findings and figures.")
+    r.add_argument("--figures", default="figures", help="folder with the exported figures and findings")
+    r.add_argument("--out", help="output file (default FIGURES/GAME_PLAN.md)")
+    r.set_defaults(func=cmd_report)

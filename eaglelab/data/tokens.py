@@ -1,0 +1,93 @@
+"""Text into token rows: packing, chat prompts, and the user's text / JSONL files.
+
+The built-in offline text (standard-library docstrings and code, :mod:`eaglelab.data.corpus`)
+and a user's file go through the same packing, so every consumer sees rows built one way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from eaglelab.errors import SourceError
+
+
+def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tensor:
+    """Token sequences [N, seq_len] from a text file or a JSONL conversation file.
+
+    JSONL lines may be ``{"text": ...}`` or SpecForge's ``{"id", "conversations": [{"role",
+    "content"}...]}`` (contents joined with newlines; use the target's chat template upstream
+    if you need exact formatting).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SourceError(p, f"cannot read data ({exc.strerror})") from None
+    if p.suffix == ".jsonl":
+        texts = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SourceError(p, f"line {n} is not JSON ({exc.msg})") from None
+            if "text" in obj:
+                texts.append(str(obj["text"]))
+            elif "conversations" in obj:
+                texts.append("\n".join(str(t.get("content", t.get("value", ""))) for t in obj["conversations"]))
+            else:
+                raise SourceError(p, f"line {n} has neither 'text' nor 'conversations'")
+    else:
+        texts = [t for t in raw.split("\n\n") if t.strip()]
+    seqs = pack_sequences(tokenizer, texts, seq_len)
+    if len(seqs) == 0:
+        raise SourceError(p, f"fewer than {seq_len} tokens of data")
+    return seqs
+
+
+def builtin_sequences(tokenizer, seq_len: int, split: str = "train", n: int | None = None) -> torch.Tensor:
+    """The built-in offline data: stdlib docstrings and code, alternated ([N, seq_len])."""
+    from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
+    pick = 0 if split == "train" else 1
+    half = None if n is None else (n + 1) // 2
+    a = pack_sequences(tokenizer, split_held_out(docstrings())[pick], seq_len, half)
+    b = pack_sequences(tokenizer, split_held_out(code_blocks())[pick], seq_len, half)
+    m = min(len(a), len(b))
+    mixed = torch.stack([a[:m], b[:m]], dim=1).reshape(-1, seq_len)  # alternate the two domains
+    return mixed[:n] if n else mixed
+
+
+def pack_sequences(tokenizer, texts: list[str], seq_len: int, max_sequences: int | None = None):
+    """Concatenate tokenised texts (separated by EOS) and cut into [N, seq_len] chunks.
+
+    Texts are tokenised in batches and only until ``max_sequences`` chunks are filled.
+    """
+    import torch
+
+    ids: list[int] = []
+    eos = tokenizer.eos_token_id
+    want = None if max_sequences is None else max_sequences * seq_len
+    for i in range(0, len(texts), 256):
+        for row in tokenizer(texts[i: i + 256])["input_ids"]:
+            ids.extend(row + ([eos] if eos is not None else []))
+        if want is not None and len(ids) >= want:
+            break
+    n = len(ids) // seq_len if want is None else min(len(ids) // seq_len, max_sequences)
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def chat_texts(tokenizer, prompts: list[str]) -> list[str]:
+    """Each prompt as a one-turn user chat, ready for the assistant's reply (the tokenizer's template)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            for p in prompts]
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of prompts: through the chat template when the tokenizer has one (chat models), else plain."""
+    if not getattr(tokenizer, "chat_template", None):
+        return [tokenizer(p)["input_ids"] for p in prompts]
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] for c in chat_texts(tokenizer, prompts)]

@@ -1,0 +1,163 @@
+"""The workbook's decisions, as tested functions: plug in, warm start or retrain, and what data saves.
+
+Notebooks, the command line and the game plan render these results; none of them decides in a
+cell. Pure arithmetic over numbers the probe and the fine-tune measured; no torch.
+
+τ is the acceptance length with the bonus token (1.0 = no gain); the gain of speculation is τ - 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+#: Fraction of its gain (τ - 1) on the old target the old drafter must keep on the new one to be
+#: plugged in as is.
+PLUGIN_KEEP = 0.9
+#: Below this τ on the new target (bonus included) the old drafter is no better a start than random
+#: weights: retrain.
+WARM_START_MIN_TAU = 1.3
+#: The options, cheapest first: plugging in costs nothing, a warm start a short fine-tune, scratch
+#: a full training run.
+OPTIONS = ("plug in", "warm start", "from scratch")
+#: Measured τ within this of the best counts as a tie (run-to-run spread of τ over a few prompts);
+#: the cheaper option wins a tie.
+TAU_TIE = 0.05
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict with the reasons that led to it (numbers formatted in).
+
+    Attributes:
+        action: ``plug in``, ``warm start`` or ``retrain``.
+        reasons: one line per step of the argument.
+        kept: fraction of the gain (τ - 1) on the old target kept on the new one.
+    """
+
+    action: str
+    reasons: list[str]
+    kept: float
+
+    def to_json(self) -> dict:
+        return {"level": self.action, "reasons": list(self.reasons), "kept": self.kept}
+
+
+def gain_kept(tau_old: float, tau_new: float) -> float:
+    """Fraction of the gain (τ - 1) on the old target kept on the new one (0 when there was none)."""
+    gain = tau_old - 1.0
+    return (tau_new - 1.0) / gain if gain > 0 else 0.0
+
+
+def plugin_verdict(accept_on_a: float, accept_on_b: float) -> Decision:
+    """Plug in as is, warm start, or retrain, from the old drafter's τ on the old target A and the new B."""
+    kept = gain_kept(accept_on_a, accept_on_b)
+    reasons = [f"τ {accept_on_a:.2f} on A vs {accept_on_b:.2f} on B: the drafter keeps "
+               f"{100 * kept:.0f}% of its gain (τ - 1) on the new target"]
+    if kept >= PLUGIN_KEEP:
+        return Decision("plug in", reasons + [f"at least {100 * PLUGIN_KEEP:.0f}% kept: serve it as is, "
+                                              "fine-tune later"], kept)
+    if accept_on_b >= WARM_START_MIN_TAU:
+        return Decision("warm start", reasons + [
+            f"τ on B {accept_on_b:.2f} ≥ {WARM_START_MIN_TAU}: the old drafter is a better start than random "
+            "weights; fine-tune it on the new target's data"], kept)
+    return Decision("retrain", reasons + [
+        f"τ on B {accept_on_b:.2f} < {WARM_START_MIN_TAU}: little of the old drafter transfers; train from "
+        "scratch (or check aux layers and tokenizer first)"], kept)
+
+
+def best_drafter(measured: Mapping[str, Mapping[str, float]], key: str = "accept_len") -> str:
+    """The name of the drafter with the highest measured ``key`` (τ by default); the first wins a tie."""
+    if not measured:
+        raise ValueError("no measured drafters to choose from")
+    names = list(measured)
+    return max(names, key=lambda n: (measured[n][key], -names.index(n)))
+
+
+@dataclass(frozen=True)
+class DataSaving:
+    """How much new-target data the warm start needs to match scratch at the largest budget.
+
+    Attributes:
+        budgets: training sequences per point, ascending.
+        warm, scratch: held-out τ at each budget.
+        warm_budget: the smallest budget at which the warm start reaches scratch's τ at the
+            largest budget, or None when it never does within the sweep.
+    """
+
+    budgets: list[int]
+    warm: list[float]
+    scratch: list[float]
+    warm_budget: int | None
+
+    @property
+    def scratch_budget(self) -> int:
+        return self.budgets[-1]
+
+    @property
+    def fraction(self) -> float | None:
+        """Warm-start data as a fraction of scratch's at equal τ (None: not reached)."""
+        return None if self.warm_budget is None else self.warm_budget / self.scratch_budget
+
+    @property
+    def text(self) -> str:
+        if self.warm_budget is None:
+            return (f"within {self.scratch_budget} sequences the warm start did not reach scratch's τ "
+                    f"{self.scratch[-1]:.2f} (warm start {self.warm[-1]:.2f})")
+        return (f"warm start with {self.warm_budget} sequences (τ {self.warm[self.budgets.index(self.warm_budget)]:.2f}) "
+                f"already matches scratch with {self.scratch_budget} (τ {self.scratch[-1]:.2f}): "
+                f"{100 * (1 - self.fraction):.0f}% less new-target data")
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "scratch_budget": self.scratch_budget, "fraction": self.fraction, "text": self.text}
+
+
+def data_saved(budgets: Sequence[int], warm: Sequence[float], scratch: Sequence[float]) -> DataSaving:
+    """Compare the warm start and scratch over a data-budget sweep (held-out τ per budget)."""
+    if not (len(budgets) == len(warm) == len(scratch)) or not budgets:
+        raise ValueError("budgets, warm and scratch must be non-empty and of one length")
+    order = sorted(range(len(budgets)), key=lambda i: budgets[i])
+    b = [int(budgets[i]) for i in order]
+    w = [float(warm[i]) for i in order]
+    s = [float(scratch[i]) for i in order]
+    reached = next((n for n, t in zip(b, w) if t >= s[-1]), None)
+    return DataSaving(b, w, s, reached)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to do for the new target, from the measured τ of each option on it.
+
+    Attributes:
+        action: one of :data:`OPTIONS`.
+        taus: measured τ on the new target of each option considered.
+        text: the recommendation in one or two sentences, numbers formatted in.
+    """
+
+    action: str
+    taus: dict[str, float]
+    text: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def recommend(taus: Mapping[str, float]) -> Recommendation:
+    """The cheapest option whose measured τ on the new target is within :data:`TAU_TIE` of the best.
+
+    Args:
+        taus: measured τ per option, keys from :data:`OPTIONS` (at least one).
+    """
+    unknown = set(taus) - set(OPTIONS)
+    if unknown or not taus:
+        raise ValueError(f"options must be among {OPTIONS}, got {sorted(taus)}")
+    best = max(taus.values())
+    action = next(o for o in OPTIONS if o in taus and taus[o] >= best - TAU_TIE)
+    others = ", ".join(f"{o} {taus[o]:.2f}" for o in OPTIONS if o in taus and o != action)
+    lead = {
+        "plug in": "Plug the old drafter in as is: fine-tuning does not buy a clear gain on the new target",
+        "warm start": "Initialise the new drafter from the old one and fine-tune it on the new target's data",
+        "from scratch": "Train a new drafter from scratch: the old drafter's weights do not help on the new target",
+    }[action]
+    text = f"{lead} (measured τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
+    return Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)

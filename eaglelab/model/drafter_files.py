@@ -1,0 +1,136 @@
+"""Drafter checkpoints on disk: save and load in the SpecForge / SGLang layout (safetensors only).
+
+Loading also accepts SGLang-prefixed (``model.*``) and speculators (``layers.0.*``) key names.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from eaglelab.checkpoints.schema import as_specforge_config, check_vocab_maps
+from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
+from eaglelab.model.drafter import Eagle3Drafter
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
+                       dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """State dict in SpecForge key names (RoPE buffers excluded; d2t / t2d kept exact)."""
+    sd = {}
+    for k, v in model.state_dict().items():
+        if k.endswith("inv_freq") or (k == "embed_tokens.weight" and not include_embedding):
+            continue
+        v = v.detach()
+        if dtype is not None and v.is_floating_point():
+            v = v.to(dtype)
+        sd[k] = v.contiguous().cpu()
+    return sd
+
+
+def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: bool = False,
+                 dtype: str | None = None, overwrite: bool = False, extra_config: dict | None = None) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (SpecForge / SGLang layout), atomically.
+
+    Args:
+        model: the drafter.
+        out_dir: folder to write.
+        include_embedding: also save ``embed_tokens.weight`` (SGLang ignores it either way).
+        dtype: ``float32`` / ``bfloat16`` / ``float16`` for the saved weights (default: as is).
+        overwrite: replace an existing checkpoint in ``out_dir``; otherwise refuse.
+        extra_config: keys merged into the written config.
+
+    Raises:
+        OverwriteError: ``out_dir`` already holds a checkpoint and ``overwrite`` is False.
+    """
+    from safetensors.torch import save_file
+
+    from eaglelab.atomic import atomic_path, write_json_atomic
+
+    out = Path(out_dir)
+    if (out / "model.safetensors").exists() and not overwrite:
+        raise OverwriteError(out, "already holds a drafter checkpoint; pass overwrite=True (--force) to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    sd = drafter_state_dict(model, include_embedding, _DTYPES[dtype] if dtype else None)
+    with atomic_path(out / "model.safetensors") as tmp:
+        save_file(sd, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
+    cfg = copy.deepcopy(model.config)
+    cfg["torch_dtype"] = dtype or str(next(iter(v for v in sd.values() if v.is_floating_point())).dtype)[6:]
+    cfg.update(extra_config or {})
+    write_json_atomic(out / "config.json", cfg)
+    return out
+
+
+def normalise_drafter_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Accept SpecForge (``midlayer.*``), SGLang-prefixed (``model.*``) and speculators (``layers.0.*``) names."""
+    out = {}
+    for k, v in sd.items():
+        k = k[len("model."):] if k.startswith("model.") else k
+        k = "midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k
+        out[k] = v
+    return out
+
+
+def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load a state dict strictly: every required key present with the right shape, nothing unknown.
+
+    ``embed_tokens.weight`` may be absent (``model.has_embedding`` then stays False).
+
+    Raises:
+        CheckpointMismatchError: listing every missing, unexpected and wrong-shaped key.
+    """
+    sd = normalise_drafter_keys(sd)
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("inv_freq")}
+    missing = [k for k in own if k not in sd and k != "embed_tokens.weight"]
+    unexpected = [k for k in sd if k not in own]
+    wrong = [f"{k} {list(sd[k].shape)} (expected {list(own[k].shape)})"
+             for k in own if k in sd and sd[k].shape != own[k].shape]
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if unexpected:
+            parts.append("unexpected " + ", ".join(unexpected))
+        if wrong:
+            parts.append("wrong shape " + ", ".join(wrong))
+        raise CheckpointMismatchError(where, "; ".join(parts))
+    problems = check_vocab_maps(sd["d2t"].numpy(), sd["t2d"].numpy(), model.spec.draft_vocab_size)
+    if problems:
+        raise CheckpointMismatchError(where, "; ".join(problems))
+    with torch.no_grad():
+        for k, v in sd.items():
+            target = own[k]
+            target.copy_(v.to(target.dtype))
+    model.has_embedding = "embed_tokens.weight" in sd
+
+
+def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+    """Load a drafter folder (SpecForge / SGLang layout, or speculators) into :class:`Eagle3Drafter`.
+
+    Weights are read with safetensors (never unpickled). A missing ``embed_tokens`` is
+    allowed: take it from the target with :meth:`Eagle3Drafter.set_embedding`.
+
+    Raises:
+        SourceError / ConfigError: unreadable folder or config.
+        CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
+    """
+    from safetensors.torch import load_file
+
+    from eaglelab.checkpoints.sources import load_checkpoint
+
+    ck = load_checkpoint(str(source))
+    if ck.kind == "hub":
+        from huggingface_hub import snapshot_download
+
+        ck = load_checkpoint(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors"]))
+    if ck.config is None:
+        raise ConfigError(source, "no config.json beside the weights")
+    model = Eagle3Drafter(as_specforge_config(ck.config))
+    sd: dict[str, torch.Tensor] = {}
+    for f in ck.weight_files:
+        sd.update(load_file(f))
+    load_drafter_state(model, sd, str(source))
+    return model.to(dtype)

@@ -1,0 +1,236 @@
+"""The direct plug-in probe: did the target move at the drafter's layers, and does the old drafter still work?
+
+Two kinds of evidence, on the same token sequences:
+
+1. *similarity* of target A and target B at the three aux layers the drafter reads and at
+   the last layer (cosine, relative L2, norm ratio, linear CKA, next-token agreement);
+2. *plug-in acceptance*: the drafter trained on A, teacher-forced on A's and on B's states
+   (per-position accuracy, simulated τ), and measured speculative decoding on B.
+
+A verdict (plug in / warm start / retrain, :func:`eaglelab.decisions.plugin_verdict`) follows from
+the acceptance numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from eaglelab.decisions import Decision, plugin_verdict
+from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.targets import Target
+from eaglelab.probe.similarity import SimilarityAccumulator
+from eaglelab.train.states import HiddenStates
+
+
+@dataclass
+class ProbeResult:
+    """All the probe's numbers (see :meth:`to_json` for the CLI's shape)."""
+
+    layers: list = field(default_factory=list)
+    cka_map: object = None
+    labels: list = field(default_factory=list)
+    cosines: dict = field(default_factory=dict)
+    argmax_agreement: float = float("nan")
+    tokens: int = 0
+    eval_a: dict | None = None
+    eval_b: dict | None = None
+    decision: Decision | None = None
+
+    def to_json(self) -> dict:
+        plugin = {}
+        if self.eval_a and self.eval_b:
+            plugin = {"accept_len_on_a": self.eval_a["accept_len"], "accept_len_on_b": self.eval_b["accept_len"],
+                      "acc_on_a": self.eval_a["acc"], "acc_on_b": self.eval_b["acc"]}
+        return {
+            "layers": [asdict(layer) for layer in self.layers],
+            "cka_map": [[float(v) for v in row] for row in self.cka_map] if self.cka_map is not None else None,
+            "labels": self.labels,
+            "argmax_agreement": self.argmax_agreement,
+            "tokens": self.tokens,
+            "plugin": plugin,
+            "verdict": self.decision.to_json() if self.decision else None,
+        }
+
+
+def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
+    return [f"{name} ({i})" for name, i in zip(("low", "mid", "high"), aux_layer_outputs)] + ["last"]
+
+
+def _split(states_aux: torch.Tensor, last: torch.Tensor) -> list[torch.Tensor]:
+    """[N, S, 3H] aux + [N, S, H] last -> four [N*S, H] per-layer views."""
+    parts = list(states_aux.chunk(3, dim=-1)) + [last]
+    return [p.reshape(-1, p.shape[-1]) for p in parts]
+
+
+@torch.no_grad()
+def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[str],
+                   lm_head_a: torch.nn.Module | None = None, lm_head_b: torch.nn.Module | None = None,
+                   batch_size: int = 8, cka_batch: int = 256) -> dict:
+    """Similarity of two targets' states on the same tokens, streamed over sequence batches.
+
+    Works on live captures and on SpecForge offline files alike (both give HiddenStates).
+    """
+    if not torch.equal(states_a.input_ids, states_b.input_ids):
+        raise ValueError("the two targets' states are not on the same token sequences")
+    acc = SimilarityAccumulator(labels, cka_batch=cka_batch)
+    for i in range(0, len(states_a), batch_size):
+        idx = range(i, min(i + batch_size, len(states_a)))
+        _update_similarity(acc, states_a.batch(idx), states_b.batch(idx), lm_head_a, lm_head_b)
+    return acc.result()
+
+
+def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, workdir) -> tuple[dict, dict]:
+    """The similarity of A and B computed twice: from live capture, and from SpecForge offline files.
+
+    The live states are written as SpecForge ``prepare_hidden_states.py`` files under ``workdir``,
+    read back with ``torch.load(weights_only=True)``, and compared the same way; the two results
+    must agree (this is how states of targets too large for the machine enter the probe).
+
+    Returns:
+        (live, from_files): two :func:`compare_states` results.
+    """
+    from pathlib import Path
+
+    from eaglelab.train.states import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
+
+    live, files = {}, {}
+    for name, model in (("a", model_a), ("b", model_b)):
+        target = Target.for_drafter(model, spec)
+        try:
+            live[name] = capture_hidden_states(target, sequences, progress=False)
+        finally:
+            target.close()
+        files[name] = hidden_states_from_specforge(save_specforge_samples(live[name], Path(workdir) / name))
+    labels = layer_labels(target.aux_layer_outputs)
+    return (compare_states(live["a"], live["b"], labels, model_a.lm_head, model_b.lm_head),
+            compare_states(files["a"], files["b"], labels, model_a.lm_head, model_b.lm_head))
+
+
+@torch.no_grad()
+def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 5,
+              batch_size: int = 8, progress: bool = True, loss_mask: torch.Tensor | None = None) -> ProbeResult:
+    """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
+
+    Each batch of sequences runs through both targets, feeds the similarity accumulator and the
+    two acceptance tallies, and is dropped: memory is bounded by the batch, not by N.
+
+    Args:
+        model_a: the old target (the drafter was trained on it).
+        model_b: the new target.
+        drafter: the old drafter (its aux ids pick the layers).
+        sequences: token ids both targets see.
+        steps: TTT unroll for the offline acceptance (k drafts).
+        loss_mask: [N, S] positions that count for similarity and acceptance (default: all).
+    """
+    from eaglelab.progress import progress as bar
+    from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
+
+    ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
+    labels = layer_labels(ta.aux_layer_outputs)
+    sim = SimilarityAccumulator(labels)
+    tally_a, tally_b = AcceptanceTally(steps), AcceptanceTally(steps)
+    dtype = drafter.fc.weight.dtype
+    embed_a = model_a.get_input_embeddings().weight.detach().to(dtype)
+    embed_b = model_b.get_input_embeddings().weight.detach().to(dtype)
+    try:
+        for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
+            ids = sequences[i: i + batch_size]
+            counted = None if loss_mask is None else loss_mask[i: i + batch_size]
+            (sa, logits_a), (sb, logits_b) = _capture(ta, ids, counted), _capture(tb, ids, counted)
+            _update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
+            # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
+            with drafter.serving_embedding(embed_a):
+                evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
+            with drafter.serving_embedding(embed_b):
+                evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=logits_b)
+    finally:
+        ta.close()
+        tb.close()
+    res = sim.result()
+    ev_a, ev_b = tally_a.result(), tally_b.result()
+    return ProbeResult(res["layers"], res["cka_map"], labels, res["cosines"], res["argmax_agreement"],
+                       res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"]))
+
+
+def measure_plugin(model_a, model_b, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
+                   k: int = 3) -> dict[str, dict]:
+    """Real speculative decoding of the old drafter on the old target (``"A"``) and the new (``"B"``).
+
+    On each target the drafter reads that target's embedding, as SGLang serves it, without
+    copying it (:meth:`Eagle3Drafter.serving_embedding`); the drafter is unchanged afterwards.
+
+    Returns:
+        ``{"A": ..., "B": ...}``, each the dict of :func:`eaglelab.model.decoding.benchmark_speculation`.
+    """
+    from eaglelab.model.decoding import benchmark_speculation
+
+    measured = {}
+    for name, model in (("A", model_a), ("B", model_b)):
+        target = Target.for_drafter(model, drafter.spec)
+        try:
+            with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+                measured[name] = benchmark_speculation(target, drafter, prompts, max_new_tokens, k=k)
+        finally:
+            target.close()
+    return measured
+
+
+def _capture(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:
+    """One target forward: the states the drafter reads, and the logits [B, S, V] (reused, not recomputed)."""
+    out = target.forward(ids.to(target.device))
+    mask = torch.ones_like(ids, dtype=torch.bool) if counted is None else counted.bool()
+    states = HiddenStates(ids.cpu(), mask.cpu(), out.aux, out.last_hidden)
+    return states, out.logits
+
+
+def _update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, lm_head_a=None, lm_head_b=None,
+                       argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None):
+    """Feed one batch of paired states (masked positions only) into the accumulator.
+
+    Next-token argmaxes come from ``argmax_a/b`` [B, S] when given, else from the lm_heads applied
+    to the last hidden states (the offline-file path, where no logits are stored).
+    """
+    mask = a.loss_mask.reshape(-1).to(a.aux.device)
+    xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
+    ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
+    if argmax_a is not None and argmax_b is not None:
+        argmax_a, argmax_b = argmax_a.reshape(-1)[mask], argmax_b.reshape(-1)[mask]
+    elif lm_head_a is not None and lm_head_b is not None:
+        argmax_a = (xs[-1] @ lm_head_a.weight.T.to(xs[-1].dtype)).argmax(-1)
+        argmax_b = (ys[-1] @ lm_head_b.weight.T.to(ys[-1].dtype)).argmax(-1)
+    acc.update(xs, ys, argmax_a, argmax_b)
+
+
+@torch.no_grad()
+def layerwise_cka(model_a, model_b, sequences: torch.Tensor, batch_size: int = 8, cka_batch: int = 256,
+                  progress: bool = True, loss_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Linear CKA between every layer output of A and every layer output of B, streamed.
+
+    Args:
+        sequences: [N, S] token ids both models see.
+        loss_mask: [N, S] positions to compare (default: all; e.g. skip padding).
+
+    Returns:
+        [L + 1, L + 1] map; index 0 is the embedding, index i + 1 the output of layer i.
+    """
+    from eaglelab.probe.similarity import StreamingCKA
+    from eaglelab.progress import progress as bar
+
+    cka = None
+    dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device
+    for i in bar(range(0, len(sequences), batch_size), desc="layerwise CKA", disable=not progress):
+        ids = sequences[i: i + batch_size]
+        keep = (torch.ones_like(ids, dtype=torch.bool) if loss_mask is None else loss_mask[i: i + batch_size].bool()).reshape(-1)
+        ha = [h.reshape(-1, h.shape[-1]).float().cpu()[keep]
+              for h in model_a(input_ids=ids.to(dev_a), output_hidden_states=True).hidden_states]
+        hb = [h.reshape(-1, h.shape[-1]).float().cpu()[keep]
+              for h in model_b(input_ids=ids.to(dev_b), output_hidden_states=True).hidden_states]
+        cka = cka or StreamingCKA(len(ha), len(hb))
+        # Gram matrices are n x n: chunk the batch's tokens so memory stays flat
+        for start in range(0, ha[0].shape[0] - 3, cka_batch):
+            cka.update([h[start: start + cka_batch] for h in ha], [h[start: start + cka_batch] for h in hb])
+    return cka.value()
+
+

@@ -1,0 +1,309 @@
+"""Performance model of speculative decoding: pure arithmetic, units in the names.
+
+Conventions (``docs/EAGLE3_FORMAT.md``): the acceptance length ``tau`` counts the bonus
+token, as SGLang and vLLM report it: tokens emitted per verify cycle, 1.0 meaning no gain.
+One cycle = k sequential draft steps + one verify forward of the target + overhead, so
+
+    effective tok/s = tau / T_cycle,   break-even tau* = T_cycle x baseline tok/s.
+
+Per-position conditional acceptance p_i on a chain of k drafts gives
+E[tau] = 1 + sum_i prod_{j<=i} p_j (Leviathan et al. 2023: (1 - a^(k+1)) / (1 - a) for a
+constant a). All functions are vectorised over numpy arrays where that is natural.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from eaglelab.errors import ParameterError
+
+
+def _positive(name: str, value) -> None:
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ParameterError(name, f"must be a positive number, got {value!r}")
+
+
+def effective_tps(accept_len, cycle_s):
+    """Tokens per second with speculation: tau / T_cycle.
+
+    Args:
+        accept_len: tau, tokens emitted per cycle (bonus token included).
+        cycle_s: seconds per cycle (draft + verify + overhead).
+    """
+    _positive("accept_len", accept_len)
+    _positive("cycle_s", cycle_s)
+    return np.asarray(accept_len, dtype=float) / np.asarray(cycle_s, dtype=float)
+
+
+def break_even_accept_len(cycle_s, baseline_tps):
+    """The tau at which speculation only matches plain decoding: T_cycle x baseline tok/s."""
+    _positive("cycle_s", cycle_s)
+    _positive("baseline_tps", baseline_tps)
+    return np.asarray(cycle_s, dtype=float) * np.asarray(baseline_tps, dtype=float)
+
+
+def required_accept_len(target_tps, cycle_s):
+    """The tau a cycle of ``cycle_s`` seconds needs to reach ``target_tps``: target x T_cycle."""
+    _positive("target_tps", target_tps)
+    _positive("cycle_s", cycle_s)
+    return np.asarray(target_tps, dtype=float) * np.asarray(cycle_s, dtype=float)
+
+
+def accept_len_from_position_rates(rates: Sequence[float]) -> float:
+    """Expected tau of a chain from per-position *conditional* acceptance rates.
+
+    Args:
+        rates: p_1..p_k, p_i = P(draft i accepted | drafts 1..i-1 accepted).
+
+    Returns:
+        1 + sum_i prod_{j<=i} p_j (the 1 is the bonus token).
+    """
+    p = np.asarray(rates, dtype=float)
+    if p.ndim != 1 or np.any((p < 0) | (p > 1)):
+        raise ParameterError("rates", f"need a list of probabilities in [0, 1], got {rates!r}")
+    return float(1.0 + np.cumprod(p).sum())
+
+
+def accept_len_constant_rate(alpha, k: int):
+    """Closed form for a constant per-position rate alpha over k drafts: (1 - a^(k+1)) / (1 - a)."""
+    a = np.asarray(alpha, dtype=float)
+    if np.any((a < 0) | (a > 1)):
+        raise ParameterError("alpha", f"must lie in [0, 1], got {alpha!r}")
+    if k < 0:
+        raise ParameterError("k", f"draft length must be >= 0, got {k}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (1 - a ** (k + 1)) / (1 - a)
+    return np.where(np.isclose(a, 1.0), k + 1.0, out)
+
+
+def rate_for_accept_len(accept_len: float, k: int) -> float:
+    """The constant per-position rate alpha that gives ``accept_len`` with k drafts (bisection).
+
+    Raises:
+        ParameterError: ``accept_len`` is not reachable (must lie in [1, k + 1]).
+    """
+    if not 1.0 <= accept_len <= k + 1:
+        raise ParameterError("accept_len", f"{accept_len} is not reachable with k={k} drafts (max {k + 1})")
+    lo, hi = 0.0, 1.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if accept_len_constant_rate(mid, k) < accept_len:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def accept_len_tree(alpha: float, depth: int, top_k: int) -> float:
+    """Expected tau of a full top-k tree of given depth, under stated, optimistic assumptions.
+
+    Assumptions: at each depth the target's token is among the drafter's top-k with
+    probability ``1 - (1 - alpha)^top_k`` (the k candidates fail independently, each with
+    the chain's rate alpha) and acceptance events at different depths are independent. Real
+    candidates are correlated, so this is an upper bound on what a tree adds over a chain;
+    it costs ``sum_d top_k^d`` verified tokens.
+    """
+    if top_k < 1 or depth < 0:
+        raise ParameterError("tree", f"need top_k >= 1 and depth >= 0, got {top_k}, {depth}")
+    hit = 1 - (1 - alpha) ** top_k
+    return float(accept_len_constant_rate(hit, depth))
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """One speculative cycle decomposed, in seconds.
+
+    Attributes:
+        verify_s: the target's verify forward of k + 1 tokens.
+        draft_step_s: one drafter step.
+        k: draft steps per cycle.
+        overhead_s: sampling, bookkeeping, KV-cache moves, launches.
+    """
+
+    verify_s: float
+    draft_step_s: float
+    k: int
+    overhead_s: float = 0.0
+
+    @property
+    def cycle_s(self) -> float:
+        return self.verify_s + self.k * self.draft_step_s + self.overhead_s
+
+    def shares(self) -> dict[str, float]:
+        """Fractions of the cycle spent verifying, drafting and in overhead."""
+        t = self.cycle_s
+        return {"verify": self.verify_s / t, "draft": self.k * self.draft_step_s / t, "overhead": self.overhead_s / t}
+
+
+def distinct_experts_touched(num_tokens, experts_total: int, experts_per_token: int):
+    """Expected distinct experts a batch of t tokens routes to: N (1 - (1 - K/N)^t).
+
+    Assumes uniform, independent routing; real routers are skewed, so this is an upper bound.
+    """
+    t = np.asarray(num_tokens, dtype=float)
+    return experts_total * (1 - (1 - experts_per_token / experts_total) ** t)
+
+
+@dataclass(frozen=True)
+class MoEVerifyModel:
+    """Memory- and interconnect-bound cost of one forward of t tokens on a MoE target.
+
+    Per layer, each GPU streams the weights of the experts its tokens touch (its 1/num_gpus
+    share, expert or tensor parallel alike), plus the dense part (attention, shared experts);
+    then two all-reduces of the activations cross the interconnect. Compute is ignored: at
+    small batch the step is bound by bytes, not FLOPs.
+
+    Attributes:
+        num_layers: MoE layers.
+        experts_total: routed experts per layer (N).
+        experts_per_token: routed experts per token (K).
+        expert_bytes: bytes of one expert's weights.
+        dense_bytes_per_layer: attention + shared-expert bytes per layer.
+        hidden_size: activation width.
+        num_gpus: GPUs the model is split over.
+        mem_bw_bytes_s: HBM bandwidth per GPU.
+        link_bw_bytes_s: all-reduce bus bandwidth per GPU (PCIe ~ 25e9, NVLink ~ 400e9).
+        link_latency_s: fixed latency of one all-reduce.
+        act_bytes: bytes per activation element (2 for bf16).
+        allreduces_per_layer: all-reduces per layer (attention + MoE = 2).
+        per_layer_overhead_s: host-side launch cost per layer when the step runs without CUDA
+            graphs (tens of kernels x a few microseconds); 0 under CUDA graphs.
+    """
+
+    num_layers: int
+    experts_total: int
+    experts_per_token: int
+    expert_bytes: float
+    dense_bytes_per_layer: float
+    hidden_size: int
+    num_gpus: int
+    mem_bw_bytes_s: float
+    link_bw_bytes_s: float
+    link_latency_s: float = 15e-6
+    act_bytes: int = 2
+    allreduces_per_layer: int = 2
+    per_layer_overhead_s: float = 0.0
+
+    def weight_time_s(self, num_tokens):
+        experts = distinct_experts_touched(num_tokens, self.experts_total, self.experts_per_token)
+        per_layer = (experts * self.expert_bytes + self.dense_bytes_per_layer) / self.num_gpus
+        return self.num_layers * per_layer / self.mem_bw_bytes_s
+
+    def comm_time_s(self, num_tokens):
+        t = np.asarray(num_tokens, dtype=float)
+        # ring all-reduce moves 2 (g - 1) / g of the message per GPU
+        g = self.num_gpus
+        msg = t * self.hidden_size * self.act_bytes * 2 * (g - 1) / g
+        per = self.link_latency_s + msg / self.link_bw_bytes_s
+        return self.num_layers * self.allreduces_per_layer * per
+
+    def launch_time_s(self, num_tokens):
+        return np.zeros_like(np.asarray(num_tokens, dtype=float)) + self.num_layers * self.per_layer_overhead_s
+
+    def forward_s(self, num_tokens):
+        """Seconds for one forward over ``num_tokens`` tokens (decode: 1; verify: k + 1)."""
+        return self.weight_time_s(num_tokens) + self.comm_time_s(num_tokens) + self.launch_time_s(num_tokens)
+
+    def parts_ms(self, num_tokens) -> dict[str, np.ndarray]:
+        """The three components in milliseconds, for a stacked plot (keys as in :data:`VERIFY_LEVERS`)."""
+        return {"expert + dense weights (HBM)": 1e3 * self.weight_time_s(num_tokens),
+                "all-reduce (interconnect)": 1e3 * self.comm_time_s(num_tokens),
+                "kernel launches (no CUDA graph)": 1e3 * self.launch_time_s(num_tokens)}
+
+    def breakdown(self, num_tokens: int) -> list[dict]:
+        """The parts of one forward of ``num_tokens`` tokens, largest first.
+
+        Returns:
+            rows with ``part``, ``ms``, ``share`` (of the forward) and ``lever`` (what shrinks it).
+        """
+        parts = {name: float(ms) for name, ms in self.parts_ms(num_tokens).items()}
+        total = sum(parts.values())
+        rows = [{"part": name, "ms": ms, "share": ms / total if total else 0.0, "lever": VERIFY_LEVERS[name]}
+                for name, ms in parts.items()]
+        return sorted(rows, key=lambda r: -r["ms"])
+
+
+#: What shrinks each part of a MoE forward.
+VERIFY_LEVERS = {
+    "expert + dense weights (HBM)": "fewer weight bytes per step (lower-bit weights, more GPUs)",
+    "all-reduce (interconnect)": "a faster interconnect (NVLink) or fewer all-reduces per layer",
+    "kernel launches (no CUDA graph)": "CUDA graphs for the verify step",
+}
+
+
+def kimi_k2_on_pcie(num_gpus: int = 8, cuda_graphs: bool = False) -> MoEVerifyModel:
+    """Kimi-K2 / K2.5 (DeepSeek-V3 shape, 1T parameters) in int4-ish weights on PCIe GPUs.
+
+    61 layers (58 MoE), 384 routed experts, 8 per token, expert = 3 x 7168 x 2048 weights.
+    Weights at 4.5 bits (INT4 + scales, as Kimi-K2.5 ships); H100-PCIe class HBM at
+    2.0 TB/s; PCIe all-reduce bus bandwidth ~ 12 GB/s effective and ~ 60 us per call;
+    without CUDA graphs ~ 150 us of kernel launches per layer. Order-of-magnitude inputs,
+    stated so they can be changed.
+    """
+    bits = 4.5
+    expert_params = 3 * 7168 * 2048
+    dense_params = 4 * 7168 * 7168 * 0.45 + 3 * 7168 * 2048  # MLA attention (~0.45 of MHA) + shared expert
+    return MoEVerifyModel(
+        num_layers=58, experts_total=384, experts_per_token=8,
+        expert_bytes=expert_params * bits / 8, dense_bytes_per_layer=dense_params * bits / 8,
+        hidden_size=7168, num_gpus=num_gpus, mem_bw_bytes_s=2.0e12, link_bw_bytes_s=12e9,
+        link_latency_s=60e-6, per_layer_overhead_s=0.0 if cuda_graphs else 150e-6,
+    )
+
+
+def requirement_table(target_tps: Sequence[float], cycle_s: float, k: int | None = None) -> list[dict]:
+    """For each target tok/s: the tau it needs, and (given k) the constant per-step rate that gives it.
+
+    Returns:
+        rows with ``target_tps``, ``required_accept_len``, ``reachable`` and, when k is
+        given, ``required_rate`` (None where tau > k + 1).
+    """
+    rows = []
+    for tps in target_tps:
+        tau = float(required_accept_len(tps, cycle_s))
+        row = {"target_tps": float(tps), "required_accept_len": tau}
+        if k is not None:
+            row["reachable"] = tau <= k + 1
+            row["required_rate"] = rate_for_accept_len(max(tau, 1.0), k) if tau <= k + 1 else None
+        rows.append(row)
+    return rows
+
+
+def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
+             target_tps: Sequence[float] = ()) -> dict:
+    """The seed's whole hand calculation as one call (what ``eaglelab perf`` prints).
+
+    Args:
+        baseline_tps: plain decoding tok/s on the same hardware.
+        cycle_ms: measured speculative cycle (draft + verify + overhead), milliseconds.
+        accept_len: measured tau (bonus token included).
+        target_tps: throughputs to ask "what tau would that need?" for.
+    """
+    cycle_s = cycle_ms / 1000.0
+    eff = float(effective_tps(accept_len, cycle_s))
+    be = float(break_even_accept_len(cycle_s, baseline_tps))
+    return {
+        "baseline_tps": baseline_tps,
+        "cycle_ms": cycle_ms,
+        "accept_len": accept_len,
+        "effective_tps": eff,
+        "speedup": eff / baseline_tps,
+        "break_even_accept_len": be,
+        "max_cycle_ms_for_break_even": 1000.0 * accept_len / baseline_tps,
+        "required_accept_len": {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in target_tps},
+        "verdict": ("speculation pays" if eff > baseline_tps else "speculation loses")
+        + f": {eff:.1f} vs {baseline_tps:.1f} tok/s; break-even at accept length {be:.2f}",
+    }
+
+
+def _fmt(x: float):
+    return int(x) if float(x).is_integer() else x
+
+
+def tokens_per_s_grid(accept_lens: np.ndarray, cycle_ms: np.ndarray) -> np.ndarray:
+    """tok/s over a grid: rows are cycle times (ms), columns acceptance lengths. Shape [C, A]."""
+    return np.asarray(accept_lens)[None, :] / (np.asarray(cycle_ms)[:, None] / 1000.0)

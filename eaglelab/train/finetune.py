@@ -1,0 +1,99 @@
+"""Fine-tune a drafter for a new target: warm start from an old drafter, or from scratch.
+
+Joins the pieces the notebook and ``eaglelab finetune`` share: the new target's states (built by
+:func:`eaglelab.data.sets.finetune_set`), the initial drafter (warm: the old drafter with its own
+d2t / t2d; scratch: fresh weights with a vocabulary map from the data), and
+:func:`eaglelab.train.training.train_drafter`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.targets import Target
+from eaglelab.model.vocab import build_vocab_map, count_tokens
+from eaglelab.train.states import HiddenStates, capture_hidden_states
+from eaglelab.train.training import TrainConfig, TrainResult, train_drafter
+
+
+def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, draft_vocab_size: int | None = None,
+                    rebuild_vocab: bool = False, seed: int = 0) -> Eagle3Drafter:
+    """Warm start from ``init`` (keeping its d2t / t2d) or a fresh drafter with a data-built map.
+
+    Args:
+        model: the new target.
+        init: old drafter folder, or None for scratch.
+        train_ids: training tokens, [N, S] or a list of rows (for the scratch vocabulary map).
+        rebuild_vocab: warm start but rebuild d2t / t2d from the data (warns: lm_head rows then
+            mean other tokens).
+    """
+    vocab = model.config.vocab_size
+    if init is None:
+        drafter = Eagle3Drafter.from_target_config(model.config.to_dict(), draft_vocab_size=draft_vocab_size,
+                                                   seed=seed)
+        drafter.set_vocab_map(*build_vocab_map(count_tokens(train_ids, vocab), drafter.spec.draft_vocab_size))
+    else:
+        drafter = load_drafter(init)
+        if rebuild_vocab:
+            warnings.warn("rebuilding d2t / t2d of a warm-started drafter: its lm_head rows now stand for other "
+                          "tokens and must be re-learned", stacklevel=2)
+            drafter.set_vocab_map(*build_vocab_map(count_tokens(train_ids, vocab), drafter.spec.draft_vocab_size))
+    drafter.set_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype))
+    return drafter.to(next(model.parameters()).device)
+
+
+@dataclass
+class FinetuneData:
+    """Captured states of the new target: training and held-out, and the layers they come from."""
+
+    train: HiddenStates
+    held_out: HiddenStates
+    aux_layer_outputs: tuple[int, ...]
+
+    @classmethod
+    def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
+        """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
+        from eaglelab.errors import ConfigError
+
+        tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
+        if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:
+            raise ConfigError(str(train), f"training and held-out states must name the same aux layers "
+                                          f"(got {tr.aux_layers} and {ho.aux_layers})")
+        return cls(tr, ho, tr.aux_layers)
+
+    def subset(self, n: int) -> FinetuneData:
+        """The first ``n`` training sequences (same held-out set), for data-budget sweeps."""
+        return FinetuneData(self.train.batch(range(min(n, len(self.train)))), self.held_out, self.aux_layer_outputs)
+
+
+def capture_data(model, aux_spec, train_ids: torch.Tensor, eval_ids: torch.Tensor, progress: bool = True) -> FinetuneData:
+    """Run the new target once over training and held-out tokens (states cached in memory)."""
+    target = Target.for_drafter(model, aux_spec)
+    try:
+        return FinetuneData(capture_hidden_states(target, train_ids, progress=progress),
+                            capture_hidden_states(target, eval_ids, progress=progress), target.aux_layer_outputs)
+    finally:
+        target.close()
+
+
+def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfig, run_dir: str | Path | None = None,
+             resume: bool = False, overwrite: bool = False, rebuild_vocab: bool = False,
+             draft_vocab_size: int | None = None, progress: bool = True, stop_after: int | None = None) -> TrainResult:
+    """Train a drafter for ``model`` from ``init`` (warm) or from scratch (``init=None``)."""
+    from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
+    from eaglelab.errors import ConfigError
+
+    drafter = initial_drafter(model, init, data.train.input_ids, draft_vocab_size, rebuild_vocab, cfg.seed)
+    L = model.config.num_hidden_layers
+    wanted = aux_ids_as_layer_outputs(drafter.spec.aux_layer_ids, drafter.spec.aux_convention, L)
+    if tuple(wanted) != tuple(data.aux_layer_outputs):
+        raise ConfigError(str(init or "scratch drafter"), f"reads layer outputs {list(wanted)} but the data was "
+                                                          f"captured at {list(data.aux_layer_outputs)}")
+    return train_drafter(drafter, data.train, model.lm_head, cfg, run_dir=run_dir, eval_states=data.held_out,
+                         resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)

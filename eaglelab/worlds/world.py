@@ -1,0 +1,64 @@
+"""A built world's paths, and where worlds live. Knows nothing of how they are built (see ``worlds.build``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class World:
+    """Paths of a built world (tiny or demo).
+
+    Attributes:
+        root: the world's folder.
+        target_a, target_b: transformers folders (config, weights, tokenizer).
+        drafter_a, drafter_b_small: drafter folders (SpecForge layout).
+        prompts: JSON file with ``train`` and ``held_out`` prompt lists.
+        data_a, data_b: token-id sequences (safetensors, key ``input_ids`` [N, S]) from each domain
+            (tiny world).
+        replies_a, replies_b: folders with each target's own replies to the train / held-out
+            prompts (``train.safetensors``, ``held_out.safetensors``, see
+            :class:`eaglelab.train.responses.Responses`; demo world).
+    """
+
+    root: Path
+    target_a: Path
+    target_b: Path
+    drafter_a: Path
+    drafter_b_small: Path
+    prompts: Path
+    data_a: Path
+    data_b: Path
+    replies_a: Path
+    replies_b: Path
+
+    @classmethod
+    def at(cls, root: str | Path) -> World:
+        r = Path(root)
+        return cls(r, r / "target-a", r / "target-b", r / "drafter-a", r / "drafter-b-small",
+                   r / "prompts.json", r / "data" / "domain-a.safetensors", r / "data" / "domain-b.safetensors",
+                   r / "data" / "replies-a", r / "data" / "replies-b")
+
+    def has_replies(self) -> bool:
+        """Whether the world keeps its targets' own replies (the demo world does)."""
+        return (self.replies_a / "held_out.safetensors").is_file() and (self.replies_b / "train.safetensors").is_file()
+
+    def held_out_prompts(self) -> list[str]:
+        return json.loads(self.prompts.read_text())["held_out"]
+
+    def to_json(self) -> dict:
+        return {k: str(v) for k, v in asdict(self).items()}
+
+
+def default_world_dir(kind: str = "tiny") -> Path:
+    """``data/worlds/<kind>`` under the checkout (gitignored), or ``$EAGLELAB_WORLDS/<kind>``."""
+    import os
+
+    base = os.environ.get("EAGLELAB_WORLDS")
+    if base:
+        return Path(base) / kind
+    return Path(__file__).resolve().parents[2] / "data" / "worlds" / kind
+
+

@@ -1,0 +1,64 @@
+"""The workbook's decisions as functions: plug-in verdict, best drafter, data saved, the recommendation."""
+
+from __future__ import annotations
+
+import pytest
+
+from eaglelab.decisions import (
+    PLUGIN_KEEP,
+    TAU_TIE,
+    WARM_START_MIN_TAU,
+    best_drafter,
+    data_saved,
+    gain_kept,
+    plugin_verdict,
+    recommend,
+)
+
+
+def test_gain_kept_counts_the_gain_over_no_speculation():
+    assert gain_kept(3.0, 2.0) == pytest.approx(0.5)
+    assert gain_kept(1.0, 1.5) == 0.0  # no gain on the old target: nothing to keep
+
+
+@pytest.mark.parametrize("tau_a, tau_b, action", [
+    (2.0, 1.0 + PLUGIN_KEEP + 1e-6, "plug in"),        # just at the threshold kept
+    (2.0, 1.95, "plug in"),
+    (3.0, WARM_START_MIN_TAU + 0.2, "warm start"),      # most of the gain lost, still a useful start
+    (3.0, WARM_START_MIN_TAU - 0.01, "retrain"),
+])
+def test_plugin_verdict_branches(tau_a, tau_b, action):
+    d = plugin_verdict(tau_a, tau_b)
+    assert d.action == action and d.kept == pytest.approx(gain_kept(tau_a, tau_b))
+    assert f"{tau_b:.2f}" in d.reasons[0] and d.to_json()["level"] == action
+
+
+def test_best_drafter_is_the_highest_measured_tau_first_on_ties():
+    measured = {"warm": {"accept_len": 1.7}, "scratch": {"accept_len": 1.4}, "other": {"accept_len": 1.7}}
+    assert best_drafter(measured) == "warm"
+    assert best_drafter({"a": {"accept_len": 1.2, "speedup": 2.0}, "b": {"accept_len": 1.3, "speedup": 1.0}},
+                        key="speedup") == "a"
+    with pytest.raises(ValueError):
+        best_drafter({})
+
+
+def test_data_saved_finds_the_smallest_matching_budget():
+    s = data_saved([64, 16, 32], [1.8, 1.5, 1.7], [1.6, 1.2, 1.4])  # unsorted input
+    assert s.budgets == [16, 32, 64] and s.warm_budget == 32 and s.fraction == pytest.approx(0.5)
+    assert "32 sequences" in s.text and "64" in s.text and s.to_json()["scratch_budget"] == 64
+    never = data_saved([8, 24], [1.1, 1.2], [1.3, 1.5])
+    assert never.warm_budget is None and never.fraction is None and "did not reach" in never.text
+    with pytest.raises(ValueError):
+        data_saved([8], [1.1, 1.2], [1.3])
+
+
+def test_recommend_takes_the_cheapest_option_within_the_tie():
+    clear = recommend({"plug in": 1.5, "warm start": 1.8, "from scratch": 1.4})
+    assert clear.action == "warm start" and "1.80" in clear.text and "plug in 1.50" in clear.text
+    tie = recommend({"plug in": 1.8 - TAU_TIE / 2, "warm start": 1.8, "from scratch": 1.7})
+    assert tie.action == "plug in"
+    assert recommend({"plug in": 1.1, "warm start": 1.3, "from scratch": 1.6}).action == "from scratch"
+    assert recommend({"warm start": 1.3}).to_json() == {"action": "warm start", "taus": {"warm start": 1.3},
+                                                        "text": recommend({"warm start": 1.3}).text}
+    with pytest.raises(ValueError):
+        recommend({"fine-tune": 2.0})

@@ -1,0 +1,99 @@
+"""The repository's shape: sub-packages a newcomer can name, no import circles, nothing pointing outside it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "eaglelab"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> eaglelab modules it imports, at module level or inside functions alike."""
+    mods = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import: resolve against the package
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                for cand in [base] + [f"{base}.{a.name}" for a in node.names]:
+                    if cand in mods and cand != name:
+                        graph[name].add(cand)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in mods and a.name != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a path of module names, or None (depth-first search with colours)."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circles_in_the_package():
+    graph = import_graph()
+    assert len(graph) > 30 and "eaglelab.model.drafter" in graph
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_states_sit_below_the_drafter_and_the_loss_above_it():
+    graph = import_graph()
+    assert "eaglelab.model.drafter" not in graph["eaglelab.train.states"]
+    assert "eaglelab.model.drafter" in graph["eaglelab.train.ttt"]
+    assert not any(m.startswith("eaglelab.train") for m in graph["eaglelab.model.drafter"])
+
+
+def test_sub_packages_group_the_modules():
+    subs = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert subs == ["checkpoints", "cli", "data", "model", "probe", "serving", "train", "workbook", "worlds"]
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "progress"]
+
+
+def test_nothing_tracked_points_outside_the_repository():
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    if not files:  # not a git checkout (an sdist): walk the tree instead
+        files = [str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file() and ".venv" not in p.parts]
+    outside = ("shared" + "/", "../" + "../")  # spelled apart so this file does not match itself
+    offenders = []
+    for f in files:
+        path = REPO / f
+        if path.suffix not in {".py", ".md", ".ipynb", ".toml", ".yml", ".cfg", ".txt", ""} or not path.is_file():
+            continue
+        text = path.read_text(errors="ignore")
+        if any(s in text for s in outside):
+            offenders.append(f)
+    assert offenders == [], offenders
+
+
+def test_the_format_reference_and_fixtures_ship_with_the_repository():
+    doc = (REPO / "docs" / "EAGLE3_FORMAT.md").read_text()
+    assert "d2t" in doc and "eagle_aux_hidden_state_layer_ids" in doc
+    fixtures = REPO / "data" / "fixtures" / "specforge-configs"
+    assert len(list(fixtures.glob("*.json"))) >= 20 and "Apache" in (fixtures / "README.md").read_text()
