@@ -84,6 +84,9 @@ print("problems A:", insp_a.problems or "none", "| problems B:", insp_b.problems
 
 # %% [markdown]
 # ## 3 · Config differences, classified, and the verdict
+# Shapes and config decide whether the tensors fit; the vocabulary maps get a verdict of their own:
+# two drafters with identical shapes but different `d2t` / `t2d` have `lm_head` rows that name
+# different tokens (what a warm start with a regenerated map produces).
 
 # %%
 comparison = compare_checkpoints(DRAFTER_A, DRAFTER_B, target=TARGET)
@@ -92,6 +95,8 @@ display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdo
 print(f"verdict: {comparison.verdict.level}")
 for r in comparison.verdict.reasons:
     print("  -", r)
+vocab = comparison.vocab_maps  # a verdict of its own: equal shapes cannot show a regenerated map
+print(f"vocabulary maps: {vocab.level if vocab else 'not readable'}" + (f"\n  - {vocab.message}" if vocab else ""))
 for label, v in comparison.target_verdicts.items():
     print(f"{label.upper()} on the target: {v.level}")
     for r in v.reasons:
@@ -157,7 +162,8 @@ findings = f"""
   {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
   {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
-  **{comparison.target_verdicts['b'].level}**.
+  **{comparison.target_verdicts['b'].level}**. Vocabulary maps: **{vocab.level if vocab else 'not readable'}**{
+  (' — ' + vocab.message) if vocab else ''}.
 - **Kimi-K2 vs K2.5 drafter shapes:** verdict **{kimi.verdict.level}** — the config differences are
   {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The {kimi_spec.vocab_size}-row
   `embed_tokens` is the *target's vocabulary* copied from the target, present in one checkpoint only and
@@ -168,4 +174,5 @@ findings = f"""
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
 display(Markdown(findings))
-save_findings("02", {"verdict": report["verdict"], "kimi_verdict": kimi.to_json()["verdict"]}, bullets_from_markdown(findings), FIGURES_DIR)
+save_findings("02", {"verdict": report["verdict"], "vocab_maps": report["vocab_maps"], "kimi_verdict": kimi.to_json()["verdict"]},
+              bullets_from_markdown(findings), FIGURES_DIR)

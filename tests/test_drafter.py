@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
 from eaglelab.checkpoints.schema import expected_eagle3_tensors
+from eaglelab.cli import main
 from eaglelab.errors import CheckpointMismatchError, OverwriteError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
@@ -176,3 +181,24 @@ def test_serving_embedding_shares_the_targets_tensor_and_restores(drafter, tiny_
     with pytest.raises(CheckpointMismatchError):
         with drafter.serving_embedding(target_embed[:10]):
             pass
+
+
+def test_compare_flags_a_warm_start_whose_vocabulary_map_was_regenerated(drafter, tmp_path):
+    """The SpecForge #300 pitfall: same weights and shapes, a map rebuilt from other data."""
+    save_drafter(drafter, tmp_path / "old")
+    assert compare_checkpoints(str(tmp_path / "old"), str(tmp_path / "old")).vocab_maps.level == "same"
+    counts = torch.bincount(torch.randint(0, 256, (5000,), generator=torch.Generator().manual_seed(2)), minlength=256)
+    old_tokens = torch.arange(100) + drafter.d2t
+    drafter.set_vocab_map(*build_vocab_map(counts, 100))  # what a warm start with a regenerated map writes
+    save_drafter(drafter, tmp_path / "regenerated")
+    moved = int((torch.arange(100) + drafter.d2t != old_tokens).sum())
+    cmp_ = compare_checkpoints(str(tmp_path / "old"), str(tmp_path / "regenerated"))
+    assert cmp_.verdict.level == "interchangeable"  # shapes alone cannot tell
+    assert cmp_.vocab_maps.level == "moved" and cmp_.vocab_maps.moved == moved > 0
+    assert "lm_head rows no longer match their tokens" in cmp_.vocab_maps.message
+    js = cmp_.to_json()["vocab_maps"]
+    assert js["moved_fraction"] == pytest.approx(moved / 100) and json.dumps(js)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["compare", str(tmp_path / "old"), str(tmp_path / "regenerated")]) == 0
+    assert "vocabulary maps: MOVED" in out.getvalue()

@@ -154,6 +154,7 @@ class Comparison:
         tensor_diff: every tensor name in either, with its status.
         verdict: drafter vs drafter.
         target_verdicts: for ``--target``: label -> verdict of that drafter on the target.
+        vocab_maps: the two draft vocabularies slot by slot, a verdict of its own (None: unreadable).
     """
 
     a: Inspection
@@ -162,7 +163,7 @@ class Comparison:
     tensor_diff: list[TensorDiff]
     verdict: Verdict
     target_verdicts: dict[str, Verdict] = field(default_factory=dict)
-    draft_vocab_overlap: float | None = None
+    vocab_maps: VocabMapComparison | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,7 +175,7 @@ class Comparison:
             "tensor_diff": [asdict(d) for d in self.tensor_diff],
             "verdict": asdict(self.verdict),
             "target": {k: asdict(v) for k, v in self.target_verdicts.items()},
-            "draft_vocab_overlap": self.draft_vocab_overlap,
+            "vocab_maps": self.vocab_maps.to_json() if self.vocab_maps else None,
         }
 
 
@@ -200,15 +201,78 @@ def diff_tensors(a: Checkpoint, b: Checkpoint) -> list[TensorDiff]:
     return rows
 
 
-def draft_vocab_overlap(a: Inspection, b: Inspection) -> float | None:
-    """Fraction of A's draft tokens that are also in B's (from t2d), or None when unreadable."""
-    ta = {strip_prefix(n): t for n, t in a.checkpoint.tensors.items()}.get("t2d")
-    tb = {strip_prefix(n): t for n, t in b.checkpoint.tensors.items()}.get("t2d")
-    if ta is None or tb is None or not (a.checkpoint.local and b.checkpoint.local) or ta.shape != tb.shape \
+@dataclass(frozen=True)
+class VocabMapComparison:
+    """Two drafters' draft vocabularies, slot by slot, from their ``d2t`` / ``t2d`` tensors.
+
+    Draft slot ``i`` (row ``i`` of ``lm_head``) stands for target token ``i + d2t[i]``. Two drafters
+    with identical tensor shapes but different maps are the silent failure of a warm start whose
+    map was regenerated (SpecForge issue #300): every row kept its weights but now names another token.
+
+    Attributes:
+        slots: draft slots compared (Vd), or None when the draft vocabularies differ in size.
+        moved: slots whose target token differs between A and B (None when not comparable).
+        overlap: fraction of A's draft tokens that are also in B's draft vocabulary.
+        same_shapes: whether every tensor has the same shape in both checkpoints.
+    """
+
+    slots: int | None
+    moved: int | None
+    overlap: float
+    same_shapes: bool
+
+    @property
+    def identical(self) -> bool:
+        return self.moved == 0 and self.overlap == 1.0
+
+    @property
+    def moved_fraction(self) -> float | None:
+        return None if self.slots is None or self.moved is None else self.moved / max(self.slots, 1)
+
+    @property
+    def level(self) -> str:
+        """``same``, ``moved`` (same shapes, other maps: the warm-start pitfall) or ``different``."""
+        if self.identical:
+            return "same"
+        return "moved" if self.same_shapes and self.slots is not None else "different"
+
+    @property
+    def message(self) -> str:
+        if self.level == "same":
+            return f"same vocabulary maps: every one of the {self.slots} draft slots names the same token"
+        share = f"{100 * self.overlap:.1f}% of A's draft tokens are in B's"
+        if self.level == "moved":
+            return (f"same shapes, different vocabulary maps: lm_head rows no longer match their tokens "
+                    f"({100 * self.moved_fraction:.1f}% of the {self.slots} draft slots moved; {share}). "
+                    "A warm start must keep the old drafter's d2t / t2d")
+        return f"different draft vocabularies ({share}): each lm_head belongs with its own d2t / t2d"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "level": self.level, "moved_fraction": self.moved_fraction, "message": self.message}
+
+
+def compare_vocab_maps(a: Inspection, b: Inspection, same_shapes: bool) -> VocabMapComparison | None:
+    """Compare the two drafters' ``d2t`` / ``t2d`` (read from local files), or None when they cannot be read."""
+    def maps(insp: Inspection):
+        tensors = {strip_prefix(n): t for n, t in insp.checkpoint.tensors.items()}
+        return tensors.get("d2t"), tensors.get("t2d")
+
+    (da, ta), (db, tb) = maps(a), maps(b)
+    if None in (da, ta, db, tb) or not (a.checkpoint.local and b.checkpoint.local) or ta.shape != tb.shape \
             or ta.dtype != "BOOL" or tb.dtype != "BOOL":
         return None
-    ma, mb = read_small_tensor(ta), read_small_tensor(tb)
-    return float((ma & mb).sum() / max(int(ma.sum()), 1))
+    try:
+        ma, mb = read_small_tensor(ta), read_small_tensor(tb)
+        overlap = float((ma & mb).sum() / max(int(ma.sum()), 1))
+        if da.shape != db.shape or len(da.shape) != 1:
+            return VocabMapComparison(None, None, overlap, same_shapes)
+        import numpy as np
+
+        slots = np.arange(da.shape[0])
+        tokens_a, tokens_b = slots + read_small_tensor(da), slots + read_small_tensor(db)
+    except EaglelabError:
+        return None
+    return VocabMapComparison(int(da.shape[0]), int((tokens_a != tokens_b).sum()), overlap, same_shapes)
 
 
 def config_table(paths) -> list[dict[str, Any]]:
@@ -285,13 +349,8 @@ def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison
             verdict.reasons.append(f"{label} has {len(problems)} problem(s) against its own config: {problems[0]}")
             if any(p.startswith("missing tensor") or "shape" in p for p in problems):
                 verdict.level = "incompatible"
-    overlap = draft_vocab_overlap(ia, ib)
-    if overlap is not None and overlap < 1.0:
-        verdict.reasons.append(
-            f"draft vocabularies share {100 * overlap:.1f}% of their tokens: each lm_head belongs with its own "
-            "d2t / t2d; a warm start keeps the old pair (rebuilding the map re-assigns lm_head rows)")
-    comparison = Comparison(ia, ib, cdiff, tdiff, verdict)
-    comparison.draft_vocab_overlap = overlap
+    vocab = compare_vocab_maps(ia, ib, same_shapes=all(d.status in ("same", "dtype") for d in tdiff))
+    comparison = Comparison(ia, ib, cdiff, tdiff, verdict, vocab_maps=vocab)
     if target is not None:
         tcfg = load_target_config(target)
         comparison.target_verdicts = {

@@ -64,6 +64,8 @@ def cmd_compare(args) -> int:
     print(f"\nverdict: {cmp_.verdict.level.upper()}")
     for r in cmp_.verdict.reasons:
         print(f"  - {r}")
+    if cmp_.vocab_maps is not None:
+        print(f"\nvocabulary maps: {cmp_.vocab_maps.level.upper()}\n  - {cmp_.vocab_maps.message}")
     for label, v in cmp_.target_verdicts.items():
         print(f"\n{label.upper()} on target {args.target}: {v.level}")
         for r in v.reasons:
