@@ -23,7 +23,8 @@
 #
 # **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-budget sweep,
 # the projected throughput in your serving scenario, the chosen drafter exported for SGLang and
-# vLLM, figures `04_*`, and the game plan (`GAME_PLAN.md` beside the figures).
+# vLLM, warm-start recipes for SpecForge and speculators (`RUNS_DIR/recipes`), figures `04_*`, and
+# the game plan (`GAME_PLAN.md` beside the figures).
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -49,6 +50,9 @@ DEVICE = None  # None: cuda when available
 DTYPE = "float32"
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
+# the hand-over: warm-start recipes for the training engines at scale
+RECIPE_DATA = "prompts.jsonl"  # your prompts / conversations on the cluster, regenerated with the new target
+RECIPE_GPUS = 8
 
 # %%
 from pathlib import Path
@@ -64,6 +68,7 @@ from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.model.targets import Target, load_target
 from eaglelab.serving import perf
 from eaglelab.train.finetune import finetune
+from eaglelab.train.recipes import ENGINES, RecipeSettings, build_recipe
 from eaglelab.train.training import TrainConfig
 from eaglelab.workbook import plots
 from eaglelab.workbook.report import save_findings, write_game_plan
@@ -144,6 +149,20 @@ vllm_dir = export_speculators(sglang_dir, Path(RUNS_DIR) / "export" / "vllm", mo
 print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 
 # %% [markdown]
+# ## 6 · Hand-over: the warm start at scale, in SpecForge and speculators
+# A runnable, commented script per engine (`eaglelab recipe`): regenerate the responses with the
+# new target, capture its hidden states at the old drafter's layers, train from the old drafter
+# with its own vocabulary map (never a regenerated one), export, check with `eaglelab compare`
+# that the map survived, and serve. Epochs and TTT length come from the warm run above.
+
+# %%
+recipes = {engine: build_recipe(RecipeSettings(engine, str(OLD_DRAFTER), str(TARGET), data=RECIPE_DATA, gpus=RECIPE_GPUS),
+                                from_run=Path(RUNS_DIR) / "warm") for engine in ENGINES}
+recipe_dirs = {engine: r.write(Path(RUNS_DIR) / "recipes" / engine, overwrite=True) for engine, r in recipes.items()}
+display(pd.DataFrame({engine: r.provenance for engine, r in recipes.items()}))
+print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)" for engine, d in recipe_dirs.items()))
+
+# %% [markdown]
 # ## Findings
 
 # %%
@@ -163,8 +182,13 @@ bullets = [
     f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): "
     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + ".",
     f"- **Exported** `{best}` (highest measured τ) for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
+    f"- **Hand-over** (the chosen path is **{decision.action}**): warm-start recipes that keep the old drafter's "
+    f"{recipes['specforge'].vocab_map['draft_slots']}-slot vocabulary map, "
+    + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())
+    + (" (for reference: nothing to train on this evidence)." if decision.action == "plug in" else "."),
 ]
 display(Markdown("\n".join(bullets) + f"\n\n**Recommendation.** {decision.text}"))
 save_findings("04", {"measured": measured, "sweep": saving.to_json(), "data": data_source.description,
-                     "chosen": best, "recommendation": decision.to_json()}, bullets, FIGURES_DIR)
+                     "chosen": best, "recommendation": decision.to_json(),
+                     "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}}, bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

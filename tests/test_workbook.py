@@ -58,6 +58,7 @@ def test_notebook_runs_in_smoke_mode(nb, smoke_run):
         plan = (figures / "GAME_PLAN.md").read_text()
         assert "## 04" in plan and "![04_" in plan
         assert findings["numbers"]["recommendation"]["text"] in plan  # the decision, rendered, not retyped
+        assert "## Hand-over" in plan and all(Path(p).is_file() for p in findings["numbers"]["recipes"].values())
     if nb.name[:2] in ("02", "04"):  # smoke runs keep their scratch files beside the figures, not in data/
         assert any((out / f"scratch-{nb.name[:2]}").iterdir())
 

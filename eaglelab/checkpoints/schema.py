@@ -148,7 +148,8 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
     head_dim = body.get("head_dim") or hidden // heads
     return DrafterSpec(
         hidden_size=hidden,
-        target_hidden_size=_int(body, "target_hidden_size", where, body.get("target_hidden_size") or hidden),
+        # absent or null (speculators' default): the target is as wide as the drafter
+        target_hidden_size=hidden if body.get("target_hidden_size") is None else _int(body, "target_hidden_size", where),
         intermediate_size=_int(body, "intermediate_size", where),
         num_attention_heads=heads,
         num_key_value_heads=_int(body, "num_key_value_heads", where, body.get("num_key_value_heads") or heads),

@@ -1,4 +1,4 @@
-"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``report``).
+"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``report``, ``recipe``).
 
 None of them imports torch or transformers: they start in a fraction of a second.
 """
@@ -118,6 +118,26 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_recipe(args) -> int:
+    from eaglelab.train.recipes import RecipeSettings, build_recipe
+
+    settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data,
+                              workdir=args.workdir, gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
+                              ttt_length=args.ttt_length, speculative_tokens=args.k, max_length=args.max_length,
+                              chat_template=args.chat_template)
+    recipe = build_recipe(settings, from_run=args.from_run)
+    out = recipe.write(args.out, overwrite=args.force)
+    if args.json:
+        print_json(recipe.to_json())
+        return 0
+    print(f"wrote {out}/run.sh ({len(recipe.steps)} steps, {recipe.settings.engine}) "
+          + " ".join(f"{out}/{name}" for name in recipe.files))
+    for key, value in recipe.provenance.items():
+        print(f"  {key}: {value}")
+    print(f"  vocabulary map kept: {recipe.vocab_map['draft_slots']} draft slots of {recipe.vocab_map['target_vocab']}")
+    return 0
+
+
 def add_parsers(sub) -> None:
     """Register the metadata subcommands on the ``eaglelab`` subparsers."""
     r = sub.add_parser("run", help="execute the numbered notebooks (papermill)",
@@ -161,3 +181,26 @@ def add_parsers(sub) -> None:
     r.add_argument("--figures", default="figures", help="folder with the exported figures and findings")
     r.add_argument("--out", help="output file (default FIGURES/GAME_PLAN.md)")
     r.set_defaults(func=cmd_report)
+
+    rc = sub.add_parser("recipe", help="a warm-start script for SpecForge or speculators that keeps the vocabulary map",
+                        description="Write a runnable, commented script (and its config files) that warm-starts the "
+                                    "old drafter for the new target at scale: regenerate responses, capture hidden "
+                                    "states, train with the old drafter's own d2t / t2d, export, check, serve. Reads "
+                                    "configs and headers only.")
+    rc.add_argument("--engine", required=True, choices=["specforge", "speculators"])
+    rc.add_argument("--init", required=True, help="the old drafter (folder or hub id)")
+    rc.add_argument("--target", required=True, help="the new target (folder, config.json or hub id)")
+    rc.add_argument("--out", required=True, help="folder for run.sh, its config files and recipe.json")
+    rc.add_argument("--data", default="prompts.jsonl", help="prompts / conversations to regenerate (path on the cluster)")
+    rc.add_argument("--workdir", default="warm-start", help="work folder on the cluster")
+    rc.add_argument("--gpus", type=int, default=8, help="GPUs of the node")
+    rc.add_argument("--from-run", help="a workbook fine-tune folder (notebook 04's warm run): epochs and TTT length")
+    rc.add_argument("--lr", type=float, help="learning rate (default: the engine's)")
+    rc.add_argument("--epochs", type=int, help="epochs over the regenerated data (default: --from-run, else the engine's)")
+    rc.add_argument("--ttt-length", type=int, help="training-time-test unroll (default: --from-run, else the engine's)")
+    rc.add_argument("--k", type=int, default=3, help="draft tokens per cycle when serving")
+    rc.add_argument("--max-length", type=int, default=4096, help="tokens per training sequence")
+    rc.add_argument("--chat-template", default="llama3", help="SpecForge's chat-template name for the target")
+    rc.add_argument("--force", action="store_true", help="replace a recipe in --out")
+    rc.add_argument("--json", action="store_true", help="print the recipe's steps as JSON")
+    rc.set_defaults(func=cmd_recipe)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.atomic import atomic_path, write_text_atomic
+from eaglelab.atomic import atomic_path, write_json_atomic, write_text_atomic
 from eaglelab.errors import OverwriteError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
@@ -223,6 +223,9 @@ def train_drafter(
         if resume and dist.main:
             _truncate_metrics(metrics_path, start_step)  # lines logged after the checkpoint are redone
         run.mkdir(parents=True, exist_ok=True)
+        if dist.main:  # what the run is, readable without torch (eaglelab recipe --from-run reads it)
+            write_json_atomic(run / "run.json", {"config": asdict(cfg), "train_sequences": len(train),
+                                                 "aux_layers": list(train.aux_layers or [])})
     objective = TTTObjective(drafter)
     if dist.world > 1:
         objective = torch.nn.parallel.DistributedDataParallel(objective)

@@ -1,0 +1,491 @@
+"""Warm-start recipes for the training engines a team runs at scale: SpecForge and speculators.
+
+The workbook decides on a small scale; the warm start itself runs on the cluster, in SpecForge
+(SGLang for the target) or speculators (vLLM for the target). A recipe is a runnable, commented
+shell script and the config files it needs: regenerate the responses with the new target, capture
+its hidden states, train from the old drafter **with the old drafter's own vocabulary map** (never
+a regenerated one: that re-assigns every ``lm_head`` row to another token, the collapse of SpecForge
+issue #300), export, check with ``eaglelab compare`` that the maps survived, and serve.
+
+Argument names follow the pinned engines' own parsers and config schemas (SpecForge 0.2.0,
+speculators 0.9.0; the tests parse every engine command with them). Two SpecForge steps use
+scripts of its repository that its wheel does not ship; they are marked so in the script.
+
+Building a recipe reads configs and safetensors headers only: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
+from eaglelab.errors import ConfigError, OverwriteError, ParameterError
+
+ENGINES = ("specforge", "speculators")
+#: The engine versions whose parsers and schemas the recipes are written against.
+ENGINE_VERSIONS = {"specforge": "0.2.0", "speculators": "0.9.0"}
+#: Each engine's own defaults, used when neither the user nor the workbook gives a value.
+ENGINE_DEFAULTS = {
+    "specforge": {"learning_rate": 1e-4, "ttt_length": 7, "epochs": 1},
+    "speculators": {"learning_rate": 1e-3, "ttt_length": 3, "epochs": 20},
+}
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    """What a warm-start recipe needs.
+
+    Attributes:
+        engine: ``specforge`` or ``speculators``.
+        init: the old drafter (local folder or hub id).
+        target: the new target (local folder or hub id).
+        data: prompts / conversations to regenerate with the new target (JSONL on the cluster).
+        workdir: the folder on the cluster for every intermediate file (created by the script).
+        gpus: GPUs of the training node.
+        learning_rate, epochs, ttt_length: None: from the workbook run or the engine's default.
+        speculative_tokens: draft tokens per cycle when serving (k).
+        max_length: tokens per training sequence.
+        chat_template: SpecForge's template name for the target (its ``data.chat_template``).
+    """
+
+    engine: str
+    init: str
+    target: str
+    data: str = "prompts.jsonl"
+    workdir: str = "warm-start"
+    gpus: int = 8
+    learning_rate: float | None = None
+    epochs: int | None = None
+    ttt_length: int | None = None
+    speculative_tokens: int = 3
+    max_length: int = 4096
+    chat_template: str = "llama3"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a recipe.
+
+    Attributes:
+        title: what it does, one line.
+        argv: the command (``argv[0]`` the program).
+        notes: comment lines printed above it (why, what to watch).
+        engine_command: ``(engine, subcommand)`` whose own parser checks ``argv``, or None.
+        background: start it in the background (a server the next steps talk to).
+    """
+
+    title: str
+    argv: list[str]
+    notes: list[str] = field(default_factory=list)
+    engine_command: tuple[str, str] | None = None
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A warm-start recipe: steps, the files they read, and where each setting came from."""
+
+    settings: RecipeSettings
+    steps: list[Step]
+    files: dict[str, str]
+    provenance: dict[str, str]
+    vocab_map: dict[str, Any]
+
+    def script(self) -> str:
+        """The runnable, commented bash script."""
+        s = self.settings
+        head = [
+            "#!/usr/bin/env bash",
+            f"# Warm start of an EAGLE-3 drafter with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe`.",
+            f"#   old drafter: {s.init}",
+            f"#   new target:  {s.target}",
+            f"#   data:        {s.data} (prompts / conversations, regenerated with the new target)",
+            f"#   work folder: {s.workdir}",
+            "# Settings and where they come from:",
+            *[f"#   {k}: {v}" for k, v in self.provenance.items()],
+            "# The old drafter's vocabulary map is kept (d2t / t2d: "
+            f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
+            "# a regenerated map would give every lm_head row another token to predict.",
+            "set -euo pipefail",
+            'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
+            f"mkdir -p {shlex.quote(s.workdir)}",
+            "",
+        ]
+        body = []
+        for n, step in enumerate(self.steps, 1):
+            body.append(f"# --- {n}. {step.title}")
+            body += [f"# {line}" for line in step.notes]
+            cmd = " \\\n    ".join(_quote_args(step.argv))
+            body.append(f"{cmd} &\nSERVER_PID=$!\n{_wait_for_server(step)}" if step.background else cmd)
+            body.append("")
+        return "\n".join(head + body)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settings": asdict(self.settings), "steps": [asdict(st) for st in self.steps],
+                "files": sorted(self.files), "provenance": self.provenance, "vocab_map": self.vocab_map}
+
+    def write(self, out_dir: str | Path, overwrite: bool = False) -> Path:
+        """Write ``run.sh``, the config files and ``recipe.json`` into ``out_dir``, atomically.
+
+        Raises:
+            OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False.
+        """
+        from eaglelab.atomic import write_json_atomic, write_text_atomic
+
+        out = Path(out_dir)
+        if (out / "run.sh").exists() and not overwrite:
+            raise OverwriteError(out, "already holds a recipe (run.sh); pass --force to replace it")
+        out.mkdir(parents=True, exist_ok=True)
+        script = write_text_atomic(out / "run.sh", self.script())
+        script.chmod(0o755)
+        for name, text in self.files.items():
+            write_text_atomic(out / name, text)
+        write_json_atomic(out / "recipe.json", self.to_json())
+        return out
+
+
+#: The folder of the recipe's own files (run.sh, configs, helper scripts), as the script sees it.
+HERE = "$HERE"
+
+SAVE_VOCAB_MAP = """\
+\"\"\"Save a drafter's d2t / t2d as the torch file SpecForge's model.vocab_mapping_path reads.
+
+usage: python save_vocab_map.py DRAFTER_DIR OUT.pt
+\"\"\"
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+weights = load_file(sys.argv[1] + "/model.safetensors")
+torch.save({"d2t": weights["d2t"], "t2d": weights["t2d"]}, sys.argv[2])
+print(f"saved {weights['d2t'].numel()} draft slots over {weights['t2d'].numel()} target tokens to {sys.argv[2]}")
+"""
+
+SET_VERIFIER = """\
+\"\"\"Copy a speculators drafter and name another target as its verifier.
+
+speculators 0.9.0's --from-pretrained reads the teacher (lm_head, norm) and the layer ids from the
+verifier named in the checkpoint's config.json, not from --verifier-name-or-path.
+
+usage: python set_verifier.py DRAFTER_DIR OUT_DIR NEW_TARGET
+\"\"\"
+import json
+import shutil
+import sys
+
+shutil.copytree(sys.argv[1], sys.argv[2])
+path = sys.argv[2] + "/config.json"
+with open(path) as fh:
+    config = json.load(fh)
+config["speculators_config"]["verifier"]["name_or_path"] = sys.argv[3]
+with open(path, "w") as fh:
+    json.dump(config, fh, indent=2)
+"""
+
+
+def _quote(arg: str) -> str:
+    """Quote one argument for bash; ``$NAME`` and ``$HERE/...`` keep their variable."""
+    if arg.startswith("$") and arg[1:].isidentifier():
+        return arg
+    if arg.startswith(HERE + "/"):
+        return f'"{HERE}"/' + shlex.quote(arg[len(HERE) + 1:])
+    return shlex.quote(arg)
+
+
+def _quote_args(argv: list[str]) -> list[str]:
+    """Quote each argument for bash, pairing ``--flag value`` on one line for reading."""
+    lines, i = [], 0
+    while i < len(argv):
+        arg = _quote(argv[i])
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--") and i > 0:
+            lines.append(f"{arg} {_quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(arg)
+            i += 1
+    # the program and its subcommands stay on the first line
+    first = [lines.pop(0)]
+    while lines and not lines[0].startswith("--"):
+        first.append(lines.pop(0))
+    return [" ".join(first)] + lines
+
+
+def _wait_for_server(step: Step) -> str:
+    port = next((a.split("=")[1] for a in step.argv if a.startswith("--port=")), None) or \
+        step.argv[step.argv.index("--port") + 1]
+    return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"
+            f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 10; done  # wait until it serves")
+
+
+# --------------------------------------------------------------------------- checks
+
+def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
+    """Refuse a warm start that cannot keep the old drafter's vocabulary map; describe the map it keeps.
+
+    Raises:
+        ParameterError: unknown engine or impossible settings.
+        ConfigError: the old drafter has no d2t / t2d to keep, or cannot load on the new target
+            (its map would have to be replaced).
+    """
+    from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config
+    from eaglelab.checkpoints.schema import drafter_vs_target, strip_prefix
+
+    if settings.engine not in ENGINES:
+        raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(ENGINES)}")
+    for name in ("gpus", "speculative_tokens", "max_length", "epochs", "ttt_length"):
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {value}")
+    if settings.learning_rate is not None and not 0 < settings.learning_rate < 1:
+        raise ParameterError("--lr", f"must be in (0, 1), got {settings.learning_rate}")
+    insp = inspect_checkpoint(settings.init)
+    if insp.spec is None:
+        raise ConfigError(settings.init, "is not an EAGLE-3 drafter (no drafter config): nothing to warm-start from")
+    names = {strip_prefix(n) for n in insp.checkpoint.tensors}
+    if not {"d2t", "t2d"} <= names:
+        raise ConfigError(settings.init, "has no d2t / t2d tensors: the engine would build a new vocabulary map and "
+                                         "every lm_head row would stand for another token; refusing the warm start")
+    if insp.problems:
+        raise ConfigError(settings.init, f"does not match its own config: {insp.problems[0]}")
+    verdict = drafter_vs_target(insp.spec, insp.config, load_target_config(settings.target))
+    if verdict.level == "incompatible":
+        raise ConfigError(settings.init, f"cannot warm-start on {settings.target}: {verdict.reasons[0]} (its vocabulary "
+                                         "map and fc would have to be replaced: train from scratch instead)")
+    return {"draft_slots": insp.spec.draft_vocab_size, "target_vocab": insp.spec.vocab_size,
+            "aux_layer_ids": list(insp.spec.aux_layer_ids or []), "convention": insp.spec.aux_convention,
+            "speculators_format": insp.config.get("speculators_model_type") is not None,
+            "target_layers": _target_layers(settings.target)}
+
+
+def _target_layers(target: str) -> int:
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.schema import target_layer_count
+
+    layers = target_layer_count(load_target_config(target))
+    if layers is None:
+        raise ConfigError(target, "config has no num_hidden_layers")
+    return layers
+
+
+def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
+    """Epochs and TTT length of a workbook fine-tune (``run.json`` of :func:`eaglelab.train.training.train_drafter`).
+
+    The workbook's learning rate is not carried over: it was tuned for a drafter of a small
+    target and does not transfer to one of a large target; epochs over the new target's data and
+    the unroll length do.
+
+    Returns:
+        ``{"epochs", "ttt_length", "source"}``.
+    """
+    import math
+
+    from eaglelab.checkpoints.sources import read_json
+
+    path = Path(run_dir) / "run.json"
+    run = read_json(path)
+    try:
+        cfg, n = run["config"], int(run["train_sequences"])
+        epochs = max(1, math.ceil(int(cfg["steps"]) * int(cfg["batch_size"]) / max(n, 1)))
+        ttt = int(cfg["ttt_steps"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(path, f"is not a workbook run record ({exc})") from None
+    return {"epochs": epochs, "ttt_length": ttt, "source": f"workbook run {run_dir} ({cfg['steps']} steps x "
+                                                          f"{cfg['batch_size']} over {n} sequences)"}
+
+
+# --------------------------------------------------------------------------- recipes
+
+def build_recipe(settings: RecipeSettings, from_run: str | Path | None = None) -> Recipe:
+    """The warm-start recipe for ``settings.engine``, after :func:`check_warm_start`.
+
+    Args:
+        settings: engine, checkpoints, data and sizes.
+        from_run: a workbook fine-tune folder (notebook 04's warm run) whose epochs and TTT
+            length the recipe takes where ``settings`` leaves them unset.
+    """
+    vocab = check_warm_start(settings)
+    defaults = ENGINE_DEFAULTS[settings.engine]
+    run = settings_from_run(from_run) if from_run is not None else {}
+    provenance = {}
+    values = {}
+    for key, given in (("learning_rate", settings.learning_rate), ("epochs", settings.epochs),
+                       ("ttt_length", settings.ttt_length)):
+        if given is not None:
+            values[key], provenance[key] = given, f"{given} (given)"
+        elif key in run:
+            values[key], provenance[key] = run[key], f"{run[key]} (from the {run['source']})"
+        else:
+            values[key] = defaults[key]
+            provenance[key] = f"{defaults[key]} ({settings.engine} {ENGINE_VERSIONS[settings.engine]}'s default)"
+    build = _specforge if settings.engine == "specforge" else _speculators
+    steps, files = build(settings, vocab, values)
+    return Recipe(settings, steps, files, provenance, vocab)
+
+
+def _local_drafter(s: RecipeSettings, steps: list[Step]) -> str:
+    """The old drafter as a local folder on the cluster (downloaded first when it is a hub id)."""
+    if Path(s.init).exists():
+        return s.init
+    local = f"{s.workdir}/old-drafter"
+    steps.append(Step("download the old drafter", ["hf", "download", s.init, "--local-dir", local]))
+    return local
+
+
+def _check_step(old: str, new: str, target: str) -> Step:
+    return Step("check that the vocabulary map survived (it must read SAME)",
+                ["eaglelab", "compare", old, new, "--target", target],
+                ["`vocabulary maps: MOVED` here means the run regenerated d2t / t2d: do not serve that drafter."])
+
+
+def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dict[str, str]]:
+    steps: list[Step] = []
+    old = _local_drafter(s, steps)
+    w = s.workdir
+    vocab_file = f"{w}/old_vocab_map.pt"
+    steps.append(Step(
+        "save the old drafter's vocabulary map where SpecForge reads it (model.vocab_mapping_path)",
+        ["python", f"{HERE}/save_vocab_map.py", old, vocab_file],
+        ["SpecForge loads it with torch.load(...)['d2t' / 't2d'] after the warm-start weights; without it, an",
+         "offline run builds a new map from the data and overwrites the old drafter's (SpecForge issue #300)."]))
+    steps.append(Step(
+        "serve the new target with SGLang, for the regeneration",
+        ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus), "--port", "30000"],
+        background=True))
+    steps.append(Step(
+        "regenerate the responses with the new target (SpecForge repository script, not in its wheel)",
+        ["python", "scripts/regenerate_train_data.py", "--model", s.target, "--server-address", "localhost:30000",
+         "--input-file-path", s.data, "--output-file-path", f"{w}/regenerated.jsonl"],
+        ["Run from a SpecForge checkout (scripts/ of commit abd0346d, the wheel's source); the drafter then learns",
+         "what the new target writes. Its flags are checked against that script, not a parser in the wheel."]))
+    steps.append(Step("stop the SGLang server", ["kill", "$SERVER_PID"]))
+    steps.append(Step(
+        "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
+        ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
+         s.target, "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
+         f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", "--chat-template", s.chat_template,
+         "--max-length", str(s.max_length)],
+        ["It also writes hidden_states/vocab_mapping/vocab_mapping.pt, built from the new data: do NOT use that",
+         "file; the training config points at the old drafter's map."]))
+    config = {
+        "run_id": "warm",
+        "output_dir": f"{w}/runs",
+        "model": {"target_model_path": s.target, "draft_checkpoint_path": old, "vocab_mapping_path": vocab_file},
+        "data": {"hidden_states_path": f"{w}/hidden_states", "max_length": s.max_length,
+                 "chat_template": s.chat_template},
+        "training": {"strategy": "eagle3", "num_epochs": int(v["epochs"]), "learning_rate": float(v["learning_rate"]),
+                     "ttt_length": int(v["ttt_length"]), "save_interval": 1000},
+        "deployment": {"mode": "local_colocated", "trainer": {"nnodes": 1, "nproc_per_node": s.gpus}},
+    }
+    steps.append(Step(
+        "train from the old drafter, keeping its vocabulary map",
+        ["specforge", "train", "--config", f"{HERE}/warm.yaml"],
+        ["warm.yaml (beside this script): draft_checkpoint_path loads the old weights only (no optimizer state),",
+         "vocab_mapping_path keeps the old map; the embedding is the new target's."],
+        engine_command=("specforge", "train")))
+    export = f"{w}/export-sglang"
+    steps.append(Step(
+        "export for SGLang",
+        ["specforge", "export", "--to", "sglang", "--checkpoint", f"{w}/runs/warm-latest", "--draft-config",
+         f"{old}/config.json", "--output-dir", export, "--vocab-mapping", vocab_file],
+        engine_command=("specforge", "export")))
+    steps.append(_check_step(old, export, s.target))
+    k = s.speculative_tokens
+    steps.append(Step(
+        "serve the new target with the warm-started drafter",
+        ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus),
+         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", export,
+         "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+         str(k + 1)],
+        ["SGLang logs `accept len` per decode batch: `eaglelab perf --log server.log` turns it into tok/s."]))
+    return steps, {"warm.yaml": _yaml(config), "save_vocab_map.py": SAVE_VOCAB_MAP}
+
+
+def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dict[str, str]]:
+    steps: list[Step] = []
+    old = _local_drafter(s, steps)
+    w = s.workdir
+    start = f"{w}/old-drafter-for-new-target"
+    layers = vocab["target_layers"]
+    outs = aux_ids_as_layer_outputs(tuple(vocab["aux_layer_ids"]) or None, vocab["convention"], layers)
+    inputs = [i + 1 for i in outs]  # vLLM / speculators count layer inputs: output of layer i = input of i + 1
+    if vocab["speculators_format"]:
+        steps.append(Step(
+            "copy the old drafter and name the new target as its verifier",
+            ["python", f"{HERE}/set_verifier.py", old, start, s.target],
+            ["speculators 0.9.0's --from-pretrained takes the teacher (lm_head, norm) and the layer ids from the",
+             "verifier named in the checkpoint's config, not from --verifier-name-or-path."]))
+    else:
+        steps.append(Step(
+            "convert the old drafter to the speculators format, with the new target as verifier",
+            ["speculators", "convert", old, "--algorithm", "eagle3", "--verifier", s.target, "--output-path", start,
+             "--algorithm-kwargs", json.dumps({"eagle_aux_hidden_state_layer_ids": inputs})],
+            [f"The SpecForge ids (layer outputs {list(outs)}) become vLLM's layer inputs {inputs};",
+             "d2t / t2d are copied from the weights."],
+            engine_command=("speculators", "convert")))
+    steps.append(Step("serve the new target with vLLM, for the regeneration",
+                      ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--port", "8000"],
+                      background=True))
+    steps.append(Step(
+        "regenerate the responses with the new target",
+        ["speculators", "regenerate-responses", "--endpoint", "http://127.0.0.1:8000/v1/chat/completions",
+         "--model", s.target, "--dataset", s.data, "--outfile", f"{w}/regenerated.jsonl"],
+        engine_command=("speculators", "regenerate-responses")))
+    steps.append(Step("stop the vLLM server", ["kill", "$SERVER_PID"]))
+    steps.append(Step(
+        "tokenize the regenerated conversations",
+        ["speculators", "prepare-data", "--model", s.target, "--data", f"{w}/regenerated.jsonl", "--output",
+         f"{w}/data", "--seq-length", str(s.max_length)],
+        ["Token frequencies are skipped (the default): a warm start keeps the old map."],
+        engine_command=("speculators", "prepare-data")))
+    extract = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+               "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": inputs + [layers]}}}
+    connector = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                 "kv_connector_extra_config": {"shared_storage_path": f"{w}/vllm-hidden-states"}}
+    steps.append(Step(
+        "serve the new target with vLLM, extracting hidden states at the old drafter's layers",
+        ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--port", "8000",
+         "--speculative-config", json.dumps(extract), "--kv-transfer-config", json.dumps(connector)],
+        ["The layers are the old drafter's: on a warm start speculators takes them from the checkpoint and",
+         "ignores --target-layer-ids."], background=True))
+    steps.append(Step(
+        "capture the hidden states of the new target",
+        ["speculators", "generate-offline-data", "--model", s.target, "--endpoint", "http://127.0.0.1:8000/v1",
+         "--preprocessed-data", f"{w}/data", "--output", f"{w}/data/hidden_states"],
+        engine_command=("speculators", "generate-offline-data")))
+    steps.append(Step("stop the vLLM server", ["kill", "$SERVER_PID"]))
+    save = f"{w}/checkpoints"
+    steps.append(Step(
+        "train from the old drafter, keeping its vocabulary map",
+        ["torchrun", f"--nproc_per_node={s.gpus}", "-m", "speculators.train", "--verifier-name-or-path", s.target,
+         "--from-pretrained", start, "--data-path", f"{w}/data", "--hidden-states-path", f"{w}/data/hidden_states",
+         "--on-missing", "raise", "--save-path", save, "--lr", str(v["learning_rate"]), "--epochs", str(v["epochs"]),
+         "--ttt-steps", str(v["ttt_length"]), "--optimizer", "adamw", "--scheduler-type", "cosine"],
+        ["No --draft-vocab-size, --d2t-path or --token-freq-path: any of them replaces the old map. --save-path must",
+         "be new (an existing one resumes and ignores --from-pretrained). speculators 0.9.0 keeps lm_head frozen."],
+        engine_command=("speculators", "train")))
+    steps.append(_check_step(start, f"{save}/checkpoint_best", s.target))
+    steps.append(Step(
+        "serve the new target with the warm-started drafter",
+        ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--speculative-config",
+         json.dumps({"method": "eagle3", "model": f"{save}/checkpoint_best",
+                     "num_speculative_tokens": s.speculative_tokens})],
+        ["vLLM logs `SpecDecoding metrics` lines: `eaglelab perf --log server.log` turns them into tok/s."]))
+    return steps, {"set_verifier.py": SET_VERIFIER} if vocab["speculators_format"] else {}
+
+
+def _yaml(obj: dict, indent: int = 0) -> str:
+    """A small YAML writer for nested dicts of scalars (the engines' configs need no more)."""
+    lines = []
+    for key, value in obj.items():
+        pad = "  " * indent
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(_yaml(value, indent + 1).rstrip("\n"))
+        else:
+            lines.append(f"{pad}{key}: {json.dumps(value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,126 @@
+"""Warm-start recipes: every engine command parsed by the engine's own parser, the old map kept, refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from eaglelab.checkpoints.inspection import compare_checkpoints
+from eaglelab.errors import ConfigError, OverwriteError, ParameterError
+from eaglelab.train.recipes import HERE, RecipeSettings, build_recipe
+
+from . import engines
+
+
+def concrete(argv: list[str], here) -> list[str]:
+    return [a.replace(HERE, str(here)) for a in argv]
+
+
+def test_specforge_recipe_is_accepted_by_specforge(tiny_world, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recipe = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_b), gpus=2))
+    out = recipe.write(tmp_path / "recipe")
+    assert subprocess.run(["bash", "-n", str(out / "run.sh")]).returncode == 0
+    with pytest.raises(OverwriteError):
+        recipe.write(tmp_path / "recipe")
+    by_command = {st.engine_command: st for st in recipe.steps if st.engine_command}
+    assert set(by_command) == {("specforge", "train"), ("specforge", "export")}
+    cfg, resolved = engines.specforge_config(str(out / "warm.yaml"))
+    assert cfg.model.draft_checkpoint_path == str(tiny_world.drafter_a)
+    assert cfg.model.vocab_mapping_path.endswith("old_vocab_map.pt")  # the old map, never a regenerated one
+    assert cfg.training.ttt_length == 7 and cfg.training.learning_rate == pytest.approx(1e-4)  # SpecForge's defaults
+    parser = engines.specforge_parser()
+    for name, step in (("train", by_command[("specforge", "train")]), ("export", by_command[("specforge", "export")])):
+        argv = concrete(step.argv[1:], out)
+        assert engines.exact_flags(engines.subparser(parser, name), argv[1:]) == []
+        parser.parse_args(argv)
+    # SpecForge's own dry run plans the launch from the config without starting anything
+    from specforge import cli
+
+    assert cli.main(["train", "--config", str(out / "warm.yaml"), "--plan"]) == 0
+    # the helper the script runs writes what SpecForge's loader reads
+    subprocess.run([sys.executable, str(out / "save_vocab_map.py"), str(tiny_world.drafter_a), str(tmp_path / "m.pt")],
+                   check=True, capture_output=True)
+    import torch
+
+    saved, weights = torch.load(tmp_path / "m.pt", weights_only=True), load_file(tiny_world.drafter_a / "model.safetensors")
+    assert torch.equal(saved["d2t"], weights["d2t"]) and torch.equal(saved["t2d"], weights["t2d"])
+
+
+def test_speculators_recipe_is_accepted_by_speculators(tiny_world, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompts.jsonl").write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n')
+    recipe = build_recipe(RecipeSettings("speculators", str(tiny_world.drafter_a), str(tiny_world.target_b), gpus=2,
+                                         learning_rate=5e-5, epochs=3))
+    recipe.write(tmp_path / "recipe")
+    checked = [st for st in recipe.steps if st.engine_command]
+    assert {st.engine_command[1] for st in checked} == {"convert", "regenerate-responses", "prepare-data",
+                                                         "generate-offline-data", "train"}
+    for step in checked:
+        if step.engine_command[1] == "train":
+            argv = step.argv[step.argv.index("speculators.train") + 1:]
+            assert not {"--draft-vocab-size", "--d2t-path", "--t2d-path", "--token-freq-path"} & set(argv)
+            resolved = engines.speculators_train(argv)
+            assert resolved.optimizer.lr == pytest.approx(5e-5) and resolved.trainer.epochs == 3
+            assert resolved.draft.from_pretrained.endswith("old-drafter-for-new-target")
+            # nothing that would replace the old map
+            assert resolved.draft.draft_vocab_size is resolved.draft.d2t_path is resolved.draft.token_freq_path is None
+        else:
+            engines.speculators_command(step.engine_command[1], step.argv[2:])
+    assert recipe.provenance["learning_rate"].endswith("(given)") and "default" in recipe.provenance["ttt_length"]
+
+
+def test_speculators_own_converter_keeps_the_old_map(tiny_world, tmp_path):
+    """Step 1 of the speculators recipe, run for real: the engine's converter, then eaglelab's check."""
+    recipe = build_recipe(RecipeSettings("speculators", str(tiny_world.drafter_a), str(tiny_world.target_b),
+                                         workdir=str(tmp_path / "work")))
+    convert = next(st for st in recipe.steps if st.engine_command == ("speculators", "convert"))
+    engines.require("speculators.cli")
+    proc = subprocess.run([sys.executable, "-m", "speculators", *convert.argv[1:]], capture_output=True, text=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    converted = tmp_path / "work" / "old-drafter-for-new-target"
+    cmp_ = compare_checkpoints(str(tiny_world.drafter_a), str(converted), target=str(tiny_world.target_b))
+    assert cmp_.vocab_maps.level == "same"
+    # the converted drafter reads the same target layers in vLLM as the original in SGLang
+    assert cmp_.target_verdicts["b"].level == "interchangeable"
+    assert json.loads((converted / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == \
+        str(tiny_world.target_b)
+
+
+def test_recipe_takes_epochs_and_ttt_from_a_workbook_run(tiny_world, tmp_path):
+    from eaglelab.cli import main
+
+    assert main(["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a), "--steps", "12",
+                 "--batch-size", "8", "--ttt-steps", "4", "--sequences", "32", "--eval-sequences", "8",
+                 "--seq-len", "32", "--out", str(tmp_path / "warm")]) == 0
+    recipe = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_b)),
+                          from_run=tmp_path / "warm")
+    assert "workbook run" in recipe.provenance["epochs"] and recipe.provenance["ttt_length"].startswith("4 ")
+    assert "ttt_length: 4" in recipe.files["warm.yaml"] and "num_epochs: 3" in recipe.files["warm.yaml"]  # 12 x 8 / 32
+
+
+def test_refuses_a_warm_start_that_would_replace_the_map(tiny_world, tmp_path):
+    no_maps = tmp_path / "no-maps"
+    no_maps.mkdir()
+    weights = load_file(tiny_world.drafter_a / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if k not in ("d2t", "t2d")}, str(no_maps / "model.safetensors"))
+    (no_maps / "config.json").write_text((tiny_world.drafter_a / "config.json").read_text())
+    with pytest.raises(ConfigError, match="no d2t / t2d"):
+        build_recipe(RecipeSettings("specforge", str(no_maps), str(tiny_world.target_b)))
+    other = tmp_path / "other-target"
+    other.mkdir()
+    cfg = json.loads((tiny_world.target_b / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] * 2}))
+    with pytest.raises(ConfigError, match="vocab_size"):
+        build_recipe(RecipeSettings("speculators", str(tiny_world.drafter_a), str(other)))
+    with pytest.raises(ParameterError):
+        build_recipe(RecipeSettings("medusa", str(tiny_world.drafter_a), str(tiny_world.target_b)))
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "recipe", "--engine", "specforge", "--init", str(no_maps),
+                           "--target", str(tiny_world.target_b), "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no d2t / t2d" in proc.stderr
