@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.inspection import compare_checkpoints
@@ -42,13 +43,15 @@ def test_specforge_recipe_is_accepted_by_specforge(tiny_world, tmp_path, monkeyp
     from specforge import cli
 
     assert cli.main(["train", "--config", str(out / "warm.yaml"), "--plan"]) == 0
-    # the helper the script runs writes what SpecForge's loader reads
+    # the helper the script runs writes what SpecForge's own draft model loads as its vocabulary map
     subprocess.run([sys.executable, str(out / "save_vocab_map.py"), str(tiny_world.drafter_a), str(tmp_path / "m.pt")],
                    check=True, capture_output=True)
-    import torch
+    from specforge.modeling.auto import AutoDraftModel, AutoDraftModelConfig
 
-    saved, weights = torch.load(tmp_path / "m.pt", weights_only=True), load_file(tiny_world.drafter_a / "model.safetensors")
-    assert torch.equal(saved["d2t"], weights["d2t"]) and torch.equal(saved["t2d"], weights["t2d"])
+    draft = AutoDraftModel.from_config(AutoDraftModelConfig.from_file(str(tiny_world.drafter_a / "config.json")))
+    draft.load_vocab_mapping(str(tmp_path / "m.pt"))
+    weights = load_file(tiny_world.drafter_a / "model.safetensors")
+    assert torch.equal(draft.d2t, weights["d2t"]) and torch.equal(draft.t2d, weights["t2d"])
 
 
 def test_speculators_recipe_is_accepted_by_speculators(tiny_world, tmp_path, monkeypatch):
