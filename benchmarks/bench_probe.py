@@ -47,7 +47,7 @@ def _smollm2_shaped():
 def timing(args) -> None:
     import torch
 
-    from eaglelab.data.sets import builtin_probe_rows
+    from eaglelab.data.tokens import builtin_sequences
     from eaglelab.probe.plugin import run_probe
 
     if args.shape == "smollm2":
@@ -55,7 +55,7 @@ def timing(args) -> None:
         seqs = torch.randint(0, 49152, (args.sequences, args.seq_len), generator=torch.Generator().manual_seed(0))
     else:
         _, a, b, tok, drafter = _setup(args.world)
-        seqs = builtin_probe_rows(tok, args.sequences, args.seq_len)
+        seqs = builtin_sequences(tok, args.seq_len, "held_out", args.sequences)
 
     @torch.no_grad()
     def bare():
@@ -97,11 +97,11 @@ def timing(args) -> None:
 def memory_child(world_dir, sequences: int, seq_len: int) -> None:
     import resource
 
-    from eaglelab.data.sets import builtin_probe_rows
+    from eaglelab.data.tokens import builtin_sequences
     from eaglelab.probe.plugin import run_probe
 
     _, a, b, tok, drafter = _setup(world_dir)
-    seqs = builtin_probe_rows(tok, sequences, seq_len)
+    seqs = builtin_sequences(tok, seq_len, "held_out", sequences)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     run_probe(a, b, drafter, seqs, steps=5, progress=False)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

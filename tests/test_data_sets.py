@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from eaglelab.data.sets import builtin_probe_rows, finetune_set, measure_prompts, probe_set, world_of
+from eaglelab.data.sets import finetune_set, measure_prompts, probe_set, world_of
+from eaglelab.data.tokens import builtin_sequences
 from eaglelab.errors import SourceError
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import load_target
@@ -24,7 +25,7 @@ def test_probe_set_precedence(tiny_world, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(tiny_world.target_a))
     built_in = probe_set(tok, 6, 32)
     assert built_in.source.kind == "built-in" and built_in.ids.shape == (6, 32) and bool(built_in.counted.all())
-    assert torch.equal(built_in.ids, builtin_probe_rows(tok, 6, 32))
+    assert torch.equal(built_in.ids, builtin_sequences(tok, 32, "held_out", 6))
     # the tiny world keeps no replies: its probe set is the built-in one
     assert torch.equal(probe_set(tok, 6, 32, world_of(tiny_world.target_a)).ids, built_in.ids)
     f = tmp_path / "mine.jsonl"

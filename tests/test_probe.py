@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from eaglelab.data.sets import builtin_probe_rows
+from eaglelab.data.tokens import builtin_sequences
 from eaglelab.decisions import PLUGIN_KEEP, plugin_verdict
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import load_target
@@ -24,7 +24,7 @@ def models(tiny_world):
 
 def test_a_against_itself_is_identical(models):
     a, _, tok, drafter = models
-    res = run_probe(a, a, drafter, builtin_probe_rows(tok, 8, 32), steps=3, progress=False)
+    res = run_probe(a, a, drafter, builtin_sequences(tok, 32, "held_out", 8), steps=3, progress=False)
     for layer in res.layers:
         assert layer.cosine_mean == pytest.approx(1.0, abs=1e-5) and layer.cka == pytest.approx(1.0, abs=1e-5)
     assert res.argmax_agreement == 1.0
@@ -34,7 +34,7 @@ def test_a_against_itself_is_identical(models):
 
 def test_b_moved_and_the_old_drafter_loses_acceptance(models):
     a, b, tok, drafter = models
-    res = run_probe(a, b, drafter, builtin_probe_rows(tok, 16, 64), steps=4, progress=False)
+    res = run_probe(a, b, drafter, builtin_sequences(tok, 64, "held_out", 16), steps=4, progress=False)
     assert all(0.3 < layer.cosine_mean < 0.999 for layer in res.layers)
     assert res.eval_a["accept_len"] > res.eval_b["accept_len"] > 1.0
     assert res.decision == plugin_verdict(res.eval_a["accept_len"], res.eval_b["accept_len"])
@@ -43,7 +43,7 @@ def test_b_moved_and_the_old_drafter_loses_acceptance(models):
 
 def test_specforge_files_give_the_live_numbers(models, tmp_path):
     a, b, tok, drafter = models
-    x, y = compare_live_and_specforge(a, b, drafter.spec, builtin_probe_rows(tok, 6, 32), tmp_path)
+    x, y = compare_live_and_specforge(a, b, drafter.spec, builtin_sequences(tok, 32, "held_out", 6), tmp_path)
     assert [layer.cosine_mean for layer in x["layers"]] == [layer.cosine_mean for layer in y["layers"]]
     assert x["argmax_agreement"] == y["argmax_agreement"]
     assert (x["cka_map"] == y["cka_map"]).all()

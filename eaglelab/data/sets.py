@@ -17,6 +17,10 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
+from eaglelab.data.tokens import builtin_sequences, encode_prompts, sequences_from_file
+from eaglelab.train.finetune import FinetuneData, capture_data
+from eaglelab.train.responses import Responses, response_rows
 from eaglelab.worlds.world import World
 
 
@@ -73,19 +77,6 @@ def world_of(checkpoint: str | Path | None) -> World | None:
     return None
 
 
-def builtin_probe_rows(tokenizer, n: int = 24, seq_len: int = 64) -> torch.Tensor:
-    """The built-in probe rows: held-out stdlib docstrings and code, half each, [n, seq_len]."""
-    from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
-    from eaglelab.data.tokens import pack_sequences
-
-    _, docs = split_held_out(docstrings())
-    _, code = split_held_out(code_blocks())
-    half = n // 2
-    a = pack_sequences(tokenizer, docs, seq_len, half)
-    b = pack_sequences(tokenizer, code, seq_len, n - half)
-    return torch.cat([a[:half], b[: n - half]])
-
-
 def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = None,
               data_file: str | Path | None = None) -> ProbeSet:
     """What the plug-in probe runs on: the sequences both targets see and the positions counted.
@@ -105,25 +96,21 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
         ``seq_len``-token rows, every position counted.
     """
     if data_file is not None:
-        from eaglelab.data.tokens import sequences_from_file
-
         ids = sequences_from_file(data_file, tokenizer, seq_len)[:n]
         return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
                         DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"))
     if world is not None and world.has_replies():
-        from eaglelab.train.responses import Responses, response_rows
-
         ids, counted, _ = response_rows(Responses.load(world.replies_a / "held_out.safetensors").subset(n))
         return ProbeSet(ids, counted, DataSource(
             "world-replies", f"target A's own replies to {len(ids)} held-out prompts ({world.root.name} world)"))
-    ids = builtin_probe_rows(tokenizer, n, seq_len)
+    ids = builtin_sequences(tokenizer, seq_len, "held_out", n)
     return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
                     DataSource("built-in", f"built-in held-out stdlib text: {len(ids)} rows of {seq_len} tokens"))
 
 
 def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None, world: World | None = None,
                  seq_len: int = 64, train_sequences: int = 128, eval_sequences: int = 32,
-                 progress: bool = True):
+                 progress: bool = True) -> tuple[FinetuneData, DataSource]:
     """The new target's training and held-out states for a fine-tune.
 
     Args:
@@ -136,11 +123,8 @@ def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None
             the world's replies).
 
     Returns:
-        (:class:`eaglelab.train.finetune.FinetuneData`, :class:`DataSource`).
+        (the captured states, where they came from).
     """
-    from eaglelab.data.tokens import builtin_sequences, sequences_from_file
-    from eaglelab.train.finetune import FinetuneData, capture_data
-
     if data_file is None and world is not None and world.has_replies():
         data = FinetuneData.from_files(world.replies_b / "train-states.safetensors",
                                        world.replies_b / "held_out-states.safetensors")
@@ -167,12 +151,8 @@ def measure_prompts(tokenizer, n: int, world: World | None = None) -> list[list[
     The world's held-out prompts when given (those its drafters never saw), else prompts made
     from held-out stdlib docstrings.
     """
-    from eaglelab.data.tokens import encode_prompts
-
     if world is not None and world.prompts.is_file():
         prompts = world.held_out_prompts()[:n]
     else:
-        from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
-
         prompts = prompts_from_docstrings(split_held_out(docstrings())[1], n)
     return encode_prompts(tokenizer, prompts)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
 from eaglelab.errors import SourceError
 
 
@@ -50,8 +51,11 @@ def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tens
 
 
 def builtin_sequences(tokenizer, seq_len: int, split: str = "train", n: int | None = None) -> torch.Tensor:
-    """The built-in offline data: stdlib docstrings and code, alternated ([N, seq_len])."""
-    from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
+    """The built-in offline text: stdlib docstrings and code, alternated, [N, seq_len].
+
+    ``split`` ``train`` or ``held_out`` (every tenth docstring and code block, never trained on):
+    the probe set and every held-out evaluation use the latter.
+    """
     pick = 0 if split == "train" else 1
     half = None if n is None else (n + 1) // 2
     a = pack_sequences(tokenizer, split_held_out(docstrings())[pick], seq_len, half)
@@ -66,8 +70,6 @@ def pack_sequences(tokenizer, texts: list[str], seq_len: int, max_sequences: int
 
     Texts are tokenised in batches and only until ``max_sequences`` chunks are filled.
     """
-    import torch
-
     ids: list[int] = []
     eos = tokenizer.eos_token_id
     want = None if max_sequences is None else max_sequences * seq_len

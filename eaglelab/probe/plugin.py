@@ -109,7 +109,7 @@ def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, 
 
 
 @torch.no_grad()
-def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 5,
+def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 3,
               batch_size: int = 8, progress: bool = True, loss_mask: torch.Tensor | None = None) -> ProbeResult:
     """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
 
