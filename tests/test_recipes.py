@@ -89,6 +89,7 @@ def test_speculators_own_converter_keeps_the_old_map(tiny_world, tmp_path):
     converted = tmp_path / "work" / "old-drafter-for-new-target"
     cmp_ = compare_checkpoints(str(tiny_world.drafter_a), str(converted), target=str(tiny_world.target_b))
     assert cmp_.vocab_maps.level == "same"
+    assert cmp_.verdict.level == "interchangeable", cmp_.verdict.reasons  # one model in two formats
     # the converted drafter reads the same target layers in vLLM as the original in SGLang
     assert cmp_.target_verdicts["b"].level == "interchangeable"
     assert json.loads((converted / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"] == \

@@ -106,3 +106,11 @@ def test_aux_conventions_and_target_check():
     assert shallow.level == "incompatible" and any("outside" in r for r in shallow.reasons)
     vl = {"text_config": target}
     assert drafter_vs_target(_spec(), KIMI_K2_DRAFTER_CONFIG, vl).level == "interchangeable"
+
+
+def test_one_rope_in_two_spellings_is_no_difference():
+    base = {"rope_theta": 10000.0}
+    assert diff_configs(base, {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}) == []
+    scaled = {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "llama3", "factor": 8.0}}
+    assert [d.key for d in diff_configs(base, scaled)] == ["rope_parameters", "rope_theta"]
+    assert [d.key for d in diff_configs(base, {"rope_theta": 500000.0})] == ["rope_theta"]

@@ -443,7 +443,20 @@ class ConfigDiff:
 _MISSING = object()
 
 
+def _one_rope_spelling(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Plain RoPE written as Transformers 5's ``rope_parameters`` becomes ``rope_theta`` (one spelling to diff)."""
+    params = cfg.get("rope_parameters")
+    if not isinstance(params, dict) or set(params) - {"rope_theta", "rope_type"} or \
+            params.get("rope_type", "default") != "default" or "rope_theta" not in params or \
+            cfg.get("rope_theta", params["rope_theta"]) != params["rope_theta"]:
+        return cfg
+    out = {k: v for k, v in cfg.items() if k != "rope_parameters"}
+    out["rope_theta"] = params["rope_theta"]
+    return out
+
+
 def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
+    cfg = _one_rope_spelling(cfg)
     out = {}
     for k, v in cfg.items():
         if k in ("eagle_config", "transformer_layer_config") and isinstance(v, dict):
