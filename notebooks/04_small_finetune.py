@@ -80,7 +80,7 @@ if SMOKE:
     TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [8, 24], 10
     BATCH_SIZE, TTT_STEPS = 8, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
-RUNS_DIR = scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")
+RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
 model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
