@@ -361,7 +361,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
         ["python", "scripts/regenerate_train_data.py", "--model", s.target, "--server-address", "localhost:30000",
          "--input-file-path", s.data, "--output-file-path", f"{w}/regenerated.jsonl"],
         ["Run from a SpecForge checkout (scripts/ of commit abd0346d, the wheel's source); the drafter then learns",
-         "what the new target writes. Its flags are checked against that script, not a parser in the wheel."]))
+         "what the new target writes. Its flags follow that script as read: it is not in the wheel, so no test parses them."]))
     steps.append(Step("stop the SGLang server", ["kill", "$SERVER_PID"]))
     steps.append(Step(
         "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
