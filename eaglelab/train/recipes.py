@@ -216,8 +216,7 @@ def _quote_args(argv: list[str]) -> list[str]:
 
 
 def _wait_for_server(step: Step) -> str:
-    port = next((a.split("=")[1] for a in step.argv if a.startswith("--port=")), None) or \
-        step.argv[step.argv.index("--port") + 1]
+    port = step.argv[step.argv.index("--port") + 1]
     return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"
             f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 10; done  # wait until it serves")
 
@@ -233,7 +232,7 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
             (its map would have to be replaced).
     """
     from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config
-    from eaglelab.checkpoints.schema import drafter_vs_target, strip_prefix
+    from eaglelab.checkpoints.schema import drafter_vs_target, is_speculators_config, strip_prefix, target_layer_count
 
     if settings.engine not in ENGINES:
         raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(ENGINES)}")
@@ -252,24 +251,17 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
                                          "every lm_head row would stand for another token; refusing the warm start")
     if insp.problems:
         raise ConfigError(settings.init, f"does not match its own config: {insp.problems[0]}")
-    verdict = drafter_vs_target(insp.spec, insp.config, load_target_config(settings.target))
+    target_cfg = load_target_config(settings.target)
+    layers = target_layer_count(target_cfg)
+    if layers is None:
+        raise ConfigError(settings.target, "config has no num_hidden_layers")
+    verdict = drafter_vs_target(insp.spec, insp.config, target_cfg)
     if verdict.level == "incompatible":
         raise ConfigError(settings.init, f"cannot warm-start on {settings.target}: {verdict.reasons[0]} (its vocabulary "
                                          "map and fc would have to be replaced: train from scratch instead)")
     return {"draft_slots": insp.spec.draft_vocab_size, "target_vocab": insp.spec.vocab_size,
             "aux_layer_ids": list(insp.spec.aux_layer_ids or []), "convention": insp.spec.aux_convention,
-            "speculators_format": insp.config.get("speculators_model_type") is not None,
-            "target_layers": _target_layers(settings.target)}
-
-
-def _target_layers(target: str) -> int:
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.schema import target_layer_count
-
-    layers = target_layer_count(load_target_config(target))
-    if layers is None:
-        raise ConfigError(target, "config has no num_hidden_layers")
-    return layers
+            "speculators_format": is_speculators_config(insp.config), "target_layers": layers}
 
 
 def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
