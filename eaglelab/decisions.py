@@ -8,7 +8,7 @@ cell. Pure arithmetic over numbers the probe and the fine-tune measured; no torc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 #: Fraction of its gain (τ - 1) on the old target the old drafter must keep on the new one to be
@@ -72,56 +72,6 @@ def best_drafter(measured: Mapping[str, Mapping[str, float]], key: str = "accept
         raise ValueError("no measured drafters to choose from")
     names = list(measured)
     return max(names, key=lambda n: (measured[n][key], -names.index(n)))
-
-
-@dataclass(frozen=True)
-class DataSaving:
-    """How much new-target data the warm start needs to match scratch at the largest budget.
-
-    Attributes:
-        budgets: training sequences per point, ascending.
-        warm, scratch: held-out τ at each budget.
-        warm_budget: the smallest budget at which the warm start reaches scratch's τ at the
-            largest budget, or None when it never does within the sweep.
-    """
-
-    budgets: list[int]
-    warm: list[float]
-    scratch: list[float]
-    warm_budget: int | None
-
-    @property
-    def scratch_budget(self) -> int:
-        return self.budgets[-1]
-
-    @property
-    def fraction(self) -> float | None:
-        """Warm-start data as a fraction of scratch's at equal τ (None: not reached)."""
-        return None if self.warm_budget is None else self.warm_budget / self.scratch_budget
-
-    @property
-    def text(self) -> str:
-        if self.warm_budget is None:
-            return (f"within {self.scratch_budget} sequences the warm start did not reach scratch's τ "
-                    f"{self.scratch[-1]:.2f} (warm start {self.warm[-1]:.2f})")
-        return (f"warm start with {self.warm_budget} sequences (τ {self.warm[self.budgets.index(self.warm_budget)]:.2f}) "
-                f"already matches scratch with {self.scratch_budget} (τ {self.scratch[-1]:.2f}): "
-                f"{100 * (1 - self.fraction):.0f}% less new-target data")
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "scratch_budget": self.scratch_budget, "fraction": self.fraction, "text": self.text}
-
-
-def data_saved(budgets: Sequence[int], warm: Sequence[float], scratch: Sequence[float]) -> DataSaving:
-    """Compare the warm start and scratch over a data-budget sweep (held-out τ per budget)."""
-    if not (len(budgets) == len(warm) == len(scratch)) or not budgets:
-        raise ValueError("budgets, warm and scratch must be non-empty and of one length")
-    order = sorted(range(len(budgets)), key=lambda i: budgets[i])
-    b = [int(budgets[i]) for i in order]
-    w = [float(warm[i]) for i in order]
-    s = [float(scratch[i]) for i in order]
-    reached = next((n for n, t in zip(b, w) if t >= s[-1]), None)
-    return DataSaving(b, w, s, reached)
 
 
 @dataclass(frozen=True)

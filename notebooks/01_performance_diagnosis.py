@@ -18,12 +18,16 @@
 # throughput does EAGLE-3 deliver, where is break-even, and what acceptance would a throughput
 # target demand?
 #
-# **Inputs.** Plain-decoding tok/s, speculative cycle time, acceptance length τ (defaults: the
-# seed's Kimi-K2.5 on 8 PCIe GPUs: 82 tok/s, 30 ms, τ = 2.0); SGLang / vLLM logs (`LOG_FILES`);
-# the offline world's target and drafter for the closed-loop check.
+# **Inputs.** Your serving scenario: plain-decoding tok/s, speculative cycle time, acceptance
+# length τ, the throughput target, the data behind the drafter and how fast you generate more
+# (defaults: the founding case, Kimi-K2.5 on 8 PCIe GPUs: 82 tok/s, 30 ms, τ = 2.0, 37k samples,
+# 150 tok/s wanted); SGLang / vLLM logs (`LOG_FILES`); the offline world's target and drafter for
+# the closed-loop check.
 #
-# **Outputs.** Figures `01_*` (PNG + PDF + parameter sidecar) in `FIGURES_DIR`; the findings at the
-# end. τ counts the bonus token, as SGLang and vLLM report it (1.0 = no gain).
+# **Outputs.** Figures `01_*` (PNG + PDF + parameter sidecar) in `FIGURES_DIR`; the decision table
+# for your scenario (section 7, and the game plan); the findings at the end, every number tagged
+# with its source ([default], [entered], [your logs], [sample], [demo], [assumed], [derived]).
+# τ counts the bonus token, as SGLang and vLLM report it (1.0 = no gain).
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -43,12 +47,22 @@ CLOSED_LOOP_PROMPTS = 8
 CLOSED_LOOP_TOKENS = 64
 CLOSED_LOOP_K = 3
 MODEL_TOLERANCE = 0.10  # the performance model counts as confirmed within this relative error of the measurement
+# the decision table (section 7): what it takes to reach PLAN_TARGET_TPS
+PLAN_TARGET_TPS = 150.0
+SAMPLES = 37_000  # samples of the new target's data your served drafter was trained on
+GEN_TPS = 82.0  # tok/s at which you generate training data (all streams together)
+TOKENS_PER_SAMPLE = 512
+OLD_SAMPLES = 1_400_000  # samples the old (community) drafter was trained on
+PLUGIN_TAU = None  # the old drafter's τ on the new target, from notebook 03 on your checkpoints
+EXPONENTS = [0.1, 0.3]  # assumed range of the data exponent (miss rate ∝ samples^-b) until you measure it
 
 # %%
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from eaglelab.planning import provenance as pv
+from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.serving import perf
 from eaglelab.serving.logs import parse_log
 from eaglelab.workbook import plots
@@ -58,6 +72,11 @@ plots.use_style()
 if SMOKE:
     CLOSED_LOOP_PROMPTS, CLOSED_LOOP_TOKENS = 3, 24
 figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
+scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
+                                    target_tps=PLAN_TARGET_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=DRAFT_TOKENS,
+                                    tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
+                                    exponents=EXPONENTS)
+T = {name: f"[{scenario.tag(name)}]" for name in ("baseline_tps", "cycle_ms", "accept_len", "target_tps")}
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
@@ -77,10 +96,13 @@ fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
 plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
 
 # %%
-cycle_grid = np.linspace(5, 60, 111)
-grid = perf.tokens_per_s_grid(accept_grid, cycle_grid)
-fig = plots.plot_tps_heatmap(grid, accept_grid, cycle_grid, BASELINE_TPS, point=(ACCEPT_LEN, CYCLE_MS))
-plots.savefig(fig, "01_tps_heatmap", FIGURES_DIR, figure_params)
+# your range: a third of the cycle to twice it, τ up to what the target needs (or k + 1)
+cycle_grid = np.linspace(CYCLE_MS / 3, 2 * CYCLE_MS, 111)
+tau_grid = np.linspace(1.0, max(DRAFT_TOKENS + 1, scenario.target_tau) + 0.5, 121)
+speedup = perf.tokens_per_s_grid(tau_grid, cycle_grid) / BASELINE_TPS
+fig = plots.plot_speedup_map(speedup, tau_grid, cycle_grid, PLAN_TARGET_TPS / BASELINE_TPS,
+                             points=[(ACCEPT_LEN, CYCLE_MS, f"you: τ {ACCEPT_LEN:g}, {CYCLE_MS:g} ms")])
+plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "target_tps": PLAN_TARGET_TPS})
 
 # %% [markdown]
 # ## 2 · What acceptance can a drafter reach?
@@ -165,7 +187,23 @@ plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": CLOSED_LOOP_K, "prompts"
 display(pd.Series(loop).to_frame("closed loop"))
 
 # %% [markdown]
-# ## 6 · Explore
+# ## 6 · The decision table: what it takes to reach the target
+# From your numbers only: the τ break-even and the target need, then each option (serve as now,
+# plug in the old drafter, warm start or scratch at growing data budgets) with its projected τ and
+# tok/s, the samples still to generate and how long that takes. How τ grows with data is a law
+# anchored at your drafter's point (τ at `SAMPLES`), with an assumed exponent range until a sweep
+# on your data measures it (notebook 04). The game plan rebuilds this table with the plug-in τ of
+# notebook 03 when that ran on your checkpoints. `eaglelab plan` prints the same table.
+
+# %%
+decision = plan(scenario, lever=verify_parts[0]["lever"])
+display(Markdown(decision.to_markdown()))
+rows = [r.to_json() for r in decision.rows]
+fig = plots.plot_options(rows, scenario.break_even_tau, scenario.target_tau, DRAFT_TOKENS + 1)
+plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "target_tps": PLAN_TARGET_TPS, "samples": SAMPLES})
+
+# %% [markdown]
+# ## 7 · Explore
 # Move the sliders: the figure redraws from `perf.diagnose` (called directly above, so a headless
 # run checks the same function).
 
@@ -189,27 +227,33 @@ perf_explorer(render, BASELINE_TPS, CYCLE_MS, ACCEPT_LEN)
 # %%
 req = diag["required_accept_len"]
 err = loop["prediction_error"]
+logs_tag = f"[{pv.LABELS[pv.files_source(LOG_FILES, '../data/logs')][0]}]"
 findings = f"""
-- **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} over a {CYCLE_MS:g} ms cycle gives
-  **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s of plain decoding.
-- **Break-even** is τ = **{diag['break_even_accept_len']:.2f}**; at τ = {ACCEPT_LEN:g} the cycle would have to shrink to
-  {diag['max_cycle_ms_for_break_even']:.1f} ms.
-- **Targets:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())}. With k = {RATE_K} that is a per-position
-  acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; the drafter's measured
-  {PER_STEP_ACCURACY:g} gives τ ≈ {tau_at_measured:.2f} with k = {DRAFT_TOKENS}.
-- **Verify cost:** the MoE model puts a {DRAFT_TOKENS + 1}-token verify at {verify_ms:.1f} ms without CUDA graphs
-  (measured {MEASURED_VERIFY_MS:g} ms; {verify_graphs_ms:.1f} ms with them) and a graph-captured decode step at
-  {decode_ms:.1f} ms. Of the verify, {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts)}:
-  the largest lever is {verify_parts[0]['lever']}.
-- **Logs:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
+- **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
+  {T['cycle_ms']} cycle gives **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s
+  {T['baseline_tps']} of plain decoding [derived].
+- **Break-even** is τ = **{diag['break_even_accept_len']:.2f}** [derived]; at τ = {ACCEPT_LEN:g} the cycle would have to
+  shrink to {diag['max_cycle_ms_for_break_even']:.1f} ms [derived].
+- **Targets:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {RATE_K} that is a
+  per-position acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; a measured
+  {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {DRAFT_TOKENS}.
+- **Verify cost** (the Kimi-K2-on-PCIe cost model, order-of-magnitude inputs [assumed]): a {DRAFT_TOKENS + 1}-token verify
+  at {verify_ms:.1f} ms without CUDA graphs (measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}; {verify_graphs_ms:.1f} ms
+  with them) and a graph-captured decode step at {decode_ms:.1f} ms. Of the verify,
+  {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts)}: the largest lever is
+  {verify_parts[0]['lever']}.
+- **Logs {logs_tag}:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
-- **Closed loop (CPU, offline world, k = {CLOSED_LOOP_K}):** measured τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs
-  {loop['greedy_tokens_per_s']:.1f} greedy ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify
-  {loop['verify_s'] / loop['greedy_step_s']:.2f}× a decode step{' with the small-batch CPU kernels' if loop['cpu_kernels'] else ''}); the model
-  predicts {loop['predicted_tokens_per_s']:.0f} tok/s from τ and the cycle split, {100 * err:+.1f}% off
+- **Decision table** (your scenario, {PLAN_TARGET_TPS:g} tok/s wanted {T['target_tps']}): {decision.text}
+- **Closed loop [demo]** (CPU, offline world, k = {CLOSED_LOOP_K}; checks the model, not your numbers): measured
+  τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs {loop['greedy_tokens_per_s']:.1f} greedy
+  ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify {loop['verify_s'] / loop['greedy_step_s']:.2f}× a
+  decode step{' with the small-batch CPU kernels' if loop['cpu_kernels'] else ''}); the model predicts
+  {loop['predicted_tokens_per_s']:.0f} tok/s from τ and the cycle split, {100 * err:+.1f}% off
   {f'(within {MODEL_TOLERANCE:.0%})' if abs(err) <= MODEL_TOLERANCE else
    f'(beyond {MODEL_TOLERANCE:.0%}: prefill and the cut last cycle are outside the model)'}.
 """
 display(Markdown(findings))
-save_findings("01", {"diagnosis": diag, "closed_loop": loop}, bullets_from_markdown(findings), FIGURES_DIR)
+save_findings("01", {"diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"]},
+              bullets_from_markdown(findings), FIGURES_DIR)

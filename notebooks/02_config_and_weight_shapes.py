@@ -44,6 +44,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
@@ -55,6 +56,7 @@ world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 DRAFTER_A = DRAFTER_A or str(world.drafter_a)
 DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
 TARGET = TARGET or str(world.target_b)
+TAG = f"[{pv.LABELS[pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET], world.root)][0]}]"
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
@@ -158,18 +160,18 @@ display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
 # %%
 arch = [d for d in report["config_diff"] if d["category"] == "architecture"]
 findings = f"""
-- **Demo pair** (`{Path(DRAFTER_A).name}` vs `{Path(DRAFTER_B).name}`): verdict **{comparison.verdict.level}**;
+- **The pair {TAG}** (`{Path(DRAFTER_A).name}` vs `{Path(DRAFTER_B).name}`): verdict **{comparison.verdict.level}**;
   {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
   {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
   **{comparison.target_verdicts['b'].level}**. Vocabulary maps: **{vocab.level if vocab else 'not readable'}**{
   (' — ' + vocab.message) if vocab else ''}.
-- **Kimi-K2 vs K2.5 drafter shapes:** verdict **{kimi.verdict.level}** — the config differences are
+- **Kimi-K2 vs K2.5 drafter shapes [sample]** (public configs, zero-filled sparse weights): verdict **{kimi.verdict.level}** — the config differences are
   {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The {kimi_spec.vocab_size}-row
   `embed_tokens` is the *target's vocabulary* copied from the target, present in one checkpoint only and
   injected by SGLang anyway; attention weights are present in both ({kimi_a['parameters_without_embedding'] / 1e9:.2f} B
   parameters without the embedding, {kimi_a['total_bytes'] / 1e9:.2f} GB with it), read in {kimi_s * 1e3:.0f} ms from headers.
-- **SpecForge configs:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
+- **SpecForge configs [sample]:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
   tables{'' if table['consistent'].all() else ' (inconsistent: ' + ', '.join(table.index[~table['consistent']]) + ')'};
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """

@@ -57,6 +57,7 @@ from IPython.display import Markdown, display
 from eaglelab.data.sets import measure_prompts, probe_set, world_of
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import load_target
+from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka, measure_plugin, run_probe
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
@@ -69,6 +70,8 @@ if SMOKE:
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
 DRAFTER = DRAFTER or world.drafter_a
+EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
+TAG = f"[{pv.LABELS[EVIDENCE][0]}]"
 model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
@@ -140,22 +143,27 @@ print("cosine per layer, live:", np.round(live_cos, 4), "from SpecForge files:",
 tau_a, tau_b = probe.eval_a["accept_len"], probe.eval_b["accept_len"]
 proj_a, proj_b = (float(perf.effective_tps(t, CYCLE_MS / 1e3)) for t in (tau_a, tau_b))
 low, high = similarity["cosine_mean"].idxmin(), similarity["cosine_mean"].idxmax()
+scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on the new target (the old target's τ would give "
+            f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
+            "the game plan's decision table uses this plug-in τ." if EVIDENCE == pv.MEASURED else
+            "not projected: τ measured on the demo world illustrates the method and is no forecast for your model; "
+            "run this notebook on your checkpoints (`TARGET_A`, `TARGET_B`, `DRAFTER`) for the number the decision "
+            "table needs.")
 findings = f"""
-- **How far the target moved:** mean per-token cosine between A and B ranges from
+- **How far the target moved {TAG}:** mean per-token cosine between A and B ranges from
   {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
   {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
   the two targets agree on the next token {100 * probe.argmax_agreement:.1f}% of the time.
-- **Data:** {data.source} ({data.positions} positions counted).
-- **Plug-in acceptance (teacher forced, k = {TTT_STEPS}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**;
+- **Data {TAG}:** {data.source} ({data.positions} positions counted).
+- **Plug-in acceptance {TAG} (teacher forced, k = {TTT_STEPS}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**;
   first-draft accuracy {probe.eval_a['acc'][0]:.2f} → {probe.eval_b['acc'][0]:.2f}.
-- **Measured (CPU):** τ {measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B;
-  {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}).
-- **Verdict: {probe.decision.action.upper()}.** {'; '.join(probe.decision.reasons)}.
-- **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): τ {tau_b:.2f} projects to
-  {proj_b:.1f} tok/s on the new target (the old target's τ would give {proj_a:.1f}); break-even needs
-  τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}.
-- **Offline files:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
+- **Measured {TAG} (real speculative decoding on {next(model_b.parameters()).device.type}):** τ {measured['A']['accept_len']:.2f}
+  on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical
+  to greedy: {measured['B']['matches_greedy']}).
+- **Verdict {TAG}: {probe.decision.action.upper()}.** {'; '.join(probe.decision.reasons)}.
+- **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}
+- **Offline files {TAG}:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
 """
 display(Markdown(findings))
-save_findings("03", {**probe.to_json(), "measured": measured, "data": data.source.description},
-              bullets_from_markdown(findings), FIGURES_DIR)
+save_findings("03", {**probe.to_json(), "measured": measured, "data": data.source.description, "evidence": EVIDENCE,
+                     "steps": TTT_STEPS}, bullets_from_markdown(findings), FIGURES_DIR)

@@ -21,10 +21,12 @@
 # **Inputs.** The new target (B), the old drafter (trained on A), data from the new target: a text /
 # JSONL file (`DATA`), else the world's own replies of B (demo world), else built-in offline text.
 #
-# **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-budget sweep,
-# the projected throughput in your serving scenario, the chosen drafter exported for SGLang and
-# vLLM, warm-start recipes for SpecForge and speculators (`RUNS_DIR/recipes`), figures `04_*`, and
-# the game plan (`GAME_PLAN.md` beside the figures).
+# **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-scaling sweep
+# (held-out τ at log-spaced budgets and seeds, a fitted saturating law per start with its bootstrap
+# band, the data each start needs for a τ and their ratio), the chosen drafter exported for SGLang
+# and vLLM, warm-start recipes for SpecForge and speculators (`RUNS_DIR/recipes`), figures `04_*`,
+# and the game plan (`GAME_PLAN.md` beside the figures). Numbers are tagged [demo] on the offline
+# world (an illustration of the method) and [your checkpoints] on yours.
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -41,15 +43,19 @@ STEPS = 60
 BATCH_SIZE = 4
 LR = 2e-3
 TTT_STEPS = 3
-BUDGETS = [16, 64]  # training sequences in the sweep
-SWEEP_STEPS = 30
+BUDGETS = [4, 8, 16, 32, 64]  # training sequences per sweep point, log-spaced up to the data there is
+SEEDS = [0, 1]  # one sweep run per seed and budget
+SWEEP_STEPS = 40  # the least steps of a sweep run
+SWEEP_EPOCHS = 6  # larger budgets train this many epochs, so they are not cut short
 MEASURE_PROMPTS = 4
 MEASURE_TOKENS = 48
 RUNS_DIR = "../data/runs/04"  # training runs and the exports (export/sglang, export/vllm)
 DEVICE = None  # None: cuda when available
 DTYPE = "float32"
+# your serving scenario (as in notebook 01), used only when this notebook runs on your checkpoints
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
+TARGET_TPS = 150.0
 # the hand-over: warm-start recipes for the training engines at scale
 RECIPE_DATA = "prompts.jsonl"  # your prompts / conversations on the cluster, regenerated with the new target
 RECIPE_GPUS = 8
@@ -57,17 +63,20 @@ RECIPE_GPUS = 8
 # %%
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.checkpoints.export import export_speculators
 from eaglelab.data.sets import finetune_set, measure_prompts, world_of
-from eaglelab.decisions import best_drafter, data_saved, recommend
+from eaglelab.decisions import best_drafter, recommend
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.model.targets import Target, load_target
+from eaglelab.planning import provenance as pv
+from eaglelab.planning.scaling import fit_scaling
 from eaglelab.serving import perf
-from eaglelab.train.finetune import finetune
+from eaglelab.train.finetune import budget_sweep, finetune
 from eaglelab.train.recipes import ENGINES, RecipeSettings, build_recipe
 from eaglelab.train.training import TrainConfig
 from eaglelab.workbook import plots
@@ -77,7 +86,8 @@ from eaglelab.worlds.build import build_world
 
 plots.use_style()
 if SMOKE:
-    TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [8, 24], 10
+    TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [3, 6, 12, 24, 48], 10
+    SEEDS, SWEEP_EPOCHS = [0], 1
     BATCH_SIZE, TTT_STEPS = 8, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
@@ -86,6 +96,8 @@ TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
 model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
 old = load_drafter(OLD_DRAFTER)
 data_world = world_of(TARGET)  # the world's replies of B when B is the world's target (as `eaglelab finetune`)
+EVIDENCE = pv.evidence_source([TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
+TAG = f"[{pv.LABELS[EVIDENCE][0]}]"
 
 # %% [markdown]
 # ## 1 · The new target's data, captured once
@@ -124,19 +136,33 @@ measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, 
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
 
 # %% [markdown]
-# ## 4 · How much new-target data does the warm start save?
+# ## 4 · How much new-target data does the warm start save? A data-scaling law
+# Held-out τ at log-spaced budgets, every seed a point; the old drafter as is sits at 0. The law
+# (`eaglelab.planning.scaling`): for each start the per-position miss rate falls as a power of the
+# data, 1 − α = c N^−b, fitted on the budgets > 0, with a bootstrap band. The law saturates at
+# τ = k + 1, so the samples it says a τ needs are lower bounds. The old drafter as is is the level a
+# fine-tune has to beat: on a handful of samples the warm start can fall below it.
 
 # %%
-sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, log_every=SWEEP_STEPS,
-                        eval_every=SWEEP_STEPS)
-sweep = {"warm start": [], "from scratch": []}
-for n in BUDGETS:
-    for label, init in (("warm start", OLD_DRAFTER), ("from scratch", None)):
-        run = finetune(model, init, data.subset(n), sweep_cfg, draft_vocab_size=old.spec.draft_vocab_size, progress=False)
-        sweep[label].append(run.metrics[-1]["eval_accept_len"])
-fig = plots.plot_budget_sweep(BUDGETS, sweep)
-plots.savefig(fig, "04_budget_sweep", FIGURES_DIR, {"budgets": BUDGETS, "steps": SWEEP_STEPS})
-display(pd.DataFrame(sweep, index=BUDGETS).rename_axis("training sequences"))
+sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR)
+points = budget_sweep(model, OLD_DRAFTER, data, BUDGETS, SEEDS, sweep_cfg, SWEEP_EPOCHS, old.spec.draft_vocab_size)
+fit = fit_scaling(points["from scratch"], points["warm start"], k=TTT_STEPS)
+grid = np.geomspace(min(BUDGETS) / 2, 8 * max(BUDGETS), 100)  # to 8x the data there is: beyond, the band is the story
+curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, band in
+          (("warm start", fit.warm), ("from scratch", fit.scratch))}
+levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in BUDGETS[1:]})  # τ that scratch reached
+lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin, f"k + 1 = {TTT_STEPS + 1}": TTT_STEPS + 1}
+if EVIDENCE == pv.MEASURED:  # your scenario's needs, only against your own curves
+    lines |= {"break-even τ": CYCLE_MS / 1e3 * BASELINE_TPS, f"τ for {TARGET_TPS:g} tok/s": CYCLE_MS / 1e3 * TARGET_TPS}
+fig = plots.plot_scaling(points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
+plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,
+                                               "epochs": SWEEP_EPOCHS, "fit": fit.to_json()})
+equal = pd.DataFrame([{"τ": r["tau"], "scratch needs": r["scratch"][0], "warm start needs": r["warm start"][0],
+                       "ratio": r["ratio"][0], "ratio band": f"{r['ratio'][1]:.2f}-{r['ratio'][2]:.2f}"}
+                      for r in fit.equal_tau(levels)]).set_index("τ")
+display(pd.DataFrame(points["warm start"][1:], columns=["sequences", "warm start τ"]).join(
+    pd.DataFrame(points["from scratch"], columns=["_", "scratch τ"])["scratch τ"]).groupby("sequences").agg(["mean", "std"]))
+display(equal.round(2))
 
 # %% [markdown]
 # ## 5 · Export the chosen drafter for SGLang and vLLM
@@ -168,27 +194,38 @@ print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)"
 # %%
 warm, scratch = measured["warm start (old drafter)"], measured["from scratch"]
 plug = measured["old drafter, plugged in"]
-saving = data_saved(BUDGETS, sweep["warm start"], sweep["from scratch"])
 decision = recommend({"plug in": plug["accept_len"], "warm start": warm["accept_len"], "from scratch": scratch["accept_len"]})
+b = fit.exponent
+mid = fit.equal_tau([levels[len(levels) // 2]])[0]
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
 bullets = [
-    f"- **Equal budget ({STEPS} steps; data: {data_source}):** warm start reaches held-out τ "
+    f"- **Equal budget {TAG} ({STEPS} steps; data: {data_source}):** warm start reaches held-out τ "
     f"{runs['warm start (old drafter)'].metrics[-1]['eval_accept_len']:.2f} vs {runs['from scratch'].metrics[-1]['eval_accept_len']:.2f} "
     f"from scratch.",
-    f"- **Measured on the new target (k = {TTT_STEPS}):** τ {plug['accept_len']:.2f} plugged in, {warm['accept_len']:.2f} warm-started, "
-    f"{scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× plain decoding on this CPU "
-    f"(all outputs equal greedy: {all(m['matches_greedy'] for m in measured.values())}).",
-    f"- **Data budget** ({SWEEP_STEPS} steps per point): {saving.text}.",
-    f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): "
-    + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + ".",
-    f"- **Exported** `{best}` (highest measured τ) for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
-    f"- **Hand-over** (the chosen path is **{decision.action}**): warm-start recipes that keep the old drafter's "
+    f"- **Measured on the new target {TAG} (k = {TTT_STEPS}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
+    f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
+    f"plain decoding on this {next(model.parameters()).device.type} (all outputs equal greedy: "
+    f"{all(m['matches_greedy'] for m in measured.values())}).",
+    f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
+    f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
+    f"b = {b[0]:.3f} ({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} warm-started; "
+    f"fit error {fit.residual_rms['from scratch']:.3f} / {fit.residual_rms['warm start']:.3f} τ. At τ {mid['tau']:.2f} scratch "
+    f"needs {mid['scratch'][0]:.0f} sequences and the warm start {mid['warm start'][0]:.1f}: **scratch needs "
+    f"{mid['ratio'][0]:.1f}× ({mid['ratio'][1]:.1f}-{mid['ratio'][2]:.1f}) the warm start's data**.",
+    f"- **Fine-tune or plug in? {TAG}** {fit.plugin_text()}",
+    (f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline) [derived]: "
+     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.MEASURED else
+     "- **Your scenario:** not projected: these τ were measured on the demo world and illustrate the method; the game "
+     "plan's decision table takes τ from your numbers only."),
+    f"- **Exported {TAG}** `{best}` (highest measured τ) for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
+    f"- **Hand-over** (the chosen path here is **{decision.action}** {TAG}): warm-start recipes that keep the old drafter's "
     f"{recipes['specforge'].vocab_map['draft_slots']}-slot vocabulary map, "
     + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())
     + (" (for reference: nothing to train on this evidence)." if decision.action == "plug in" else "."),
 ]
-display(Markdown("\n".join(bullets) + f"\n\n**Recommendation.** {decision.text}"))
-save_findings("04", {"measured": measured, "sweep": saving.to_json(), "data": data_source.description,
-                     "chosen": best, "recommendation": decision.to_json(),
-                     "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}}, bullets, FIGURES_DIR)
+display(Markdown("\n".join(bullets) + f"\n\n**Recommendation {TAG}.** {decision.text}"))
+save_findings("04", {"measured": measured, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+                     "data": data_source.description, "chosen": best, "recommendation": decision.to_json(),
+                     "evidence": EVIDENCE, "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
+              bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

@@ -9,7 +9,6 @@ from eaglelab.decisions import (
     TAU_TIE,
     WARM_START_MIN_TAU,
     best_drafter,
-    data_saved,
     gain_kept,
     plugin_verdict,
     recommend,
@@ -40,16 +39,6 @@ def test_best_drafter_is_the_highest_measured_tau_first_on_ties():
                         key="speedup") == "a"
     with pytest.raises(ValueError):
         best_drafter({})
-
-
-def test_data_saved_finds_the_smallest_matching_budget():
-    s = data_saved([64, 16, 32], [1.8, 1.5, 1.7], [1.6, 1.2, 1.4])  # unsorted input
-    assert s.budgets == [16, 32, 64] and s.warm_budget == 32 and s.fraction == pytest.approx(0.5)
-    assert "32 sequences" in s.text and "64" in s.text and s.to_json()["scratch_budget"] == 64
-    never = data_saved([8, 24], [1.1, 1.2], [1.3, 1.5])
-    assert never.warm_budget is None and never.fraction is None and "did not reach" in never.text
-    with pytest.raises(ValueError):
-        data_saved([8], [1.1, 1.2], [1.3])
 
 
 def test_recommend_takes_the_cheapest_option_within_the_tie():

@@ -26,7 +26,7 @@ def test_environment_yml_lists_the_same_packages():
 
 
 SUBCOMMANDS = [["run"], ["inspect"], ["compare"], ["perf"], ["drafter", "init"], ["drafter", "export"],
-               ["speculate"], ["probe"], ["finetune"], ["report"], ["demo", "build"]]
+               ["speculate"], ["probe"], ["finetune"], ["plan"], ["report"], ["recipe"], ["demo", "build"]]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)
@@ -42,7 +42,8 @@ def test_metadata_commands_do_not_import_torch(tmp_path):
     code = ("import sys, contextlib, io\nfrom eaglelab.cli import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main(['inspect', {str(d)!r}]); main(['compare', {str(d)!r}, {str(d)!r}]);"
-            " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2'])\n"
+            " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2']);"
+            " main(['plan', '--old-samples', '1400000'])\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

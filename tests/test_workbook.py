@@ -58,9 +58,32 @@ def test_notebook_runs_in_smoke_mode(nb, smoke_run):
         plan = (figures / "GAME_PLAN.md").read_text()
         assert "## 04" in plan and "![04_" in plan
         assert findings["numbers"]["recommendation"]["text"] in plan  # the decision, rendered, not retyped
+        assert "on the demo world (an illustration)" in plan and "not projected" in plan
+        assert findings["numbers"]["evidence"] == "demo" and len(findings["numbers"]["scaling"]["points"]["warm start"]) >= 6
         assert "## Hand-over" in plan and all(Path(p).is_file() for p in findings["numbers"]["recipes"].values())
     if nb.name[:2] in ("02", "04"):  # smoke runs keep their scratch files beside the figures, not in data/
         assert any((out / f"scratch-{nb.name[:2]}").iterdir())
+
+
+def test_game_plan_of_the_smoke_workbook(smoke_run, tmp_path):
+    """The four notebooks' findings, assembled: the user's decision from 01, every bullet tagged, demo kept apart."""
+    import shutil
+
+    from eaglelab.workbook.report import write_game_plan
+
+    for nb in ("01", "02", "03", "04"):
+        out, _ = smoke_run(nb)
+        for f in (out / "figures").glob(f"{nb}_*"):
+            shutil.copy(f, tmp_path)
+    plan = write_game_plan(tmp_path).read_text()
+    assert "**[demo]**" in plan and "| speculative cycle | 30 ms | [default] |" in plan
+    decision = plan[plan.index("## Your decision"):plan.index("## 01")]
+    assert "No drafter reaches 150 tok/s" in decision and "[demo]" not in decision  # no demo number in it
+    assert "![01_options]" in decision
+    bullets = [line for line in plan.splitlines() if line.startswith("- **")]
+    tags = ("[default]", "[entered]", "[demo]", "[sample]", "[derived]", "[assumed]", "[your")
+    untagged = [b for b in bullets if not any(t in b for t in tags) and not b.startswith("- **[")]
+    assert all("not projected" in b for b in untagged), untagged  # the only bullets without a source carry no number
 
 
 BROKEN = """\

@@ -1,4 +1,5 @@
-"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``report``, ``recipe``).
+"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``report``,
+``recipe``).
 
 None of them imports torch or transformers: they start in a fraction of a second.
 """
@@ -111,6 +112,53 @@ def cmd_perf(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from eaglelab.planning import provenance as pv
+    from eaglelab.planning.decision_table import Scenario, plan
+    from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
+    from eaglelab.serving.perf import kimi_k2_on_pcie
+
+    given = {name: getattr(args, name) for name in PLAN_FIELDS if getattr(args, name) is not None}
+    sources = {}
+    if args.log:
+        from statistics import median
+
+        from eaglelab.errors import ParameterError
+        from eaglelab.serving.logs import parse_log
+
+        if "accept_len" in given:
+            raise ParameterError("plan", "give --accept-len or --log, not both")
+        given["accept_len"] = median(r.accept_len for r in parse_log(args.log).records)
+        sources["accept_len"] = pv.LOGS
+    if args.exponent:
+        given["exponents"] = tuple(args.exponent)
+    if args.transfer:
+        given["transfer_fraction"] = tuple(args.transfer)
+    scenario = Scenario.founding_case(**given)
+    scenario = type(scenario)(**{**scenario.__dict__, "sources": scenario.sources | sources})
+    lever = None
+    if args.verify_model == "kimi-k2-pcie":
+        lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]
+    result = plan(scenario, args.budgets, lever)
+    if args.json:
+        print_json(result.to_json())
+        return 0
+    print(table([list(r) for r in scenario_lines(result)], ["scenario", "value", "source"]))
+    print()
+    print(table(row_cells(result), ROW_HEADERS))
+    print()
+    if result.needs:
+        print(table(need_cells(result), NEED_HEADERS))
+        print("(the law has no ceiling below k + 1: samples are lower bounds)\n")
+    print(result.text)
+    return 0
+
+
+#: Scenario fields the ``plan`` flags set (flag = field with dashes).
+PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "target_tps", "samples", "gen_tps", "tokens_per_sample",
+               "k", "plugin_tau", "old_samples")
+
+
 def cmd_report(args) -> int:
     from eaglelab.workbook.report import write_game_plan
 
@@ -175,6 +223,35 @@ def add_parsers(sub) -> None:
     f.add_argument("--log", help="SGLang or vLLM server log to parse instead")
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_perf)
+
+    pl = sub.add_parser("plan", help="the decision table: what each option (plug in, warm start, scratch) needs and gives",
+                        description="From your serving numbers to the decision table: break-even and target τ, "
+                                    "projected τ and tok/s of each option with bands, the samples still to generate "
+                                    "and how long that takes, and the recommendation. Flags left out take the "
+                                    "founding case's numbers (Kimi-K2.5 on 8 PCIe GPUs), labelled [default].")
+    pl.add_argument("--baseline-tps", type=float, help="plain decoding tok/s (default 82)")
+    pl.add_argument("--cycle-ms", type=float, help="speculative cycle, ms: draft + verify + overhead (default 30)")
+    pl.add_argument("--accept-len", type=float, help="τ of the drafter you serve now, bonus included (default 2.0)")
+    pl.add_argument("--log", help="SGLang / vLLM log: take the served τ as the median of its metrics lines")
+    pl.add_argument("--target-tps", type=float, help="the throughput you want (default 150)")
+    pl.add_argument("--samples", type=float,
+                    help="samples of the new target's data the served drafter was trained on (default 37000)")
+    pl.add_argument("--gen-tps", type=float, help="tok/s at which you generate training data, all streams (default 82)")
+    pl.add_argument("--tokens-per-sample", type=float, help="tokens per generated sample (default 512, assumed)")
+    pl.add_argument("--k", type=int, help="draft tokens per cycle (default 3)")
+    pl.add_argument("--plugin-tau", type=float, help="the old drafter's τ on the new target, as measured by notebook 03 "
+                                                   "or `eaglelab probe` on your checkpoints")
+    pl.add_argument("--old-samples", type=float, help="samples the old drafter was trained on (e.g. 1400000)")
+    pl.add_argument("--exponent", type=float, nargs=2, metavar=("LO", "HI"),
+                    help="range of the data exponent b, miss rate ∝ N^-b (default 0.1 0.3, assumed)")
+    pl.add_argument("--transfer", type=float, nargs=2, metavar=("LO", "HI"),
+                    help="share of --old-samples a warm start carries over when no --plugin-tau (default 0.1 0.5)")
+    pl.add_argument("--budgets", type=float, nargs="+", help="total new-target samples per trained option")
+    pl.add_argument("--verify-model", choices=["kimi-k2-pcie", "none"], default="kimi-k2-pcie",
+                    help="verify cost model that names the lever when the cycle must shrink")
+    pl.add_argument("--cuda-graphs", action="store_true", help="the verify already runs under CUDA graphs")
+    pl.add_argument("--json", action="store_true", help="machine-readable output")
+    pl.set_defaults(func=cmd_plan)
 
     r = sub.add_parser("report", help="write the game-plan markdown from the exported findings",
                        description="Assemble GAME_PLAN.md from the notebooks' findings and figures.")

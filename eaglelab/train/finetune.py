@@ -97,3 +97,39 @@ def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfi
                                                           f"captured at {list(data.aux_layer_outputs)}")
     return train_drafter(drafter, data.train, model.lm_head, cfg, run_dir=run_dir, eval_states=data.held_out,
                          resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)
+
+
+def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int], seeds: list[int], cfg: TrainConfig,
+                 epochs: float = 3.0, draft_vocab_size: int | None = None) -> dict[str, list[tuple[int, float]]]:
+    """Held-out τ of the warm start and of scratch at each data budget and seed (a data-scaling sweep).
+
+    Each run trains ``max(cfg.steps, epochs x budget / batch)`` steps, so a larger budget is not
+    cut short; the rest of ``cfg`` (batch, TTT length, learning rate) is shared. The old drafter
+    as is gives the warm start's point at budget 0.
+
+    Args:
+        init: the old drafter (the warm start's initialisation).
+        budgets: training sequences per point (the first ``n`` of ``data.train``).
+        seeds: one run per seed and budget (initialisation of scratch, batch order of both).
+        cfg: shared settings; ``cfg.steps`` is the least number of steps of a run.
+
+    Returns:
+        ``{"warm start": [(0, τ_plugin), (n, τ), ...], "from scratch": [(n, τ), ...]}``, held-out τ with
+        ``cfg.ttt_steps`` drafts.
+    """
+    from dataclasses import replace
+
+    from eaglelab.progress import progress
+    from eaglelab.train.ttt import evaluate_drafter
+
+    old = initial_drafter(model, init, data.train.input_ids)  # as served: with the new target's embedding
+    points = {"warm start": [(0, float(evaluate_drafter(old, data.held_out, model.lm_head, cfg.ttt_steps)["accept_len"]))],
+              "from scratch": []}
+    runs = [(n, seed, label) for n in budgets for seed in seeds for label in points]
+    for n, seed, label in progress(runs, desc="data-budget sweep"):
+        steps = max(cfg.steps, int(round(epochs * min(n, len(data.train)) / cfg.batch_size)))
+        run_cfg = replace(cfg, steps=steps, seed=seed, log_every=steps, eval_every=steps)
+        run = finetune(model, init if label == "warm start" else None, data.subset(n), run_cfg,
+                       draft_vocab_size=draft_vocab_size, progress=False)
+        points[label].append((n, float(run.metrics[-1]["eval_accept_len"])))
+    return points

@@ -84,21 +84,32 @@ def plot_tps_vs_accept_len(accept_lens: np.ndarray, curves: Mapping[str, np.ndar
     return fig
 
 
-def plot_tps_heatmap(grid: np.ndarray, accept_lens: np.ndarray, cycle_ms: np.ndarray, baseline_tps: float,
-                     point: tuple[float, float] | None = None):
-    """tok/s over (τ, cycle ms) with the break-even contour at ``baseline_tps``.
+def plot_speedup_map(speedup: np.ndarray, accept_lens: np.ndarray, cycle_ms: np.ndarray,
+                     target_speedup: float | None = None, points: Sequence[tuple[float, float, str]] = ()):
+    """Speedup over plain decoding on (τ, cycle ms), a diverging scale centred on 1.0 (where speculation pays).
 
     Args:
-        grid: tok/s [C, A] (rows: cycle ms, columns: τ).
+        speedup: effective tok/s over the baseline's, [C, A] (rows: cycle ms, columns: τ).
+        target_speedup: the throughput target over the baseline, drawn as a second contour.
+        points: (τ, cycle ms, label) marks, e.g. the measured operating point.
     """
+    from matplotlib.colors import TwoSlopeNorm
+
     fig, ax = _fig(6.4, 4.4)
-    mesh = ax.pcolormesh(accept_lens, cycle_ms, grid, shading="auto", cmap="viridis")
-    fig.colorbar(mesh, ax=ax, label="tok/s")
-    cs = ax.contour(accept_lens, cycle_ms, grid, levels=[baseline_tps], colors="white", linewidths=2)
-    ax.clabel(cs, fmt=lambda v: f"break-even {v:g} tok/s", fontsize=8)
-    if point is not None:
-        ax.scatter([point[0]], [point[1]], color="#d1495b", s=60, zorder=5, label="measured")
-        ax.legend(loc="upper right")
+    lo, hi = float(np.nanmin(speedup)), float(np.nanmax(speedup))
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.99), vmax=max(hi, 1.01))
+    mesh = ax.pcolormesh(accept_lens, cycle_ms, speedup, shading="auto", cmap="RdBu", norm=norm)
+    fig.colorbar(mesh, ax=ax, label="speedup over plain decoding (1.0 = break-even)")
+    cs = ax.contour(accept_lens, cycle_ms, speedup, levels=[1.0], colors="black", linewidths=2)
+    ax.clabel(cs, fmt=lambda v: "break-even", fontsize=8)
+    if target_speedup is not None and lo < target_speedup < hi:
+        ct = ax.contour(accept_lens, cycle_ms, speedup, levels=[target_speedup], colors="#edae49", linewidths=2,
+                        linestyles="--")
+        ax.clabel(ct, fmt=lambda v: f"target ({v:.2f}×)", fontsize=8)
+    for (tau, ms, label), color in zip(points, ["black", *PALETTE[2:]]):
+        ax.scatter([tau], [ms], color=color, edgecolor="white", s=70, zorder=5, label=label)
+    if points:
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_xlabel("acceptance length τ")
     ax.set_ylabel("cycle time (ms)")
     ax.set_title("Where speculation pays")
@@ -265,13 +276,55 @@ def plot_learning_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], key: s
     return fig
 
 
-def plot_budget_sweep(budgets: Sequence[int], curves: Mapping[str, Sequence[float]], ylabel: str = "held-out τ"):
-    """A metric against the amount of new-target data, one curve per initialisation."""
+def plot_scaling(points: Mapping[str, Sequence[tuple[float, float]]],
+                 fits: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                 lines: Mapping[str, float] = (), title: str = "Held-out τ against new-target data"):
+    """Measured τ per data budget (every seed a dot), the fitted law with its band, and required-τ lines.
+
+    Args:
+        points: label -> (samples, τ) points; a warm start's point at 0 samples is the old drafter as is.
+        fits: label -> (samples grid, central τ, low, high), same labels as ``points``.
+        lines: label -> τ drawn as a horizontal line (break-even, target, the k + 1 ceiling).
+    """
     fig, ax = _fig()
-    for (label, ys), color in zip(curves.items(), PALETTE):
-        ax.plot(budgets, ys, marker="o", label=label, color=color)
-    ax.set_xlabel("training sequences from the new target")
-    ax.set_ylabel(ylabel)
-    ax.set_title("How much data does warm start save?")
-    ax.legend()
+    positive = [n for pts in points.values() for n, _ in pts if n > 0]
+    for (label, pts), color in zip(points.items(), PALETTE):
+        xs, ys = zip(*pts) if pts else ((), ())
+        ax.scatter(xs, ys, color=color, s=22, alpha=0.8, zorder=4, label=f"{label} (measured)")
+        if label in fits:
+            grid, c, lo, hi = fits[label]
+            ax.plot(grid, c, color=color, lw=1.8, label=f"{label} (fit)")
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.15, lw=0)
+    for (label, tau), style in zip(dict(lines).items(), (":", "--", "-.", (0, (1, 3)))):
+        ax.axhline(tau, color="#555555", lw=1, ls=style)
+        ax.text(ax.get_xlim()[0], tau, f" {label}", va="bottom", ha="left", fontsize=8, color="#333333")
+    if positive:
+        ax.set_xscale("symlog", linthresh=min(positive))
+        ax.set_xlim(left=0)
+    ax.set_xlabel("new-target training samples (0 = the old drafter as is)")
+    ax.set_ylabel("held-out τ (bonus included)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: float, ceiling: float):
+    """Each option's projected τ with its band, against the τ break-even and the target need.
+
+    Args:
+        rows: dicts with ``option``, ``tau``, ``tau_lo``, ``tau_hi`` (a decision table's rows).
+    """
+    fig, ax = _fig(6.8, 0.32 * len(rows) + 1.6)
+    ys = np.arange(len(rows))[::-1]
+    for y, r in zip(ys, rows):
+        color = PALETTE[0] if r["tau"] >= break_even else PALETTE[1]
+        ax.plot([r["tau_lo"], r["tau_hi"]], [y, y], color=color, lw=4, alpha=0.35, solid_capstyle="butt")
+        ax.scatter([r["tau"]], [y], color=color, zorder=4, s=28)
+    for x, label, style in ((break_even, f"break-even τ {break_even:.2f}", "--"), (target, f"target τ {target:.2f}", "-"),
+                            (ceiling, f"k + 1 = {ceiling:g}", ":")):
+        ax.axvline(x, color="#333333", lw=1, ls=style, label=label)
+    ax.set_yticks(ys, [r["option"] for r in rows], fontsize=8)
+    ax.set_xlabel("projected τ in your scenario (band: the law's range)")
+    ax.set_title("Options against what your scenario needs")
+    ax.legend(fontsize=8, loc="lower right")
     return fig

@@ -1,0 +1,374 @@
+"""The decision table: for the user's serving scenario, what each option needs and what it gives.
+
+Options: keep the drafter served now, plug the old drafter in, warm-start it on N new samples, or
+train from scratch on N. For each: projected τ and tok/s with a band, the samples still to
+generate and how long that takes at the user's generation speed; then a recommendation that
+follows from the table, including "none reaches the target: the cycle must shrink to X ms".
+
+τ in the user's scenario comes from the user's own evidence (what they entered, their logs, the
+workbook run on their checkpoints); how τ grows with data is a law anchored at their point
+(:mod:`eaglelab.planning.scaling`) whose exponent, unless measured, is an assumed range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from eaglelab.errors import ParameterError
+from eaglelab.planning import provenance as pv
+from eaglelab.planning.scaling import LawBand, assumed_band
+
+#: Default range of the data exponent b (the per-position miss rate falls as N^-b) when the user
+#: has not measured it: an assumption, wide on purpose; a warm-start sweep on their data narrows it.
+DEFAULT_EXPONENTS = (0.1, 0.3)
+#: Default range of the fraction of the old drafter's training samples a warm start carries over
+#: to the new target, when its plug-in τ has not been measured: an assumption.
+DEFAULT_TRANSFER = (0.1, 0.5)
+#: Tokens per generated training sample when the user gives none: an assumption.
+DEFAULT_TOKENS_PER_SAMPLE = 512
+#: The founding case: Kimi-K2.5 on 8 PCIe GPUs served at 82 tok/s plain and τ 2.0 over a 30 ms cycle
+#: by a drafter trained on 37k samples; 150 tok/s wanted; data generated at 82 tok/s; a community
+#: drafter for the previous target trained on 1.4M samples.
+FOUNDING_CASE = {"baseline_tps": 82.0, "cycle_ms": 30.0, "accept_len": 2.0, "target_tps": 150.0, "samples": 37_000,
+                 "gen_tps": 82.0, "k": 3, "old_samples": 1_400_000, "tokens_per_sample": DEFAULT_TOKENS_PER_SAMPLE,
+                 "exponents": DEFAULT_EXPONENTS, "transfer_fraction": DEFAULT_TRANSFER}
+#: Fields whose defaults are assumptions of the model rather than the founding case's numbers.
+ASSUMPTIONS = ("tokens_per_sample", "exponents", "transfer_fraction")
+#: Option kinds, cheapest first: the order that breaks ties.
+KINDS = ("serve as now", "plug in", "warm start", "from scratch")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The user's serving scenario and evidence; ``sources`` labels each field (see :mod:`provenance`).
+
+    Attributes:
+        baseline_tps: plain decoding tok/s.
+        cycle_ms: one speculative cycle (draft + verify + overhead), ms.
+        accept_len: τ of the drafter served now (bonus included).
+        target_tps: the throughput the team wants.
+        samples: samples of the new target's data the drafter served now was trained on (from
+            scratch); they count towards every budget.
+        gen_tps: tok/s at which the team can generate new training data (all streams together).
+        tokens_per_sample: tokens per generated sample.
+        k: draft tokens per cycle.
+        plugin_tau: τ of the old drafter as is on the new target (notebook 03), if measured.
+        old_samples: samples the old drafter was trained on (for the assumed transfer).
+        exponents: range of the data exponent b.
+        transfer_fraction: range of the fraction of ``old_samples`` a warm start carries over.
+        sources: field name -> source key.
+    """
+
+    baseline_tps: float
+    cycle_ms: float
+    accept_len: float
+    target_tps: float
+    samples: float
+    gen_tps: float
+    tokens_per_sample: float = DEFAULT_TOKENS_PER_SAMPLE
+    k: int = 3
+    plugin_tau: float | None = None
+    old_samples: float | None = None
+    exponents: tuple[float, float] = DEFAULT_EXPONENTS
+    transfer_fraction: tuple[float, float] = DEFAULT_TRANSFER
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("baseline_tps", "cycle_ms", "target_tps", "samples", "gen_tps", "tokens_per_sample"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ParameterError(name, f"must be a positive number, got {v!r}")
+        if self.k < 1:
+            raise ParameterError("k", f"draft tokens per cycle must be >= 1, got {self.k}")
+        if not 1.0 < self.accept_len < self.k + 1:
+            raise ParameterError("accept_len", f"τ {self.accept_len} must lie strictly between 1 and k + 1 = {self.k + 1}")
+        if self.plugin_tau is not None and not 1.0 <= self.plugin_tau <= self.k + 1:
+            raise ParameterError("plugin_tau", f"τ {self.plugin_tau} must lie in [1, k + 1 = {self.k + 1}]")
+        for name in ("exponents", "transfer_fraction"):
+            lo, hi = sorted(getattr(self, name))
+            if lo < 0 or (name == "exponents" and lo <= 0):
+                raise ParameterError(name, f"range must be positive, got {getattr(self, name)}")
+
+    @classmethod
+    def founding_case(cls, **entered) -> Scenario:
+        """The founding case (:data:`FOUNDING_CASE`) with the fields in ``entered`` replaced.
+
+        Fields left out are labelled ``default`` (assumptions ``assumed``); every field given is
+        ``entered``, even when it equals the default (the command line: the user typed it).
+        """
+        sources = {f: (pv.ASSUMED if f in ASSUMPTIONS else pv.DEFAULT) for f in FOUNDING_CASE}
+        sources.update({name: pv.ENTERED for name in entered})
+        return cls(**{**FOUNDING_CASE, **entered}, sources=sources)
+
+    @classmethod
+    def from_parameters(cls, **values) -> Scenario:
+        """A scenario from notebook parameters: a field equal to the founding case's is labelled
+        ``default`` (or ``assumed``), any other ``entered``."""
+        sources = {}
+        for name, value in values.items():
+            at_default = name in FOUNDING_CASE and _same(value, FOUNDING_CASE[name])
+            sources[name] = (pv.ASSUMED if name in ASSUMPTIONS else pv.DEFAULT) if at_default else pv.ENTERED
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**{**FOUNDING_CASE, **values}, sources=sources | {
+            f: (pv.ASSUMED if f in ASSUMPTIONS else pv.DEFAULT) for f in FOUNDING_CASE if f not in values})
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, pv.ENTERED)
+
+    def tag(self, name: str) -> str:
+        return pv.LABELS[self.source(name)][0]
+
+    @property
+    def break_even_tau(self) -> float:
+        return self.cycle_ms / 1e3 * self.baseline_tps
+
+    @property
+    def target_tau(self) -> float:
+        return self.cycle_ms / 1e3 * self.target_tps
+
+    def tps(self, tau: float) -> float:
+        return tau / (self.cycle_ms / 1e3)
+
+    def generation_hours(self, samples: float) -> float:
+        return samples * self.tokens_per_sample / self.gen_tps / 3600.0
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def default_budgets(samples: float) -> list[int]:
+    """Total-sample budgets to tabulate: the 1-2-5 values above ``samples`` up to 40x it."""
+    out, decade = [], 10 ** math.floor(math.log10(samples))
+    while len(out) < 8:
+        for m in (1, 2, 5):
+            v = m * decade
+            if samples < v <= 40 * samples:
+                out.append(int(v))
+        decade *= 10
+        if decade > 40 * samples:
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One option of the table.
+
+    Attributes:
+        option: what to do, in words.
+        kind: one of :data:`KINDS`.
+        total_samples: new-target samples the drafter is trained on (None: not trained on new data).
+        to_generate: samples still to generate.
+        generation_h: hours of generation for them.
+        tau, tau_lo, tau_hi: projected τ and its band.
+        tps, tps_lo, tps_hi: projected tok/s and its band.
+        evidence: where τ comes from, in words with source tags.
+    """
+
+    option: str
+    kind: str
+    total_samples: float | None
+    to_generate: float
+    generation_h: float
+    tau: float
+    tau_lo: float
+    tau_hi: float
+    tps: float
+    tps_lo: float
+    tps_hi: float
+    evidence: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Need:
+    """The new-target samples a start needs to reach a τ (central, low, high) and the hours to generate them."""
+
+    start: str
+    goal: str
+    tau: float
+    samples: tuple[float, float, float]
+    generation_h: tuple[float, float, float]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision table, what each start needs, and the recommendation that follows.
+
+    Attributes:
+        scenario: the inputs.
+        rows: one per option and budget.
+        needs: samples each start needs for break-even and for the target.
+        action: the recommended option (a row's ``option``), or ``"shrink the cycle"``.
+        text: the recommendation in words, numbers formatted in.
+        cycle_needed_ms: the cycle at which the best option reaches the target.
+        lever: what shrinks the cycle (from a verify cost model), if one was given.
+    """
+
+    scenario: Scenario
+    rows: list[Row]
+    needs: list[Need]
+    action: str
+    text: str
+    cycle_needed_ms: float
+    lever: str | None = None
+    bands: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        s = asdict(self.scenario)
+        return {"scenario": {k: v for k, v in s.items() if k != "sources"}, "sources": self.scenario.sources,
+                "break_even_tau": self.scenario.break_even_tau, "target_tau": self.scenario.target_tau,
+                "max_tau": self.scenario.k + 1, "rows": [r.to_json() for r in self.rows],
+                "needs": [n.to_json() for n in self.needs], "action": self.action, "text": self.text,
+                "cycle_needed_ms": self.cycle_needed_ms, "lever": self.lever, "bands": self.bands}
+
+    def to_markdown(self) -> str:
+        """The scenario, the table and the recommendation as markdown, every number with its source."""
+        from eaglelab.planning.render import plan_markdown
+
+        return plan_markdown(self)
+
+
+def scratch_band(s: Scenario) -> LawBand:
+    """Scratch on the new target's data: the law through the served drafter's point (samples, τ)."""
+    return assumed_band(s.samples, s.accept_len, s.k, s.exponents)
+
+
+def warm_band(s: Scenario, scratch: LawBand) -> tuple[LawBand | None, str]:
+    """The warm start: the scratch law plus the old drafter's effective data transferred.
+
+    From the measured plug-in τ when there is one (the old drafter as is sits at the point where
+    scratch reaches that τ), else from an assumed fraction of the old drafter's training samples.
+    """
+    if s.plugin_tau is not None:
+        def moved(law):
+            return replace(law, transfer=law.samples_for(s.plugin_tau) if s.plugin_tau > 1 else 0.0)
+
+        return (LawBand(moved(scratch.central), [moved(m) for m in scratch.members], scratch.kind, scratch.quantiles),
+                f"plug-in τ {s.plugin_tau:.2f} [{s.tag('plugin_tau')}]")
+    if s.old_samples is not None:
+        lo, hi = sorted(s.transfer_fraction)
+        band = assumed_band(s.samples, s.accept_len, s.k, s.exponents, (lo * s.old_samples, hi * s.old_samples))
+        return band, (f"{100 * lo:.0f}-{100 * hi:.0f}% of the old drafter's {_count(s.old_samples)} samples carried "
+                      f"over [{s.tag('transfer_fraction')}]")
+    return None, "no plug-in τ and no sample count of the old drafter: give one to project the warm start"
+
+
+def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None = None) -> Plan:
+    """Build the decision table for scenario ``s``.
+
+    Args:
+        s: the scenario and the evidence.
+        budgets: total new-target samples per trained option (default :func:`default_budgets`).
+        lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the target).
+    """
+    budgets = sorted(float(b) for b in (budgets or default_budgets(s.samples)))
+    if not budgets or budgets[0] <= 0:
+        raise ParameterError("budgets", f"need positive sample budgets, got {budgets}")
+    scratch = scratch_band(s)
+    warm, warm_from = warm_band(s, scratch)
+    law_from = (f"your τ {s.accept_len:.2f} at {_count(s.samples)} samples [{s.tag('accept_len')}], "
+                f"exponent {s.exponents[0]:g}-{s.exponents[1]:g} [{s.tag('exponents')}]")
+
+    def row(option, kind, total, tau3, evidence) -> Row:
+        gen = max((total or 0) - s.samples, 0.0) if total is not None else 0.0
+        c, lo, hi = tau3
+        return Row(option, kind, total, gen, s.generation_hours(gen), c, lo, hi, s.tps(c), s.tps(lo), s.tps(hi), evidence)
+
+    rows = [row("serve as now", "serve as now", None, (s.accept_len,) * 3, f"[{s.tag('accept_len')}]")]
+    if s.plugin_tau is not None:
+        rows.append(row("plug in the old drafter", "plug in", None, (s.plugin_tau,) * 3, f"[{s.tag('plugin_tau')}]"))
+    if warm is not None:  # the warm start on the data the team already has: nothing to generate
+        rows.append(row(f"warm start, {_count(s.samples)} samples (yours)", "warm start", s.samples, warm.tau(s.samples),
+                        f"{law_from}; {warm_from}"))
+    for n in budgets:
+        if warm is not None:
+            rows.append(row(f"warm start, {_count(n)} samples", "warm start", n, warm.tau(n), f"{law_from}; {warm_from}"))
+        rows.append(row(f"from scratch, {_count(n)} samples", "from scratch", n, scratch.tau(n), law_from))
+
+    needs = []
+    for start, band in (("warm start", warm), ("from scratch", scratch)):
+        if band is None:
+            continue
+        for goal, tau in (("break-even", s.break_even_tau), ("target", s.target_tau)):
+            got = band.samples_for(tau)
+            to_gen = tuple(max(v - s.samples, 0.0) for v in got)
+            needs.append(Need(start, goal, tau, got, tuple(s.generation_hours(v) for v in to_gen)))
+    action, text, cycle_needed = _decide(s, rows, lever)
+    bands = {"scratch": scratch.kind, **({"warm start": warm.kind} if warm is not None else {})}
+    return Plan(s, rows, needs, action, text, cycle_needed, lever, bands)
+
+
+def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, float]:
+    """The cheapest option (fewest samples to generate, then :data:`KINDS` order) that reaches the
+    target; else the cheapest that pays, with the cycle the target needs."""
+    def cost(r: Row):
+        return (r.to_generate, KINDS.index(r.kind))
+
+    reach = sorted((r for r in rows if r.tau >= s.target_tau), key=cost)
+    best = max(rows, key=lambda r: (r.tau, -cost(r)[0]))
+    cycle_needed = 1e3 * best.tau / s.target_tps
+    if reach:
+        r = reach[0]
+        return r.option, (f"{r.option.capitalize()}: projected τ {r.tau:.2f} ({r.tau_lo:.2f}-{r.tau_hi:.2f}) reaches the "
+                          f"target's τ {s.target_tau:.2f}, {r.tps:.0f} tok/s; {_gen_text(s, r)}."), cycle_needed
+    lines = []
+    if s.target_tau > s.k + 1:
+        lines.append(f"No drafter reaches {s.target_tps:g} tok/s at a {s.cycle_ms:g} ms cycle: it needs τ {s.target_tau:.2f}, "
+                     f"above the {s.k + 1} that {s.k} drafts give with every draft accepted.")
+    else:
+        lines.append(f"No option in the table reaches {s.target_tps:g} tok/s (τ {s.target_tau:.2f}); the best, "
+                     f"{best.option}, projects τ {best.tau:.2f} ({best.tps:.0f} tok/s).")
+    lines.append(f"The target needs the cycle to shrink from {s.cycle_ms:g} ms to {cycle_needed:.1f} ms at τ {best.tau:.2f}"
+                 + (f" ({1e3 * (s.k + 1) / s.target_tps:.1f} ms even with every draft accepted)"
+                    if s.target_tau > s.k + 1 else "")
+                 + (f"; the verify cost model's largest lever: {lever} [assumed]." if lever else "."))
+    pays = sorted((r for r in rows if r.tau >= s.break_even_tau), key=cost)
+    if pays:
+        r = pays[0]
+        lines.append(f"To pay at all (τ ≥ {s.break_even_tau:.2f}, break-even at {s.baseline_tps:g} tok/s): {r.option}, "
+                     f"projected τ {r.tau:.2f} ({r.tau_lo:.2f}-{r.tau_hi:.2f}), {r.tps:.0f} tok/s; {_gen_text(s, r)}"
+                     + (" (the band's low end is below break-even: measure the plug-in τ and a small sweep on "
+                        "your data before committing)." if r.tau_lo < s.break_even_tau else "."))
+        return r.option, " ".join(lines), cycle_needed
+    lines.append(f"No option pays within the budgets considered (break-even τ {s.break_even_tau:.2f}): serve without "
+                 f"speculation until the cycle is at most {1e3 * best.tau / s.baseline_tps:.1f} ms.")
+    return "shrink the cycle", " ".join(lines), cycle_needed
+
+
+def _gen_text(s: Scenario, r: Row) -> str:
+    if r.to_generate <= 0:
+        return "no new data to generate"
+    return f"{_count(r.to_generate)} new samples to generate, {_duration(r.generation_h)} at {s.gen_tps:g} tok/s"
+
+
+def _count(n: float) -> str:
+    """1,400,000 -> '1.4M'; 37,000 -> '37k'."""
+    if not math.isfinite(n):
+        return "∞"
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def _duration(hours: float) -> str:
+    if not math.isfinite(hours):
+        return "never"
+    if hours < 1:
+        return f"{60 * hours:.0f} min"
+    if hours < 48:
+        return f"{hours:.1f} h"
+    if hours < 24 * 365:
+        return f"{hours / 24:.1f} days"
+    return f"{hours / 24 / 365:.1f} years"

@@ -1,0 +1,98 @@
+"""Where each number comes from: the user's checkpoints, their logs, their entries, or the demo world.
+
+Every number the findings and the game plan print carries one of these labels. Projections into
+the user's serving scenario take τ from the user's own evidence only; a τ measured on the demo
+world illustrates the method and is never a forecast for the user's model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+MEASURED = "measured"  # notebooks 03 / 04 or the CLI run on the user's checkpoints
+LOGS = "logs"  # parsed from the user's SGLang / vLLM logs
+ENTERED = "entered"  # typed in by the user (a notebook parameter or a CLI flag)
+DEFAULT = "default"  # a parameter left at its default: the founding case's numbers
+DEMO = "demo"  # measured on the offline demo world: an illustration of the method
+SAMPLE = "sample"  # a bundled sample input (logs, public configs), standing in for the user's
+ASSUMED = "assumed"  # an assumption of a model, with its range
+DERIVED = "derived"  # computed from numbers with the labels above
+
+#: The label printed next to a number, and what it means (the game plan's legend).
+LABELS = {
+    MEASURED: ("your checkpoints", "measured by the workbook on your checkpoints"),
+    LOGS: ("your logs", "parsed from your SGLang / vLLM serving logs"),
+    ENTERED: ("entered", "entered by you (a notebook parameter or a command-line flag)"),
+    DEFAULT: ("default", "left at its default: the founding case's numbers (Kimi-K2.5 on 8 PCIe GPUs); "
+                         "enter yours"),
+    DEMO: ("demo", "illustration on the offline world the project builds (the SmolLM2-135M demo pair; the tiny "
+                   "world in smoke runs): shows the method, never a forecast for your model"),
+    SAMPLE: ("sample", "a bundled sample input (illustrative serving logs, public drafter configs): point the "
+                       "parameter at yours"),
+    ASSUMED: ("assumed", "an assumption of the model, with the range it spans; replace it with a measurement"),
+    DERIVED: ("derived", "computed from the numbers above"),
+}
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A number with the label of where it comes from.
+
+    Attributes:
+        value: the number.
+        source: one of the keys of :data:`LABELS`.
+        note: what exactly (a file, a parameter name, a formula), optional.
+    """
+
+    value: float
+    source: str
+    note: str = ""
+
+    def __post_init__(self):
+        if self.source not in LABELS:
+            raise ValueError(f"unknown source {self.source!r}; one of {sorted(LABELS)}")
+
+    @property
+    def tag(self) -> str:
+        return LABELS[self.source][0]
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "source": self.source, "label": self.tag, "note": self.note}
+
+
+def tagged(text: str, source: str) -> str:
+    """``text`` followed by its source tag, as findings print it: ``... [demo]``."""
+    return f"{text} [{LABELS[source][0]}]"
+
+
+def legend(sources: Iterable[str] | None = None) -> list[str]:
+    """Markdown lines of the legend, for the given sources (all when None), in a fixed order."""
+    used = set(LABELS if sources is None else sources)
+    return [f"- **[{tag}]** {meaning}" for key, (tag, meaning) in LABELS.items() if key in used]
+
+
+def evidence_source(paths: Iterable[str | Path | None], world_dir: str | Path) -> str:
+    """:data:`DEMO` when every given checkpoint lies inside the offline world, else :data:`MEASURED`.
+
+    Args:
+        paths: the targets and drafters a notebook ran on (None entries are skipped).
+        world_dir: the offline world's folder.
+    """
+    world = Path(world_dir).resolve()
+    given = [Path(p) for p in paths if p is not None]
+    inside = [p.exists() and world in p.resolve().parents for p in given]
+    return DEMO if given and all(inside) else MEASURED
+
+
+def parameter_source(value, default) -> str:
+    """:data:`DEFAULT` when a parameter was left at its default, else :data:`ENTERED`."""
+    return DEFAULT if value == default else ENTERED
+
+
+def files_source(paths: Iterable[str | Path], bundled_dir: str | Path) -> str:
+    """:data:`SAMPLE` when every file lies in the repository's bundled ``bundled_dir``, else :data:`LOGS`."""
+    bundled = Path(bundled_dir).resolve()
+    given = [Path(p).resolve() for p in paths]
+    return SAMPLE if given and all(bundled in p.parents for p in given) else LOGS

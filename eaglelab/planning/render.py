@@ -1,0 +1,98 @@
+"""The decision table in words: markdown for the game plan, plain rows for the command line."""
+
+from __future__ import annotations
+
+import math
+
+from eaglelab.planning import provenance as pv
+from eaglelab.planning.decision_table import Plan, _count, _duration
+
+_SCENARIO_FIELDS = (
+    ("baseline_tps", "plain decoding", "{:g} tok/s"),
+    ("cycle_ms", "speculative cycle", "{:g} ms"),
+    ("accept_len", "τ of the drafter served now", "{:.2f}"),
+    ("samples", "its training samples (new target)", None),
+    ("target_tps", "throughput target", "{:g} tok/s"),
+    ("k", "draft tokens per cycle", "{}"),
+    ("gen_tps", "data generation speed", "{:g} tok/s"),
+    ("tokens_per_sample", "tokens per sample", "{:g}"),
+    ("plugin_tau", "old drafter's τ on the new target", "{:.2f}"),
+    ("old_samples", "old drafter's training samples", None),
+)
+
+
+def scenario_lines(p: Plan) -> list[tuple[str, str, str]]:
+    """(what, value, source tag) for every scenario field that has a value, then the derived requirements."""
+    s = p.scenario
+    out = []
+    for name, label, fmt in _SCENARIO_FIELDS:
+        v = getattr(s, name)
+        if v is None:
+            continue
+        out.append((label, _count(v) if fmt is None else fmt.format(v), s.tag(name)))
+    out.append(("data exponent b (miss rate ∝ N^-b)", f"{s.exponents[0]:g}-{s.exponents[1]:g}", s.tag("exponents")))
+    if s.plugin_tau is None and s.old_samples is not None:
+        lo, hi = s.transfer_fraction
+        out.append(("share of the old drafter's samples carried over", f"{100 * lo:.0f}-{100 * hi:.0f}%",
+                    s.tag("transfer_fraction")))
+    derived = pv.LABELS[pv.DERIVED][0]
+    out += [("τ for break-even (cycle × baseline)", f"{s.break_even_tau:.2f}", derived),
+            (f"τ for {s.target_tps:g} tok/s (cycle × target)", f"{s.target_tau:.2f}", derived),
+            (f"most τ with {s.k} drafts", f"{s.k + 1}", derived)]
+    return out
+
+
+def row_cells(p: Plan) -> list[list[str]]:
+    """The table's rows as strings: option, τ [band], tok/s [band], speedup, to generate, time, pays, target."""
+    s = p.scenario
+    cells = []
+    for r in p.rows:
+        band = r.tau_hi > r.tau_lo + 5e-3
+        cells.append([r.option,
+                      f"{r.tau:.2f}" + (f" [{r.tau_lo:.2f}-{r.tau_hi:.2f}]" if band else ""),
+                      f"{r.tps:.0f}" + (f" [{r.tps_lo:.0f}-{r.tps_hi:.0f}]" if band else ""),
+                      f"{r.tps / s.baseline_tps:.2f}×",
+                      _count(r.to_generate) if r.to_generate else "0",
+                      _duration(r.generation_h) if r.to_generate else "-",
+                      "yes" if r.tau >= s.break_even_tau else "no",
+                      "yes" if r.tau >= s.target_tau else "no"])
+    return cells
+
+
+ROW_HEADERS = ["option", "τ", "tok/s", "vs plain", "to generate", "generation", "pays", "target"]
+
+
+def need_cells(p: Plan) -> list[list[str]]:
+    """What each start needs: start, goal (τ), total samples [band], still to generate, generation time."""
+    out = []
+    for n in p.needs:
+        c, lo, hi = n.samples
+        gc, glo, ghi = n.generation_h
+        if math.isinf(lo):
+            out.append([n.start, f"{n.goal} (τ {n.tau:.2f})", "unreachable", "never"])
+            continue
+        out.append([n.start, f"{n.goal} (τ {n.tau:.2f})", f"{_count(c)} [{_count(lo)}-{_count(hi)}]",
+                    f"{_duration(gc)} [{_duration(glo)}-{_duration(ghi)}]"])
+    return out
+
+
+NEED_HEADERS = ["start", "goal", "total samples (lower bound)", "generation"]
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def plan_markdown(p: Plan) -> str:
+    """Scenario (with sources), decision table, needs and recommendation, as markdown."""
+    lines = ["**Your scenario**", ""]
+    lines += _md_table(["", "value", "source"], [[a, b, f"[{c}]"] for a, b, c in scenario_lines(p)])
+    lines += ["", f"**Options** (τ bands: {', '.join(f'{k} {v}' for k, v in p.bands.items())}; "
+                  "evidence per row below the table)", ""]
+    lines += _md_table(ROW_HEADERS, row_cells(p))
+    lines += ["", "Evidence: " + "; ".join(sorted({f"{r.kind}: {r.evidence}" for r in p.rows})), ""]
+    if p.needs:
+        lines += ["**What each start needs** (the law has no ceiling below k + 1: read the samples as lower bounds)", ""]
+        lines += _md_table(NEED_HEADERS, need_cells(p)) + [""]
+    lines += [f"**Decision:** {p.text}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""How a drafter's acceptance grows with training data: a saturating law, its fit and its band.
+
+The law is stated on the per-position acceptance α of a chain of k drafts, where data scaling is
+a plain power law: the miss rate falls as a power of the training samples,
+
+    1 - α(N) = c · (N + D)^(-b),      τ(N) = (1 - α^(k+1)) / (1 - α),
+
+so τ rises from 1 and saturates at k + 1 (every draft accepted). On a measured sweep each start
+gets its own law (D = 0); what the warm start is worth is the *effective data transferred*
+(Hernandez et al. 2021, "Scaling laws for transfer"): the samples scratch would need for the warm
+start's τ, minus the samples the warm start used (:meth:`ScalingFit.transferred`). In the user's
+scenario, where one point is known, the warm start is the scratch law shifted by a constant D
+(:func:`assumed_band`).
+
+The law has no ceiling below k + 1 (a real drafter saturates earlier: the target's own entropy),
+so the samples it says a τ needs are a lower bound, and the closer τ is to k + 1 the looser.
+
+Pure numpy; no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from eaglelab.errors import ParameterError
+from eaglelab.serving.perf import accept_len_constant_rate, rate_for_accept_len
+
+#: Keeps τ off the ends of [1, k + 1], where the miss rate's logarithm is infinite.
+_EDGE = 1e-3
+
+
+@dataclass(frozen=True)
+class DataLaw:
+    """τ(N) for one start: ``1 - α = c (N + transfer)^(-b)`` on a chain of ``k`` drafts.
+
+    Attributes:
+        c: miss rate at one sample (scale).
+        b: exponent (> 0): how fast the miss rate falls with data.
+        k: draft tokens per cycle (the chain length τ is computed for).
+        transfer: effective samples a warm start brings (0: from scratch).
+    """
+
+    c: float
+    b: float
+    k: int
+    transfer: float = 0.0
+
+    def miss(self, n) -> np.ndarray:
+        """Per-position miss rate 1 - α after ``n`` new samples (array in, array out)."""
+        total = np.asarray(n, dtype=float) + self.transfer
+        with np.errstate(divide="ignore"):
+            return np.clip(self.c * np.power(np.maximum(total, 1e-12), -self.b), 0.0, 1.0)
+
+    def tau(self, n) -> np.ndarray:
+        """Acceptance length (bonus included) after ``n`` new samples."""
+        return accept_len_constant_rate(1.0 - self.miss(n), self.k)
+
+    def samples_for(self, tau: float) -> float:
+        """New samples needed to reach ``tau``: 0 if already there, ``inf`` if the law never gets there."""
+        if tau >= self.k + 1:
+            return math.inf
+        if tau <= float(self.tau(0.0)):
+            return 0.0
+        miss = 1.0 - rate_for_accept_len(tau, self.k)
+        return max((self.c / miss) ** (1.0 / self.b) - self.transfer, 0.0)
+
+    @classmethod
+    def anchored(cls, samples: float, tau: float, b: float, k: int, transfer: float = 0.0) -> DataLaw:
+        """The law with exponent ``b`` that passes through one measured point (``samples``, ``tau``)."""
+        if not 1.0 < tau < k + 1:
+            raise ParameterError("tau", f"{tau} must lie strictly between 1 and k + 1 = {k + 1} to anchor a law")
+        if samples <= 0 or b <= 0:
+            raise ParameterError("anchor", f"need samples > 0 and exponent > 0, got {samples}, {b}")
+        miss = 1.0 - rate_for_accept_len(tau, k)
+        return cls(c=miss * (samples + transfer) ** b, b=b, k=k, transfer=transfer)
+
+    def to_json(self) -> dict:
+        return {"c": self.c, "b": self.b, "k": self.k, "transfer": self.transfer}
+
+
+@dataclass(frozen=True)
+class LawBand:
+    """A central law and the laws that span its uncertainty.
+
+    Attributes:
+        central: the best estimate.
+        members: bootstrap refits, or the corners of an assumed range.
+        kind: what the band is (``"bootstrap 90%"`` or ``"assumed range"``), said next to every band.
+        quantiles: percentiles of ``members`` that bound the band ((5, 95) for bootstrap; (0, 100)
+            for corners).
+    """
+
+    central: DataLaw
+    members: list[DataLaw]
+    kind: str
+    quantiles: tuple[float, float] = (5.0, 95.0)
+
+    def tau(self, n: float) -> tuple[float, float, float]:
+        """τ after ``n`` new samples: (central, low, high)."""
+        vals = [float(m.tau(n)) for m in self.members]
+        lo, hi = np.percentile(vals, self.quantiles)
+        c = float(self.central.tau(n))
+        return c, min(float(lo), c), max(float(hi), c)
+
+    def samples_for(self, tau: float) -> tuple[float, float, float]:
+        """New samples to reach ``tau``: (central, low, high); ``inf`` where a law never gets there."""
+        vals = np.array([m.samples_for(tau) for m in self.members])
+        c = self.central.samples_for(tau)
+        lo, hi = np.percentile(vals, self.quantiles) if np.isfinite(vals).all() else (
+            float(np.nanmin(vals)), math.inf)
+        return c, min(float(lo), c), max(float(hi), c)
+
+    def to_json(self) -> dict:
+        return {"central": self.central.to_json(), "kind": self.kind, "members": len(self.members)}
+
+
+def _fmt_bound(x: float) -> str:
+    return f"{x:.0f}" if math.isfinite(x) else "∞"
+
+
+def _miss_points(samples: Sequence[float], taus: Sequence[float], k: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(samples, dtype=float)
+    t = np.clip(np.asarray(taus, dtype=float), 1.0 + _EDGE, k + 1 - _EDGE)
+    miss = np.array([1.0 - rate_for_accept_len(v, k) for v in t])
+    return x, miss
+
+
+def _ols(x: np.ndarray, miss: np.ndarray, k: int, shift: float) -> DataLaw:
+    """Least squares of log(1 - α) on log(N + shift): slope -b, intercept log c.
+
+    b is kept in [1e-3, 5] (a flatter or steeper law is noise, not data scaling) and the intercept
+    refitted for the kept slope.
+    """
+    lx, ly = np.log(x + shift), np.log(miss)
+    slope = np.polyfit(lx, ly, 1)[0] if np.ptp(lx) > 0 else 0.0
+    b = float(np.clip(-slope, 1e-3, 5.0))
+    return DataLaw(c=float(math.exp(ly.mean() + b * lx.mean())), b=b, k=k, transfer=shift)
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """Scratch and warm start fitted on one data-budget sweep, each with its own law and bootstrap band.
+
+    Each start is a two-parameter power law in its new samples, 1 - α = c N^-b, fitted on the
+    budgets > 0. The old drafter as is (budget 0) is kept apart, as the level a fine-tune must beat:
+    on a handful of samples a warm start can fall below it (it forgets faster than it learns).
+
+    Attributes:
+        scratch, warm: the two laws with their bootstrap bands.
+        plugin: held-out τ of the old drafter as is (mean of the budget-0 points), or None.
+        points: the measured points, ``{"from scratch": [(N, τ), ...], "warm start": [...]}``.
+        residual_rms: root-mean-square τ error of each fit on its own points.
+    """
+
+    scratch: LawBand
+    warm: LawBand
+    plugin: float | None
+    points: dict[str, list[tuple[float, float]]]
+    residual_rms: dict[str, float] = field(default_factory=dict)
+
+    def beats_plugin(self) -> tuple[float, float, float] | None:
+        """New samples from which the warm start's law passes the old drafter as is: (central, low, high)."""
+        if self.plugin is None:
+            return None
+        vals = np.array([m.samples_for(self.plugin) for m in self.warm.members])
+        c = self.warm.central.samples_for(self.plugin)
+        lo = float(np.percentile(vals[np.isfinite(vals)], self.warm.quantiles[0])) if np.isfinite(vals).any() else math.inf
+        hi = float(np.percentile(vals, self.warm.quantiles[1])) if np.isfinite(vals).all() else math.inf
+        return c, min(lo, c), max(hi, c)
+
+    def _pairs(self, f) -> tuple[float, float, float]:
+        """f(scratch law, warm law) at the central fit and over the bootstrap: (central, low, high)."""
+        vals = np.array([f(s, w) for s, w in zip(self.scratch.members, self.warm.members)], dtype=float)
+        c = float(f(self.scratch.central, self.warm.central))
+        q_lo, q_hi = self.warm.quantiles
+        finite = vals[np.isfinite(vals)]
+        lo = float(np.percentile(finite, q_lo)) if len(finite) else math.inf
+        hi = float(np.percentile(vals, q_hi)) if np.isfinite(vals).all() else math.inf
+        return c, min(lo, c), max(hi, c)
+
+    def transferred(self, n: float) -> tuple[float, float, float]:
+        """Effective data transferred at ``n`` new samples (Hernandez et al. 2021): the samples scratch
+        needs for the warm start's τ at ``n``, minus ``n``. (central, low, high)."""
+        return self._pairs(lambda s, w: s.samples_for(float(w.tau(n))) - n)
+
+    def data_ratio(self, tau: float) -> tuple[float, float, float]:
+        """Scratch's samples over the warm start's at equal ``tau``: (central, low, high); inf once the
+        warm start needs no new data."""
+        def ratio(s: DataLaw, w: DataLaw) -> float:
+            ns, nw = s.samples_for(tau), w.samples_for(tau)
+            return math.inf if nw == 0 else ns / nw
+
+        return self._pairs(ratio)
+
+    def plugin_text(self) -> str:
+        """Fine-tune or plug in, in words: from how many samples the warm start beats the old drafter as is."""
+        if self.plugin is None:
+            return "no point of the old drafter as is was measured"
+        warm = [(n, t) for n, t in self.points["warm start"] if n > 0]
+        budgets = sorted({n for n, _ in warm})
+        worst = min(t for _, t in warm)
+        c, lo, hi = self.beats_plugin()
+        head = f"The old drafter as is reaches held-out τ {self.plugin:.2f}; the warm start "
+        if worst >= self.plugin:
+            return head + f"is above it at every budget measured (τ {worst:.2f} and up from {budgets[0]:g} samples)."
+        if not math.isfinite(c):
+            return head + "never passes it under the fitted law: plug the old drafter in."
+        where = "beyond" if c > budgets[-1] else "within"
+        return head + (f"passes it from about **{c:.0f} ({lo:.0f}-{_fmt_bound(hi)}) new-target samples** ({where} the "
+                       f"{budgets[-1]:g} measured); with fewer it falls below it (τ {worst:.2f} at worst): a fine-tune "
+                       "on a handful of samples forgets faster than it learns.")
+
+    @property
+    def exponent(self) -> tuple[float, float, float]:
+        """The scratch data exponent b: (central, low, high) over the bootstrap."""
+        vals = [m.b for m in self.scratch.members]
+        lo, hi = np.percentile(vals, self.scratch.quantiles)
+        c = self.scratch.central.b
+        return c, min(float(lo), c), max(float(hi), c)
+
+    def equal_tau(self, taus: Sequence[float]) -> list[dict]:
+        """For each τ: the samples scratch and the warm start need, and their ratio, each (central, low, high)."""
+        return [{"tau": float(t), "scratch": self.scratch.samples_for(t), "warm start": self.warm.samples_for(t),
+                 "ratio": self.data_ratio(t)} for t in taus]
+
+    def to_json(self) -> dict:
+        return {"scratch": self.scratch.to_json(), "warm": self.warm.to_json(), "exponent": list(self.exponent),
+                "plugin": self.plugin, "beats_plugin": self.beats_plugin(),
+                "points": {k: [list(p) for p in v] for k, v in self.points.items()},
+                "residual_rms": self.residual_rms}
+
+
+def fit_scaling(scratch: Sequence[tuple[float, float]], warm: Sequence[tuple[float, float]], k: int,
+                n_boot: int = 300, seed: int = 0) -> ScalingFit:
+    """Fit the scratch law and the warm start's law, each with a bootstrap band.
+
+    Args:
+        scratch: (samples, held-out τ) points trained from scratch, samples > 0; seeds may repeat a budget.
+        warm: (samples, held-out τ) points warm-started from the old drafter; points at 0 samples
+            are the old drafter as is (kept apart, see :class:`ScalingFit`).
+        k: draft tokens per cycle of the τ measured.
+        n_boot: bootstrap refits (each start's points resampled with replacement).
+        seed: bootstrap seed (the fit is deterministic).
+
+    Raises:
+        ParameterError: fewer than three distinct positive budgets for a start, or a negative one.
+    """
+    s = np.asarray(scratch, dtype=float).reshape(-1, 2)
+    w_all = np.asarray(warm, dtype=float).reshape(-1, 2)
+    w = w_all[w_all[:, 0] > 0]
+    for name, pts, given in (("scratch", s, s), ("warm", w, w_all)):
+        if len(np.unique(pts[:, 0])) < 3 or (given[:, 0] < 0).any() or (name == "scratch" and (pts[:, 0] <= 0).any()):
+            raise ParameterError(name, "need points at >= 3 distinct positive budgets to fit a scaling law")
+    plugin = float(w_all[w_all[:, 0] == 0, 1].mean()) if (w_all[:, 0] == 0).any() else None
+
+    def law(p: np.ndarray) -> DataLaw:
+        return _ols(*_miss_points(p[:, 0], p[:, 1], k), k, 0.0)
+
+    rng = np.random.default_rng(seed)
+    boot_s, boot_w = [], []
+    while len(boot_s) < n_boot:
+        sp, wp = s[rng.integers(0, len(s), len(s))], w[rng.integers(0, len(w), len(w))]
+        if len(np.unique(sp[:, 0])) < 2 or len(np.unique(wp[:, 0])) < 2:  # a slope needs two budgets
+            continue
+        boot_s.append(law(sp))
+        boot_w.append(law(wp))
+    central_s, central_w = law(s), law(w)
+    rms = {"from scratch": float(np.sqrt(np.mean((central_s.tau(s[:, 0]) - s[:, 1]) ** 2))),
+           "warm start": float(np.sqrt(np.mean((central_w.tau(w[:, 0]) - w[:, 1]) ** 2)))}
+    return ScalingFit(LawBand(central_s, boot_s, "bootstrap 90%"), LawBand(central_w, boot_w, "bootstrap 90%"), plugin,
+                      {"from scratch": [tuple(p) for p in s.tolist()], "warm start": [tuple(p) for p in w_all.tolist()]},
+                      rms)
+
+
+def assumed_band(samples: float, tau: float, k: int, exponents: tuple[float, float],
+                 transfers: tuple[float, float] = (0.0, 0.0)) -> LawBand:
+    """Laws through one measured point over an assumed range of exponents and transfers (corners).
+
+    The central law takes the geometric mean of each range (the ranges span factors).
+    """
+    (b_lo, b_hi), (d_lo, d_hi) = sorted(exponents), sorted(transfers)
+    centre_d = math.sqrt(d_lo * d_hi) if d_lo > 0 else (d_lo + d_hi) / 2
+    base = DataLaw.anchored(samples, tau, math.sqrt(b_lo * b_hi), k)
+    corners = [DataLaw.anchored(samples, tau, b, k) for b in (b_lo, b_hi)]
+    return LawBand(replace(base, transfer=centre_d),
+                   [replace(c, transfer=d) for c in corners for d in (d_lo, d_hi)], "assumed range", (0.0, 100.0))
