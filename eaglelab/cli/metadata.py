@@ -113,6 +113,8 @@ def cmd_perf(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from dataclasses import replace
+
     from eaglelab.planning import provenance as pv
     from eaglelab.planning.decision_table import Scenario, plan
     from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
@@ -135,7 +137,7 @@ def cmd_plan(args) -> int:
     if args.transfer:
         given["transfer_fraction"] = tuple(args.transfer)
     scenario = Scenario.founding_case(**given)
-    scenario = type(scenario)(**{**scenario.__dict__, "sources": scenario.sources | sources})
+    scenario = replace(scenario, sources=scenario.sources | sources)
     lever = None
     if args.verify_model == "kimi-k2-pcie":
         lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]

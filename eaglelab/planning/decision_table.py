@@ -213,6 +213,7 @@ class Plan:
         text: the recommendation in words, numbers formatted in.
         cycle_needed_ms: the cycle at which the best option reaches the target.
         lever: what shrinks the cycle (from a verify cost model), if one was given.
+        bands: start -> what its τ band is (``assumed range`` or ``bootstrap 90%``).
     """
 
     scenario: Scenario
@@ -330,7 +331,7 @@ def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, 
         lines.append(f"No option in the table reaches {s.target_tps:g} tok/s (τ {s.target_tau:.2f}); the best, "
                      f"{best.option}, projects τ {best.tau:.2f} ({best.tps:.0f} tok/s).")
     lines.append(f"The target needs the cycle to shrink from {s.cycle_ms:g} ms to {cycle_needed:.1f} ms at τ {best.tau:.2f}"
-                 + (f" ({1e3 * (s.k + 1) / s.target_tps:.1f} ms even with every draft accepted)"
+                 + (f" (or to {1e3 * (s.k + 1) / s.target_tps:.1f} ms if every draft were accepted, τ {s.k + 1})"
                     if s.target_tau > s.k + 1 else "")
                  + (f"; the verify cost model's largest lever: {lever} [assumed]." if lever else "."))
     pays = sorted((r for r in rows if r.tau >= s.break_even_tau), key=cost)

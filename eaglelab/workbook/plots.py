@@ -93,13 +93,16 @@ def plot_speedup_map(speedup: np.ndarray, accept_lens: np.ndarray, cycle_ms: np.
         target_speedup: the throughput target over the baseline, drawn as a second contour.
         points: (τ, cycle ms, label) marks, e.g. the measured operating point.
     """
-    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.colors import LogNorm
 
     fig, ax = _fig(6.4, 4.4)
     lo, hi = float(np.nanmin(speedup)), float(np.nanmax(speedup))
-    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.99), vmax=max(hi, 1.01))
-    mesh = ax.pcolormesh(accept_lens, cycle_ms, speedup, shading="auto", cmap="RdBu", norm=norm)
-    fig.colorbar(mesh, ax=ax, label="speedup over plain decoding (1.0 = break-even)")
+    span = max(hi, 1 / lo, 1.05)  # a log scale symmetric about 1: 0.5x and 2x get equally strong colours
+    mesh = ax.pcolormesh(accept_lens, cycle_ms, speedup, shading="auto", cmap="RdBu", norm=LogNorm(1 / span, span))
+    ticks = [t for t in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0, 8.0) if 1 / span <= t <= span]
+    bar = fig.colorbar(mesh, ax=ax, label="speedup over plain decoding (1.0 = break-even)", ticks=ticks)
+    bar.ax.set_yticklabels([f"{t:g}×" for t in ticks])
+    bar.ax.minorticks_off()
     cs = ax.contour(accept_lens, cycle_ms, speedup, levels=[1.0], colors="black", linewidths=2)
     ax.clabel(cs, fmt=lambda v: "break-even", fontsize=8)
     if target_speedup is not None and lo < target_speedup < hi:
@@ -295,16 +298,17 @@ def plot_scaling(points: Mapping[str, Sequence[tuple[float, float]]],
             grid, c, lo, hi = fits[label]
             ax.plot(grid, c, color=color, lw=1.8, label=f"{label} (fit)")
             ax.fill_between(grid, lo, hi, color=color, alpha=0.15, lw=0)
+    if positive:  # log beyond half the smallest budget, linear below it (where 0 sits)
+        ax.set_xscale("symlog", linthresh=min(positive) / 2)
+        ax.set_xlim(left=0)
     for (label, tau), style in zip(dict(lines).items(), (":", "--", "-.", (0, (1, 3)))):
         ax.axhline(tau, color="#555555", lw=1, ls=style)
-        ax.text(ax.get_xlim()[0], tau, f" {label}", va="bottom", ha="left", fontsize=8, color="#333333")
-    if positive:
-        ax.set_xscale("symlog", linthresh=min(positive))
-        ax.set_xlim(left=0)
+        ax.text(0.01, tau, f" {label}", transform=ax.get_yaxis_transform(), va="bottom", ha="left", fontsize=8,
+                color="#333333")
     ax.set_xlabel("new-target training samples (0 = the old drafter as is)")
     ax.set_ylabel("held-out τ (bonus included)")
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     return fig
 
 
