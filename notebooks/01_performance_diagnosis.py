@@ -63,6 +63,7 @@ from IPython.display import Markdown, display
 
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
+from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
 from eaglelab.serving.logs import parse_log
 from eaglelab.workbook import plots
@@ -197,7 +198,7 @@ display(pd.Series(loop).to_frame("closed loop"))
 
 # %%
 decision = plan(scenario, lever=verify_parts[0]["lever"])
-display(Markdown(decision.to_markdown()))
+display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
 fig = plots.plot_options(rows, scenario.break_even_tau, scenario.target_tau, DRAFT_TOKENS + 1)
 plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "target_tps": PLAN_TARGET_TPS, "samples": SAMPLES})

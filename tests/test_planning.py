@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from eaglelab.errors import ParameterError
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, default_budgets, plan
+from eaglelab.planning.render import plan_markdown
 from eaglelab.planning.scaling import DataLaw, assumed_band, fit_scaling
 
 # --------------------------------------------------------------------------- the law
@@ -112,7 +113,7 @@ def test_founding_case_labels_defaults_and_entries():
     assert s.tag("baseline_tps") == "default" and s.tag("exponents") == "assumed"
     s = Scenario.founding_case(baseline_tps=90.0)
     assert s.tag("baseline_tps") == "entered" and s.tag("cycle_ms") == "default"
-    md = plan(s).to_markdown()
+    md = plan_markdown(plan(s))
     assert "| plain decoding | 90 tok/s | [entered] |" in md
     assert "| speculative cycle | 30 ms | [default] |" in md
 

@@ -79,7 +79,7 @@ def test_game_plan_of_the_smoke_workbook(smoke_run, tmp_path):
     assert "**[demo]**" in plan and "| speculative cycle | 30 ms | [default] |" in plan
     decision = plan[plan.index("## Your decision"):plan.index("## 01")]
     assert "No drafter reaches 150 tok/s" in decision and "[demo]" not in decision  # no demo number in it
-    assert "![01_options]" in decision
+    assert "![plan_options](plan_options.png)" in decision and (tmp_path / "plan_options.pdf").is_file()
     bullets = [line for line in plan.splitlines() if line.startswith("- **")]
     tags = ("[default]", "[entered]", "[demo]", "[sample]", "[derived]", "[assumed]", "[your")
     untagged = [b for b in bullets if not any(t in b for t in tags) and not b.startswith("- **[")]

@@ -233,12 +233,6 @@ class Plan:
                 "needs": [n.to_json() for n in self.needs], "action": self.action, "text": self.text,
                 "cycle_needed_ms": self.cycle_needed_ms, "lever": self.lever, "bands": self.bands}
 
-    def to_markdown(self) -> str:
-        """The scenario, the table and the recommendation as markdown, every number with its source."""
-        from eaglelab.planning.render import plan_markdown
-
-        return plan_markdown(self)
-
 
 def scratch_band(s: Scenario) -> LawBand:
     """Scratch on the new target's data: the law through the served drafter's point (samples, τ)."""

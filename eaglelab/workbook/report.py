@@ -37,6 +37,7 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
     findings file say so. Figures are linked by relative path (PNG), so the document renders next to them.
     """
     from eaglelab.planning import provenance as pv
+    from eaglelab.planning.render import plan_markdown
 
     d = Path(figures_dir)
     out = Path(out) if out else d / "GAME_PLAN.md"
@@ -50,8 +51,9 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
     if decision is None:
         lines += ["*Run notebook 01 with your serving numbers for the decision table.*", ""]
     else:
-        lines += [decision.to_markdown(), ""]
-        lines += [f"![{png.stem}]({_link(png, out.parent)})" for png in [d / "01_options.png"] if png.is_file()] + [""]
+        lines += [plan_markdown(decision), ""]
+        png = _options_figure(decision, d)
+        lines += [f"![{png.stem}]({_link(png, out.parent)})", ""]
     for nb, heading in SECTIONS.items():
         lines += [f"## {nb} · {heading}", ""]
         if nb not in found:
@@ -75,6 +77,15 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
         lines += [f"- {engine}: [{Path(path).name}]({_link(Path(path), out.parent)})" for engine, path in recipes.items()]
         lines += [""]
     return write_text_atomic(out, "\n".join(lines))
+
+
+def _options_figure(decision, figures_dir: Path) -> Path:
+    """Draw the decision's options (``plan_options``): redrawn here, as notebook 03 / 04 evidence may change them."""
+    from eaglelab.workbook import plots
+
+    s = decision.scenario
+    fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.target_tau, s.k + 1)
+    return plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})[0]
 
 
 def decision_plan(numbers: dict[str, dict]):
