@@ -41,6 +41,11 @@ def test_law_saturates_at_k_plus_one_and_counts_transfer():
     assert warm.samples_for(float(law.tau(600))) == pytest.approx(100, rel=1e-6)
 
 
+def test_a_flat_law_needs_infinitely_many_samples_not_an_overflow():
+    flat = DataLaw(c=0.9, b=1e-3, k=3)
+    assert flat.samples_for(3.5) == math.inf
+
+
 def test_anchored_law_passes_through_its_point():
     law = DataLaw.anchored(37_000, 2.0, b=0.2, k=3)
     assert float(law.tau(37_000)) == pytest.approx(2.0, abs=1e-9)

@@ -66,7 +66,8 @@ class DataLaw:
         if tau <= float(self.tau(0.0)):
             return 0.0
         miss = 1.0 - rate_for_accept_len(tau, self.k)
-        return max((self.c / miss) ** (1.0 / self.b) - self.transfer, 0.0)
+        log_total = math.log(self.c / miss) / self.b  # in logs: a flat law needs astronomically many samples
+        return math.inf if log_total > 700 else max(math.exp(log_total) - self.transfer, 0.0)
 
     @classmethod
     def anchored(cls, samples: float, tau: float, b: float, k: int, transfer: float = 0.0) -> DataLaw:
@@ -108,11 +109,7 @@ class LawBand:
 
     def samples_for(self, tau: float) -> tuple[float, float, float]:
         """New samples to reach ``tau``: (central, low, high); ``inf`` where a law never gets there."""
-        vals = np.array([m.samples_for(tau) for m in self.members])
-        c = self.central.samples_for(tau)
-        lo, hi = np.percentile(vals, self.quantiles) if np.isfinite(vals).all() else (
-            float(np.nanmin(vals)), math.inf)
-        return c, min(float(lo), c), max(float(hi), c)
+        return _band([m.samples_for(tau) for m in self.members], self.central.samples_for(tau), self.quantiles)
 
     def to_json(self) -> dict:
         return {"central": self.central.to_json(), "kind": self.kind, "members": len(self.members)}
@@ -129,16 +126,26 @@ def _miss_points(samples: Sequence[float], taus: Sequence[float], k: int) -> tup
     return x, miss
 
 
-def _ols(x: np.ndarray, miss: np.ndarray, k: int, shift: float) -> DataLaw:
-    """Least squares of log(1 - α) on log(N + shift): slope -b, intercept log c.
+def _ols(x: np.ndarray, miss: np.ndarray, k: int) -> DataLaw:
+    """Least squares of log(1 - α) on log N: slope -b, intercept log c.
 
     b is kept in [1e-3, 5] (a flatter or steeper law is noise, not data scaling) and the intercept
     refitted for the kept slope.
     """
-    lx, ly = np.log(x + shift), np.log(miss)
+    lx, ly = np.log(x), np.log(miss)
     slope = np.polyfit(lx, ly, 1)[0] if np.ptp(lx) > 0 else 0.0
     b = float(np.clip(-slope, 1e-3, 5.0))
-    return DataLaw(c=float(math.exp(ly.mean() + b * lx.mean())), b=b, k=k, transfer=shift)
+    return DataLaw(c=float(math.exp(ly.mean() + b * lx.mean())), b=b, k=k)
+
+
+def _band(values, central: float, quantiles: tuple[float, float]) -> tuple[float, float, float]:
+    """(central, low, high) from member values that may hold ``inf`` (a law that never gets there):
+    the low quantile over the finite ones, the high one ``inf`` as soon as any member is."""
+    vals = np.asarray(values, dtype=float)
+    finite = vals[np.isfinite(vals)]
+    lo = float(np.percentile(finite, quantiles[0])) if len(finite) else math.inf
+    hi = float(np.percentile(vals, quantiles[1])) if len(finite) == len(vals) else math.inf
+    return central, min(lo, central), max(hi, central)
 
 
 @dataclass(frozen=True)
@@ -166,21 +173,13 @@ class ScalingFit:
         """New samples from which the warm start's law passes the old drafter as is: (central, low, high)."""
         if self.plugin is None:
             return None
-        vals = np.array([m.samples_for(self.plugin) for m in self.warm.members])
-        c = self.warm.central.samples_for(self.plugin)
-        lo = float(np.percentile(vals[np.isfinite(vals)], self.warm.quantiles[0])) if np.isfinite(vals).any() else math.inf
-        hi = float(np.percentile(vals, self.warm.quantiles[1])) if np.isfinite(vals).all() else math.inf
-        return c, min(lo, c), max(hi, c)
+        return _band([m.samples_for(self.plugin) for m in self.warm.members], self.warm.central.samples_for(self.plugin),
+                     self.warm.quantiles)
 
     def _pairs(self, f) -> tuple[float, float, float]:
         """f(scratch law, warm law) at the central fit and over the bootstrap: (central, low, high)."""
-        vals = np.array([f(s, w) for s, w in zip(self.scratch.members, self.warm.members)], dtype=float)
-        c = float(f(self.scratch.central, self.warm.central))
-        q_lo, q_hi = self.warm.quantiles
-        finite = vals[np.isfinite(vals)]
-        lo = float(np.percentile(finite, q_lo)) if len(finite) else math.inf
-        hi = float(np.percentile(vals, q_hi)) if np.isfinite(vals).all() else math.inf
-        return c, min(lo, c), max(hi, c)
+        return _band([f(s, w) for s, w in zip(self.scratch.members, self.warm.members)],
+                     float(f(self.scratch.central, self.warm.central)), self.warm.quantiles)
 
     def transferred(self, n: float) -> tuple[float, float, float]:
         """Effective data transferred at ``n`` new samples (Hernandez et al. 2021): the samples scratch
@@ -258,7 +257,7 @@ def fit_scaling(scratch: Sequence[tuple[float, float]], warm: Sequence[tuple[flo
     plugin = float(w_all[w_all[:, 0] == 0, 1].mean()) if (w_all[:, 0] == 0).any() else None
 
     def law(p: np.ndarray) -> DataLaw:
-        return _ols(*_miss_points(p[:, 0], p[:, 1], k), k, 0.0)
+        return _ols(*_miss_points(p[:, 0], p[:, 1], k), k)
 
     rng = np.random.default_rng(seed)
     boot_s, boot_w = [], []
