@@ -192,11 +192,15 @@ display(pd.Series(loop).to_frame("closed loop"))
 # From your numbers only: the τ break-even and the target need, then each option (serve as now,
 # plug in the old drafter, warm start or scratch at growing data budgets) with its projected τ and
 # tok/s, the samples still to generate and how long that takes. How τ grows with data is a law
-# anchored at your drafter's point (τ at `SAMPLES`), with an assumed exponent range until a sweep
-# on your data measures it (notebook 04). The game plan rebuilds this table with the plug-in τ of
+# anchored at your drafter's point (τ at `SAMPLES`; the median of your logs when `LOG_FILES` are
+# yours and `ACCEPT_LEN` is left at its default), with an assumed exponent range until a sweep on
+# your data measures it (notebook 04). The game plan rebuilds this table with the plug-in τ of
 # notebook 03 when that ran on your checkpoints. `eaglelab plan` prints the same table.
 
 # %%
+logs_source = pv.files_source(LOG_FILES, "../data/logs")
+if logs_source == pv.LOGS:  # your logs: their median τ, unless you entered ACCEPT_LEN
+    scenario = scenario.with_logged_tau(float(np.median(log_table["accept_len"])))
 decision = plan(scenario, lever=verify_parts[0]["lever"])
 display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
@@ -228,7 +232,7 @@ perf_explorer(render, BASELINE_TPS, CYCLE_MS, ACCEPT_LEN)
 # %%
 req = diag["required_accept_len"]
 err = loop["prediction_error"]
-logs_tag = f"[{pv.LABELS[pv.files_source(LOG_FILES, '../data/logs')][0]}]"
+logs_tag = f"[{pv.LABELS[logs_source][0]}]"
 findings = f"""
 - **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
   {T['cycle_ms']} cycle gives **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s

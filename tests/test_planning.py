@@ -123,6 +123,22 @@ def test_founding_case_labels_defaults_and_entries():
     assert "| speculative cycle | 30 ms | [default] |" in md
 
 
+def test_logged_tau_replaces_a_default_never_an_entry():
+    s = Scenario.founding_case().with_logged_tau(2.2)
+    assert s.accept_len == 2.2 and s.tag("accept_len") == "your logs"
+    entered = Scenario.founding_case(accept_len=1.9).with_logged_tau(2.2)
+    assert entered.accept_len == 1.9 and entered.tag("accept_len") == "entered"
+
+
+def test_files_source_tells_bundled_samples_from_user_logs(tmp_path):
+    bundled = tmp_path / "repo" / "data" / "logs"
+    bundled.mkdir(parents=True)
+    (bundled / "sample.log").write_text("x")
+    (tmp_path / "mine.log").write_text("x")
+    assert pv.files_source([bundled / "sample.log"], bundled) == pv.SAMPLE
+    assert pv.files_source([bundled / "sample.log", tmp_path / "mine.log"], bundled) == pv.LOGS
+
+
 # --------------------------------------------------------------------------- the decision
 
 

@@ -140,3 +140,15 @@ def test_parameters_and_selection():
     assert parse_parameter("TARGET=org/model") == ("TARGET", "org/model")
     assert parse_parameter("BUDGETS=[1, 2]") == ("BUDGETS", [1, 2])
     assert [p.name[:2] for p in discover_notebooks(REPO / "notebooks", ["3", "01"])] == ["01", "03"]
+
+
+def test_notebook_01_takes_tau_from_the_users_logs(tiny_world, tmp_path):
+    """Logs outside the bundled samples are the user's: their median τ enters the decision, tagged [your logs]."""
+    log = tmp_path / "my-sglang.log"
+    log.write_text((REPO / "data" / "logs" / "sglang_kimi_k25_sample.log").read_text())
+    run_workbook(tmp_path / "out", smoke=True, only=["01"], notebooks_dir=REPO / "notebooks", progress=False,
+                 parameters={"LOG_FILES": [str(log)]})
+    findings = json.loads((tmp_path / "out" / "figures" / "01_findings.json").read_text())
+    plan = findings["numbers"]["plan"]
+    assert plan["sources"]["accept_len"] == "logs" and plan["scenario"]["accept_len"] != 2.0
+    assert any(b.startswith("- **Logs [your logs]:**") for b in findings["bullets"])

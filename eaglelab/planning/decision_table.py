@@ -114,6 +114,12 @@ class Scenario:
         return cls(**{**FOUNDING_CASE, **values}, sources=sources | {
             f: (pv.ASSUMED if f in ASSUMPTIONS else pv.DEFAULT) for f in FOUNDING_CASE if f not in values})
 
+    def with_logged_tau(self, tau: float) -> Scenario:
+        """τ from the user's serving logs, unless the user entered one (an entered τ wins over a default)."""
+        if self.source("accept_len") != pv.DEFAULT:
+            return self
+        return replace(self, accept_len=float(tau), sources=self.sources | {"accept_len": pv.LOGS})
+
     def source(self, name: str) -> str:
         return self.sources.get(name, pv.ENTERED)
 
