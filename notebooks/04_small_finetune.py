@@ -160,8 +160,8 @@ plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEED
 equal = pd.DataFrame([{"τ": r["tau"], "scratch needs": r["scratch"][0], "warm start needs": r["warm start"][0],
                        "ratio": r["ratio"][0], "ratio band": f"{r['ratio'][1]:.2f}-{r['ratio'][2]:.2f}"}
                       for r in fit.equal_tau(levels)]).set_index("τ")
-display(pd.DataFrame(points["warm start"][1:], columns=["sequences", "warm start τ"]).join(
-    pd.DataFrame(points["from scratch"], columns=["_", "scratch τ"])["scratch τ"]).groupby("sequences").agg(["mean", "std"]))
+sweep = pd.DataFrame([(label, n, t) for label, pts in points.items() for n, t in pts], columns=["start", "sequences", "τ"])
+display(sweep.pivot_table(index="sequences", columns="start", values="τ", aggfunc=["mean", "std"]).round(3))
 display(equal.round(2))
 
 # %% [markdown]
