@@ -35,6 +35,13 @@ def test_every_subcommand_has_help(cmd):
     assert proc.returncode == 0 and "usage: eaglelab" in proc.stdout
 
 
+@pytest.mark.parametrize("args", [["inspect"], ["nonsense"], ["perf", "--cycle-ms", "fast"], ["recipe", "--engine", "x"]],
+                         ids=" ".join)
+def test_argument_errors_are_one_line_exit_2(args):
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "error:" in proc.stderr and "--help" in proc.stderr
+
+
 def test_metadata_commands_do_not_import_torch(tmp_path):
     from eaglelab.checkpoints.synthetic import write_synthetic_drafter
 

@@ -240,7 +240,7 @@ def test_cli_plan_takes_tau_from_a_log(tmp_path):
 def test_cli_plan_bad_input_is_one_line_exit_2(args, needle):
     proc = _plan(*args)
     assert proc.returncode == 2 and needle in proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("eaglelab plan: error:")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1 and proc.stderr.startswith("eaglelab plan: error:")
 
 
 # --------------------------------------------------------------------------- the game plan

@@ -1,10 +1,10 @@
 """The ``eaglelab`` command line: argument parsing only.
 
 Every subcommand calls the same package functions the notebooks call: the metadata commands
-(:mod:`eaglelab.cli.metadata`: ``run``, ``inspect``, ``compare``, ``perf``, ``report``) never
+(:mod:`eaglelab.cli.metadata`: ``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``report``, ``recipe``) never
 import torch or transformers; the model commands (:mod:`eaglelab.cli.models`) import them
 inside each handler. Errors of type
-:class:`EaglelabError` print one line and exit with code 2.
+:class:`EaglelabError`, and argument errors, print one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ import sys
 from eaglelab.errors import EaglelabError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument error is one line on stderr and exit code 2, like every other error (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from eaglelab.cli import metadata, models
 
-    p = argparse.ArgumentParser(prog="eaglelab", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="eaglelab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     metadata.add_parsers(sub)
     models.add_parsers(sub)
