@@ -321,7 +321,7 @@ def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, 
     cycle_needed = 1e3 * best.tau / s.target_tps
     if reach:
         r = reach[0]
-        return r.option, (f"{r.option.capitalize()}: projected τ {r.tau:.2f} ({r.tau_lo:.2f}-{r.tau_hi:.2f}) reaches the "
+        return r.option, (f"{r.option.capitalize()}: {_tau_text(r)} reaches the "
                           f"target's τ {s.target_tau:.2f}, {r.tps:.0f} tok/s; {_gen_text(s, r)}."), cycle_needed
     lines = []
     if s.target_tau > s.k + 1:
@@ -338,13 +338,20 @@ def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, 
     if pays:
         r = pays[0]
         lines.append(f"To pay at all (τ ≥ {s.break_even_tau:.2f}, break-even at {s.baseline_tps:g} tok/s): {r.option}, "
-                     f"projected τ {r.tau:.2f} ({r.tau_lo:.2f}-{r.tau_hi:.2f}), {r.tps:.0f} tok/s; {_gen_text(s, r)}"
+                     f"{_tau_text(r)}, {r.tps:.0f} tok/s; {_gen_text(s, r)}"
                      + (" (the band's low end is below break-even: measure the plug-in τ and a small sweep on "
                         "your data before committing)." if r.tau_lo < s.break_even_tau else "."))
         return r.option, " ".join(lines), cycle_needed
     lines.append(f"No option pays within the budgets considered (break-even τ {s.break_even_tau:.2f}): serve without "
                  f"speculation until the cycle is at most {1e3 * best.tau / s.baseline_tps:.1f} ms.")
     return "shrink the cycle", " ".join(lines), cycle_needed
+
+
+def _tau_text(r: Row) -> str:
+    """'τ 2.40' for a τ the user has (served now, plug-in), 'projected τ 2.51 (2.22-3.02)' for a trained option."""
+    if r.kind in ("serve as now", "plug in"):
+        return f"τ {r.tau:.2f}"
+    return f"projected τ {r.tau:.2f} ({r.tau_lo:.2f}-{r.tau_hi:.2f})"
 
 
 def _gen_text(s: Scenario, r: Row) -> str:
