@@ -77,7 +77,7 @@ scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS
                                     target_tps=PLAN_TARGET_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=DRAFT_TOKENS,
                                     tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
                                     exponents=EXPONENTS)
-T = {name: f"[{scenario.tag(name)}]" for name in ("baseline_tps", "cycle_ms", "accept_len", "target_tps")}
+T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "target_tps")}
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
@@ -232,7 +232,7 @@ perf_explorer(render, BASELINE_TPS, CYCLE_MS, ACCEPT_LEN)
 # %%
 req = diag["required_accept_len"]
 err = loop["prediction_error"]
-logs_tag = f"[{pv.LABELS[logs_source][0]}]"
+logs_tag = pv.tag(logs_source)
 findings = f"""
 - **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
   {T['cycle_ms']} cycle gives **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s

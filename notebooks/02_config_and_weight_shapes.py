@@ -56,7 +56,7 @@ world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 DRAFTER_A = DRAFTER_A or str(world.drafter_a)
 DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
 TARGET = TARGET or str(world.target_b)
-TAG = f"[{pv.LABELS[pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET], world.root)][0]}]"
+TAG = pv.tag(pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET], world.root))
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints

@@ -71,7 +71,7 @@ world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
 DRAFTER = DRAFTER or world.drafter_a
 EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = f"[{pv.LABELS[EVIDENCE][0]}]"
+TAG = pv.tag(EVIDENCE)
 model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)

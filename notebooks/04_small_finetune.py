@@ -97,7 +97,7 @@ model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
 old = load_drafter(OLD_DRAFTER)
 data_world = world_of(TARGET)  # the world's replies of B when B is the world's target (as `eaglelab finetune`)
 EVIDENCE = pv.evidence_source([TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = f"[{pv.LABELS[EVIDENCE][0]}]"
+TAG = pv.tag(EVIDENCE)
 
 # %% [markdown]
 # ## 1 · The new target's data, captured once

@@ -113,31 +113,26 @@ def cmd_perf(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from dataclasses import replace
-
-    from eaglelab.planning import provenance as pv
     from eaglelab.planning.decision_table import Scenario, plan
     from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
     from eaglelab.serving.perf import kimi_k2_on_pcie
 
     given = {name: getattr(args, name) for name in PLAN_FIELDS if getattr(args, name) is not None}
-    sources = {}
-    if args.log:
-        from statistics import median
-
+    if args.log and "accept_len" in given:
         from eaglelab.errors import ParameterError
-        from eaglelab.serving.logs import parse_log
 
-        if "accept_len" in given:
-            raise ParameterError("plan", "give --accept-len or --log, not both")
-        given["accept_len"] = median(r.accept_len for r in parse_log(args.log).records)
-        sources["accept_len"] = pv.LOGS
+        raise ParameterError("plan", "give --accept-len or --log, not both")
     if args.exponent:
         given["exponents"] = tuple(args.exponent)
     if args.transfer:
         given["transfer_fraction"] = tuple(args.transfer)
     scenario = Scenario.founding_case(**given)
-    scenario = replace(scenario, sources=scenario.sources | sources)
+    if args.log:
+        from statistics import median
+
+        from eaglelab.serving.logs import parse_log
+
+        scenario = scenario.with_logged_tau(median(r.accept_len for r in parse_log(args.log).records))
     lever = None
     if args.verify_model == "kimi-k2-pcie":
         lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]

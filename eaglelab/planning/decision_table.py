@@ -98,21 +98,16 @@ class Scenario:
         Fields left out are labelled ``default`` (assumptions ``assumed``); every field given is
         ``entered``, even when it equals the default (the command line: the user typed it).
         """
-        sources = {f: (pv.ASSUMED if f in ASSUMPTIONS else pv.DEFAULT) for f in FOUNDING_CASE}
-        sources.update({name: pv.ENTERED for name in entered})
+        sources = {f: _default_source(f) for f in FOUNDING_CASE} | {name: pv.ENTERED for name in entered}
         return cls(**{**FOUNDING_CASE, **entered}, sources=sources)
 
     @classmethod
     def from_parameters(cls, **values) -> Scenario:
         """A scenario from notebook parameters: a field equal to the founding case's is labelled
         ``default`` (or ``assumed``), any other ``entered``."""
-        sources = {}
-        for name, value in values.items():
-            at_default = name in FOUNDING_CASE and _same(value, FOUNDING_CASE[name])
-            sources[name] = (pv.ASSUMED if name in ASSUMPTIONS else pv.DEFAULT) if at_default else pv.ENTERED
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-        return cls(**{**FOUNDING_CASE, **values}, sources=sources | {
-            f: (pv.ASSUMED if f in ASSUMPTIONS else pv.DEFAULT) for f in FOUNDING_CASE if f not in values})
+        s = cls.founding_case(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        same = {n: _default_source(n) for n, v in values.items() if n in FOUNDING_CASE and _same(v, FOUNDING_CASE[n])}
+        return replace(s, sources=s.sources | same)
 
     def with_logged_tau(self, tau: float) -> Scenario:
         """τ from the user's serving logs, unless the user entered one (an entered τ wins over a default)."""
@@ -139,6 +134,10 @@ class Scenario:
 
     def generation_hours(self, samples: float) -> float:
         return samples * self.tokens_per_sample / self.gen_tps / 3600.0
+
+
+def _default_source(name: str) -> str:
+    return pv.ASSUMED if name in ASSUMPTIONS else pv.DEFAULT
 
 
 def _same(a, b) -> bool:

@@ -8,7 +8,6 @@ world illustrates the method and is never a forecast for the user's model.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 MEASURED = "measured"  # notebooks 03 / 04 or the CLI run on the user's checkpoints
@@ -36,35 +35,9 @@ LABELS = {
 }
 
 
-@dataclass(frozen=True)
-class Sourced:
-    """A number with the label of where it comes from.
-
-    Attributes:
-        value: the number.
-        source: one of the keys of :data:`LABELS`.
-        note: what exactly (a file, a parameter name, a formula), optional.
-    """
-
-    value: float
-    source: str
-    note: str = ""
-
-    def __post_init__(self):
-        if self.source not in LABELS:
-            raise ValueError(f"unknown source {self.source!r}; one of {sorted(LABELS)}")
-
-    @property
-    def tag(self) -> str:
-        return LABELS[self.source][0]
-
-    def to_json(self) -> dict:
-        return {"value": self.value, "source": self.source, "label": self.tag, "note": self.note}
-
-
-def tagged(text: str, source: str) -> str:
-    """``text`` followed by its source tag, as findings print it: ``... [demo]``."""
-    return f"{text} [{LABELS[source][0]}]"
+def tag(source: str) -> str:
+    """The tag printed after a number from ``source``: ``[demo]``, ``[your logs]``, ..."""
+    return f"[{LABELS[source][0]}]"
 
 
 def legend(sources: Iterable[str] | None = None) -> list[str]:

@@ -102,10 +102,7 @@ class LawBand:
 
     def tau(self, n: float) -> tuple[float, float, float]:
         """τ after ``n`` new samples: (central, low, high)."""
-        vals = [float(m.tau(n)) for m in self.members]
-        lo, hi = np.percentile(vals, self.quantiles)
-        c = float(self.central.tau(n))
-        return c, min(float(lo), c), max(float(hi), c)
+        return _band([float(m.tau(n)) for m in self.members], float(self.central.tau(n)), self.quantiles)
 
     def samples_for(self, tau: float) -> tuple[float, float, float]:
         """New samples to reach ``tau``: (central, low, high); ``inf`` where a law never gets there."""
@@ -216,10 +213,7 @@ class ScalingFit:
     @property
     def exponent(self) -> tuple[float, float, float]:
         """The scratch data exponent b: (central, low, high) over the bootstrap."""
-        vals = [m.b for m in self.scratch.members]
-        lo, hi = np.percentile(vals, self.scratch.quantiles)
-        c = self.scratch.central.b
-        return c, min(float(lo), c), max(float(hi), c)
+        return _band([m.b for m in self.scratch.members], self.scratch.central.b, self.scratch.quantiles)
 
     def equal_tau(self, taus: Sequence[float]) -> list[dict]:
         """For each τ: the samples scratch and the warm start need, and their ratio, each (central, low, high)."""

@@ -66,7 +66,7 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
     if isinstance(workbook, dict) and workbook.get("text"):
         source = numbers["04"].get("evidence", pv.DEMO)
         lines += ["## The fine-tune's verdict" + (" on the demo world (an illustration)" if source == pv.DEMO else ""), "",
-                  f"{workbook['text']} [{pv.LABELS[source][0]}]", ""]
+                  f"{workbook['text']} {pv.tag(source)}", ""]
         if source == pv.DEMO:
             lines += ["This compares the options on the demo pair to show the method; it is not a forecast for your "
                       "model. Run notebooks 03 and 04 on your checkpoints for your own.", ""]
