@@ -71,7 +71,8 @@ def test_states_sit_below_the_drafter_and_the_loss_above_it():
 
 def test_sub_packages_group_the_modules():
     subs = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    assert subs == ["checkpoints", "cli", "data", "model", "planning", "probe", "serving", "train", "workbook", "worlds"]
+    assert subs == ["checkpoints", "cli", "data", "drift", "model", "planning", "probe", "serving", "train", "workbook",
+                    "worlds"]
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "progress"]
 

@@ -18,7 +18,7 @@ NEW = ("[2026-01-01 10:00:01 TP0] Decode batch[ 40], #running-req: 4, #token: 90
        "accept rate: 0.29, cuda graph: False, gen throughput (token/s): 190.50, #queue-req: 2,")
 VLLM = ("INFO 11-02 11:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptance length: 2.05, Accepted throughput: "
         "33.10 tokens/s, Drafted throughput: 96.77 tokens/s, Accepted: 1050 tokens, Drafted: 3000 tokens, "
-        "Per-position acceptance rate: 0.640, 0.590, 0.520, Avg Draft acceptance rate: 35.0%")
+        "Per-position acceptance rate: 0.500, 0.330, 0.220, Avg Draft acceptance rate: 35.0%")
 
 
 def test_sglang_old_and_new():
@@ -30,7 +30,7 @@ def test_sglang_old_and_new():
 def test_vllm():
     r = parse_line(VLLM)
     assert (r.source, r.accept_len, r.throughput) == ("vllm", 2.05, 33.10)
-    assert r.per_position == [0.64, 0.59, 0.52] and r.accept_rate == pytest.approx(0.35)
+    assert r.per_position == [0.5, 0.33, 0.22] and r.accept_rate == pytest.approx(0.35)
 
 
 def test_skips_other_lines_and_reports_malformed():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def test_environment_yml_lists_the_same_packages():
 
 
 SUBCOMMANDS = [["run"], ["inspect"], ["compare"], ["perf"], ["drafter", "init"], ["drafter", "export"],
-               ["speculate"], ["probe"], ["finetune"], ["plan"], ["report"], ["recipe"], ["demo", "build"]]
+               ["speculate"], ["probe"], ["finetune"], ["plan"], ["predict"], ["report"], ["recipe"], ["demo", "build"]]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)
@@ -44,13 +45,18 @@ def test_argument_errors_are_one_line_exit_2(args):
 
 def test_metadata_commands_do_not_import_torch(tmp_path):
     from eaglelab.checkpoints.synthetic import write_synthetic_drafter
+    from tests.test_drift import SGLANG, VLLM_HTTP
 
     d = write_synthetic_drafter(tmp_path / "k2")
+    (tmp_path / "old.jsonl").write_text(json.dumps(VLLM_HTTP) + "\n")
+    (tmp_path / "new.jsonl").write_text(json.dumps(SGLANG) + "\n")
     code = ("import sys, contextlib, io\nfrom eaglelab.cli import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main(['inspect', {str(d)!r}]); main(['compare', {str(d)!r}, {str(d)!r}]);"
             " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2']);"
-            " main(['plan', '--old-samples', '1400000'])\n"
+            " main(['plan', '--old-samples', '1400000']);"
+            f" main(['predict', '--old', {str(tmp_path / 'old.jsonl')!r}, '--new', {str(tmp_path / 'new.jsonl')!r},"
+            " '--chain', '0.6,0.4'])\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

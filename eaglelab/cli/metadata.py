@@ -1,5 +1,5 @@
-"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``report``,
-``recipe``).
+"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``predict``,
+``report``, ``recipe``).
 
 None of them imports torch or transformers: they start in a fraction of a second.
 """
@@ -156,6 +156,55 @@ PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "target_tps", "samples"
                "k", "plugin_tau", "old_samples")
 
 
+def _floats(text: str) -> list[float]:
+    """A comma-separated list of numbers (argparse type)."""
+    return [float(x) for x in text.split(",")]
+
+
+_floats.__name__ = "comma-separated numbers"  # what argparse names in its one-line error
+
+
+def cmd_predict(args) -> int:
+    from eaglelab.drift.predictors import chain_from_tau, chains_from_log, predict_from_files
+    from eaglelab.errors import ParameterError
+
+    given = [n for n in ("log", "chain", "accept_len") if getattr(args, n) is not None]
+    if len(given) != 1:
+        raise ParameterError("predict", "give the old drafter's acceptance on the old target once: --log, --chain or "
+                                        "--accept-len (with --k)")
+    if args.log:
+        chains = chains_from_log(args.log, args.k)
+    elif args.chain:
+        chains = [args.chain]
+    elif args.k is None:
+        raise ParameterError("--k", "--accept-len needs the drafts per cycle, --k")
+    else:
+        chains = [chain_from_tau(args.accept_len, args.k)]
+    if any(not 0 <= c <= 1 for c in chains[0]) or any(b > a + 1e-9 for a, b in zip(chains[0], chains[0][1:])):
+        raise ParameterError("--chain", f"chain rates must lie in [0, 1] and not increase, got {chains[0]}")
+    out = predict_from_files(args.old, args.new, chains, args.cycle_ms, args.baseline_tps, args.method, args.calibration)
+    if args.json:
+        print_json(out)
+        return 0
+    error = out["calibration_error"]
+    band = "sampling only" if error is None else f"sampling, widened by the method's held-out error {100 * error:.0f}%"
+    print(f"old vs new target: top-1 agreement {out['measures']['agreement']:.3f}, TV through the returned top k "
+          f"{out['measures']['tv_topk']:.3f} over {out['positions']} positions of {out['sequences']} sequences")
+    print(f"old drafter on the old target: τ {out['tau_on_old']:.2f} (chain {', '.join(f'{c:.3f}' for c in out['chain_a'])})")
+    print(f"predicted plug-in τ on the new target: {out['tau']:.2f}  [90% band {out['low']:.2f}-{out['high']:.2f}: "
+          f"{band}] ({out['method']}, γ = {out['gamma']:.3g})")
+    if out["calibration"]:
+        print(f"calibration: {out['calibration']}")
+    tps = out["tokens_per_s"]
+    print(f"projected at a {args.cycle_ms:g} ms cycle: {tps[0]:.1f} tok/s [{tps[1]:.1f}-{tps[2]:.1f}]")
+    if "break_even_tau" in out:
+        be = out["break_even_tau"]
+        verdict = ("pays even at the band's low end" if out["low"] >= be else "does not pay even at the band's high end"
+                   if out["high"] < be else "straddles break-even: measure it (notebook 03) before deciding")
+        print(f"break-even τ at {args.baseline_tps:g} tok/s plain decoding: {be:.2f}: plugging in {verdict}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from eaglelab.workbook.report import write_game_plan
 
@@ -249,6 +298,29 @@ def add_parsers(sub) -> None:
     pl.add_argument("--cuda-graphs", action="store_true", help="the verify already runs under CUDA graphs")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(func=cmd_plan)
+
+    pr = sub.add_parser("predict", help="the old drafter's τ on a new target, predicted from engine logprobs",
+                        description="Predict the plug-in τ of the old drafter on the new target before running it "
+                                    "there: from its acceptance on the old target (a server log, or given) and both "
+                                    "targets' prompt logprobs on the same teacher-forced text, as vLLM "
+                                    "(prompt_logprobs) or SGLang (return_logprob) return them, one response per line "
+                                    "(layouts: eaglelab/drift/engine_files.py). Prints τ with its band and the "
+                                    "projected tok/s.")
+    pr.add_argument("--old", required=True, help="JSONL of the old target's responses")
+    pr.add_argument("--new", required=True, help="JSONL of the new target's responses on the same texts, same order")
+    pr.add_argument("--log", help="SGLang / vLLM server log of the old drafter on the old target")
+    pr.add_argument("--chain", type=_floats, metavar="C1,C2,...",
+                    help="the old drafter's chain rates on the old target (share of cycles accepting drafts 1..i)")
+    pr.add_argument("--accept-len", type=float, help="the old drafter's τ on the old target (with --k)")
+    pr.add_argument("--k", type=int, help="drafts per cycle (for --accept-len, or a SGLang log)")
+    pr.add_argument("--method", choices=["agreement", "agreement^γ", "1 - TV(top-k)", "(1 - TV(top-k))^γ", "unchanged"],
+                    help="predictor (default: the calibration's choice, else agreement)")
+    pr.add_argument("--calibration", help="a drift sweep's calibration (notebook 05's figures/05_predictor.json): "
+                                                "the chosen predictor, its fitted γ and held-out error")
+    pr.add_argument("--cycle-ms", type=float, default=30.0, help="speculative cycle on the new target, ms (default 30)")
+    pr.add_argument("--baseline-tps", type=float, help="plain decoding tok/s, for the break-even τ")
+    pr.add_argument("--json", action="store_true", help="machine-readable output")
+    pr.set_defaults(func=cmd_predict)
 
     r = sub.add_parser("report", help="write the game-plan markdown from the exported findings",
                        description="Assemble GAME_PLAN.md from the notebooks' findings and figures.")

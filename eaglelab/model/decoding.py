@@ -203,7 +203,8 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
 
 
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                          k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None) -> dict:
+                          k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None,
+                          keep_outputs: bool = False) -> dict:
     """Speculative vs plain greedy decoding over prompts, in the same process, with the model's prediction.
 
     Plain and speculative decoding of each prompt alternate, so drifts of a shared machine hit
@@ -220,7 +221,8 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
         ``speedup``, ``matches_greedy`` (all prompts), the mean cycle split
         ``draft_s`` / ``verify_s`` / ``overhead_s``, ``position_acceptance``, and
         ``predicted_tokens_per_s`` = τ / mean cycle (the performance model) with its
-        relative error against the measurement, and ``cpu_kernels``.
+        relative error against the measurement, ``cpu_kernels``, and with ``keep_outputs`` the generated
+        ids per prompt (``outputs``).
     """
     from eaglelab.model.cpu_kernels import small_batch_kernels
 
@@ -250,5 +252,5 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
         **split, "cycle_s": cycle_s, "greedy_step_s": 1.0 / greedy_tps,
         "position_acceptance": merged.position_acceptance(),
         "predicted_tokens_per_s": predicted, "prediction_error": predicted / spec_tps - 1.0,
-        "cpu_kernels": cpu_kernels,
+        "cpu_kernels": cpu_kernels, **({"outputs": [r.tokens for r in greedy_runs]} if keep_outputs else {}),
     }

@@ -77,7 +77,7 @@ def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[
     acc = SimilarityAccumulator(labels, cka_batch=cka_batch)
     for i in range(0, len(states_a), batch_size):
         idx = range(i, min(i + batch_size, len(states_a)))
-        _update_similarity(acc, states_a.batch(idx), states_b.batch(idx), lm_head_a, lm_head_b)
+        update_similarity(acc, states_a.batch(idx), states_b.batch(idx), lm_head_a, lm_head_b)
     return acc.result()
 
 
@@ -138,8 +138,8 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
             ids = sequences[i: i + batch_size]
             counted = None if loss_mask is None else loss_mask[i: i + batch_size]
-            (sa, logits_a), (sb, logits_b) = _capture(ta, ids, counted), _capture(tb, ids, counted)
-            _update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
+            (sa, logits_a), (sb, logits_b) = capture_batch(ta, ids, counted), capture_batch(tb, ids, counted)
+            update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
             with drafter.serving_embedding(embed_a):
                 evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
@@ -177,7 +177,7 @@ def measure_plugin(model_a, model_b, drafter: Eagle3Drafter, prompts: list[list[
     return measured
 
 
-def _capture(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:
+def capture_batch(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:
     """One target forward: the states the drafter reads, and the logits [B, S, V] (reused, not recomputed)."""
     out = target.forward(ids.to(target.device))
     mask = torch.ones_like(ids, dtype=torch.bool) if counted is None else counted.bool()
@@ -185,7 +185,7 @@ def _capture(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = N
     return states, out.logits
 
 
-def _update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, lm_head_a=None, lm_head_b=None,
+def update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, lm_head_a=None, lm_head_b=None,
                        argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None):
     """Feed one batch of paired states (masked positions only) into the accumulator.
 

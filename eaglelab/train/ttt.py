@@ -7,7 +7,7 @@ next-token distribution.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,8 @@ class TTTOutput:
         acc: per-step accuracy (``argmax(draft) + d2t == argmax(target)``), SpecForge's metric.
         chain: per-step rate of positions where steps 0..i were all correct (teacher forced).
         counted: positions counted at each step.
+        chain_hits: per step, the [B, S] bool mask behind ``chain`` (positions whose steps 0..i
+            were all correct): what a per-token predictor of the acceptance elsewhere starts from.
     """
 
     loss: torch.Tensor
@@ -41,6 +43,7 @@ class TTTOutput:
     acc: list[float]
     chain: list[float]
     counted: list[int]
+    chain_hits: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def simulated_accept_len(self) -> float:
@@ -107,7 +110,7 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetToken
     base_mask = batch.loss_mask.to(dev)
     logits = drafter.ttt_logits(ids, batch.aux.to(dev, drafter.fc.weight.dtype), steps)
     loss = torch.zeros((), device=dev)
-    step_losses, acc, chain, counted = [], [], [], []
+    step_losses, acc, chain, counted, hits = [], [], [], [], []
     alive = None
     for i, lg in enumerate(logits):
         valid = shift_mask(base_mask, 1 + i)
@@ -125,9 +128,10 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetToken
         n_valid = int(valid.sum())
         step_losses.append(step_loss.item())
         acc.append(float(correct.sum()) / max(n_valid, 1))
-        chain.append(float((alive & valid).sum()) / max(n_valid, 1))
+        hits.append(alive & valid)
+        chain.append(float(hits[-1].sum()) / max(n_valid, 1))
         counted.append(n_valid)
-    return TTTOutput(loss, step_losses, acc, chain, counted)
+    return TTTOutput(loss, step_losses, acc, chain, counted, hits)
 
 
 class TTTObjective(torch.nn.Module):
@@ -175,8 +179,8 @@ class AcceptanceTally:
 
 @torch.no_grad()
 def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, steps: int,
-                   tally: AcceptanceTally, t_logits: torch.Tensor | None = None) -> None:
-    """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode).
+                   tally: AcceptanceTally, t_logits: torch.Tensor | None = None) -> TTTOutput:
+    """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode) and return it.
 
     ``t_logits`` [B, S, V]: the target's logits when the caller has them (else recomputed).
     """
@@ -184,8 +188,10 @@ def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: 
     drafter.eval()
     target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
               else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
-    tally.add(ttt_forward(drafter, batch, target, steps), len(batch))
+    out = ttt_forward(drafter, batch, target, steps)
+    tally.add(out, len(batch))
     drafter.train(was_training)
+    return out
 
 
 @torch.no_grad()

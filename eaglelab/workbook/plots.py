@@ -27,11 +27,20 @@ def use_style() -> None:
                          "figure.constrained_layout.use": True})
 
 
-def _fig(w: float = 6.4, h: float = 4.0, ncols: int = 1):
+def _fig(w: float = 6.4, h: float = 4.0):
     import matplotlib.pyplot as plt
 
     use_style()
-    return plt.subplots(1, ncols, figsize=(w, h), squeeze=ncols == 1)
+    return plt.subplots(figsize=(w, h))
+
+
+def _panels(w: float, h: float, n: int):
+    """A figure with n side-by-side axes: (figure, list of n axes)."""
+    import matplotlib.pyplot as plt
+
+    use_style()
+    fig, axes = plt.subplots(1, n, figsize=(w, h), squeeze=False)
+    return fig, list(axes[0])
 
 
 def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping[str, Any] | None = None) -> list[Path]:
@@ -331,4 +340,105 @@ def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: f
     ax.set_xlabel("projected τ in your scenario (band: the law's range)")
     ax.set_title("Options against what your scenario needs")
     ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+# --------------------------------------------------------------------------- notebook 05
+
+FAMILY_MARKERS = {"none": "*", "path": "o", "quant": "s", "train": "^", "pair": "D"}
+FAMILY_COLORS = dict(zip(FAMILY_MARKERS, PALETTE))  # one colour per drift family in every figure
+
+
+def plot_tau_vs_measures(points: Sequence[Mapping[str, Any]], panels: Mapping[str, str],
+                         laws: Mapping[str, tuple[np.ndarray, np.ndarray]] = (), tau_a: float | None = None):
+    """Teacher-forced τ on each drifted target against each measure, all families on one axes per measure.
+
+    Args:
+        points: dicts with ``family``, ``tau`` and one value per measure key of ``panels``.
+        panels: measure key -> axis label.
+        laws: measure key -> (x grid, τ of the fitted law on it).
+        tau_a: the drafter's τ on A (dotted line).
+    """
+    fig, axes = _panels(3.3 * len(panels), 3.4, len(panels))
+    families = list(dict.fromkeys(p["family"] for p in points))
+    colors = {f: FAMILY_COLORS.get(f, "#555555") for f in families}
+    for ax, (key, label) in zip(axes, panels.items()):
+        for fam in families:
+            pts = [p for p in points if p["family"] == fam]
+            ax.scatter([p[key] for p in pts], [p["tau"] for p in pts], color=colors[fam], s=30, zorder=4,
+                       marker=FAMILY_MARKERS.get(fam, "o"), label=fam)
+        if key in dict(laws):
+            xs, ys = dict(laws)[key]
+            ax.plot(xs, ys, color="#333333", lw=1.4, label="fitted law")
+        if tau_a is not None:
+            ax.axhline(tau_a, color="#777777", lw=1, ls=":")
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("old drafter's τ on B' (teacher forced)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("How τ falls as the target moves", fontweight="bold")
+    return fig
+
+
+def plot_predicted_vs_measured(rows: Sequence[Mapping[str, Any]], tolerance: float = 0.10):
+    """Predicted τ against the teacher-forced truth (every point), and teacher-forced against measured decoding.
+
+    Args:
+        rows: dicts with ``family``, ``predicted``, ``teacher_forced``, ``measured`` (None where not measured)
+            and ``walk_own_text`` (teacher forced on the text decoding produced, replayed cycle by cycle;
+            hollow markers).
+    """
+    fig, (ax, bx) = _panels(9.6, 4.0, 2)
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    colors = {f: FAMILY_COLORS.get(f, "#555555") for f in families}
+    taus = [v for r in rows for v in (r["predicted"], r["teacher_forced"], r["measured"], r.get("walk_own_text"))
+            if v is not None]
+    lo, hi = min(taus) * 0.95, max(taus) * 1.05
+    grid = np.linspace(lo, hi, 50)
+    for axis in (ax, bx):
+        axis.plot(grid, grid, color="#333333", lw=1)
+        axis.fill_between(grid, grid * (1 - tolerance), grid * (1 + tolerance), color="#999999", alpha=0.2, lw=0,
+                          label=f"±{100 * tolerance:.0f}%")
+        axis.set_xlim(lo, hi)
+        axis.set_ylim(lo, hi)
+    for fam in families:
+        rs = [r for r in rows if r["family"] == fam]
+        ax.scatter([r["teacher_forced"] for r in rs], [r["predicted"] for r in rs], color=colors[fam], s=30,
+                   marker=FAMILY_MARKERS.get(fam, "o"), label=fam, zorder=4)
+        ms = [r for r in rs if r["measured"] is not None]
+        bx.scatter([r["measured"] for r in ms], [r["teacher_forced"] for r in ms], color=colors[fam], s=30,
+                   marker=FAMILY_MARKERS.get(fam, "o"), label=f"{fam}: on A's replies", zorder=4)
+        own = [r for r in ms if r.get("walk_own_text") is not None]
+        bx.scatter([r["measured"] for r in own], [r["walk_own_text"] for r in own], facecolors="none",
+                   edgecolors=colors[fam], s=36, marker=FAMILY_MARKERS.get(fam, "o"),
+                   label=f"{fam}: decoded text, cycle walk", zorder=4)
+    ax.set_xlabel("teacher-forced τ on B'")
+    ax.set_ylabel("predicted τ (held out)")
+    ax.set_title("Predicted before running the drafter")
+    bx.set_xlabel("measured τ (real speculative decoding)")
+    bx.set_ylabel("teacher-forced τ")
+    bx.set_title("Teacher forcing against decoding")
+    ax.legend(fontsize=8)
+    bx.legend(fontsize=7)
+    return fig
+
+
+def plot_position_vs_magnitude(series: Mapping[str, Mapping[str, Any]]):
+    """Per-draft acceptance of the old drafter on B' along each family's magnitude (one panel per family).
+
+    Args:
+        series: panel title -> {``magnitudes``: [m], ``acc``: [m][k] per-draft accuracy, ``labels``: [m]
+            point labels written at the first draft's markers, ``xlabel``: str}.
+    """
+    fig, axes = _panels(3.6 * len(series), 3.4, len(series))
+    for ax, (fam, s) in zip(axes, series.items()):
+        acc = np.asarray(s["acc"], dtype=float)
+        for i, color in zip(range(acc.shape[1]), PALETTE):
+            ax.plot(s["magnitudes"], acc[:, i], marker="o", color=color, label=f"draft {i + 1}")
+        for x, y, label in zip(s["magnitudes"], acc[:, 0], s.get("labels", ())):
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(2, 4), fontsize=7, color="#333333")
+        ax.set_xlabel(s["xlabel"])
+        ax.set_ylim(0, 1)
+        ax.set_title(fam)
+    axes[0].set_ylabel("accuracy at draft position (teacher forced)")
+    axes[0].legend(fontsize=8)
     return fig

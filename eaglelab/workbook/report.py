@@ -1,4 +1,4 @@
-"""The game-plan document: key numbers and figures of notebooks 01-04 in one markdown file.
+"""The game-plan document: key numbers and figures of notebooks 01-05 in one markdown file.
 
 Each notebook saves its key numbers with :func:`save_findings` (``<FIGURES_DIR>/NN_findings.json``);
 :func:`write_game_plan` (``eaglelab report``) assembles them, with links to the exported figures,
@@ -18,6 +18,7 @@ SECTIONS = {
     "02": "Compatibility of the drafters",
     "03": "Direct plug-in probe",
     "04": "Fine-tune: warm start vs scratch",
+    "05": "Drift sweep: how τ falls, and the plug-in τ predicted",
 }
 
 

@@ -112,45 +112,11 @@ def gguf_to_safetensors(gguf: Path, out: Path):
 
 def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, seed: int):
     """Continue-train ``model`` with LoRA on every attention and MLP projection, then merge (in place)."""
-    import math
+    from eaglelab.drift.families import LoRASnapshots
 
-    import torch
-    from torch import nn
-
-    from eaglelab.progress import progress
-
-    torch.manual_seed(seed)
-    dev = next(model.parameters()).device
-    adapters = []
-    for layer in model.model.layers:
-        for parent, name in [(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")] + \
-                            [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]:
-            base = getattr(parent, name)
-            dev = base.weight.device
-            a = nn.Parameter(torch.randn(rank, base.in_features).to(dev) / math.sqrt(base.in_features))
-            b = nn.Parameter(torch.zeros(base.out_features, rank, device=dev))
-            hook = base.register_forward_hook(lambda m, i, o, a=a, b=b: o + (i[0] @ a.T) @ b.T * 2.0)
-            adapters.append((base, a, b, hook))
-    for p in model.parameters():
-        p.requires_grad_(False)
-    params = [p for _, a, b, _ in adapters for p in (a, b)]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in progress(range(steps), desc="target B: LoRA drift"):
-        idx = torch.randint(0, len(sequences), (batch,), generator=gen)
-        ids = sequences[idx].to(dev)
-        loss = model(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    model.eval()
-    with torch.no_grad():
-        for base, a, b, hook in adapters:
-            hook.remove()
-            base.weight += 2.0 * b @ a  # merge: W + scale * B A
+    lora = LoRASnapshots(model, rank, seed=seed)
+    lora.train(model, sequences, steps, lr, batch, seed, desc="target B: LoRA drift")
+    lora.merge()
     return model
 
 

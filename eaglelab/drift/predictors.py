@@ -1,0 +1,332 @@
+"""Predict the old drafter's τ on a new target before running it there, and check the predictors held out.
+
+Every predictor keeps the drafter's chain rates on the old target, ``c_i`` (the share of cycles
+whose first i + 1 drafts are accepted), and discounts draft i by a per-token survival ``s`` read
+from how far the targets moved: ``τ' = 1 + Σ_i c_i s^(i + 1)`` (draft i needs i + 1 tokens on which
+the targets still agree). The survival is ``x^γ`` of a similarity x (top-1 agreement, 1 - TV,
+cosine) or ``exp(-γ x)`` of a distance (KL); γ = 1 is parameter-free, otherwise γ is fitted.
+Two more: ``unchanged`` (τ' = τ on A, the plug-in assumption) and ``conditional`` (the
+per-token rule of :mod:`eaglelab.drift.measures`, which needs the drafter's run on A).
+
+No torch here: ``eaglelab predict`` runs from engine files alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """One way to predict the plug-in τ.
+
+    Attributes:
+        name: short name (table rows, ``--method``).
+        measure: the measure it reads (``agreement``, ``tv``, ``kl``, ``cos_last``...), or
+            ``conditional`` / ``none``.
+        kind: ``power`` (survival x^γ of a similarity; a TV is read as 1 - TV) or ``exp`` (exp(-γ x)).
+        fitted: γ is fitted on the training families (else 1).
+        engine: computable from serving-engine logprobs alone (no hidden states, no drafter run on B').
+    """
+
+    name: str
+    measure: str
+    kind: str = "power"
+    fitted: bool = False
+    engine: bool = False
+
+    def survival(self, measures: dict[str, float], gamma: float = 1.0) -> float:
+        x = measures[self.measure]
+        if self.kind == "exp":
+            return float(np.exp(-gamma * x))
+        x = 1.0 - x if self.measure.startswith("tv") else x
+        return float(np.clip(x, 0.0, 1.0) ** gamma)
+
+    def predict(self, chain_a: Sequence[float], measures: dict[str, float], gamma: float = 1.0,
+                conditional_tau: float | None = None) -> float:
+        """τ on the new target from the drafter's chain rates on the old one and the measures."""
+        if self.measure == "none":
+            return 1.0 + float(sum(chain_a))
+        if self.measure == "conditional":
+            return float(conditional_tau)
+        s = self.survival(measures, gamma)
+        return 1.0 + float(sum(c * s ** (i + 1) for i, c in enumerate(chain_a)))
+
+
+PREDICTORS = (
+    Predictor("unchanged", "none", engine=True),
+    Predictor("agreement", "agreement", engine=True),
+    Predictor("agreement^γ", "agreement", fitted=True, engine=True),
+    Predictor("1 - TV(top-k)", "tv_topk", engine=True),
+    Predictor("(1 - TV(top-k))^γ", "tv_topk", fitted=True, engine=True),
+    Predictor("(1 - TV)^γ", "tv", fitted=True),
+    Predictor("exp(-γ KL)", "kl", kind="exp", fitted=True),
+    Predictor("cos(last)^γ", "cos_last", fitted=True),
+    Predictor("conditional", "conditional"),
+)
+
+
+def by_name(name: str) -> Predictor:
+    for p in PREDICTORS:
+        if p.name == name:
+            return p
+    raise KeyError(name)
+
+
+def _predict_record(p: Predictor, r: dict, gamma: float) -> float:
+    return p.predict(r["on_a"]["chain"], r["measures"], gamma, r["conditional"]["accept_len"])
+
+
+def fit_gamma(p: Predictor, records: Sequence[dict]) -> float:
+    """The γ minimising the mean squared relative error of τ over ``records`` (1 for parameter-free predictors).
+
+    Each record: ``on_a.chain``, ``measures``, ``conditional.accept_len`` and the truth ``on_b.accept_len``.
+    """
+    if not p.fitted:
+        return 1.0
+    truth = np.array([r["on_b"]["accept_len"] for r in records])
+
+    def loss(g: float) -> float:
+        pred = np.array([_predict_record(p, r, g) for r in records])
+        return float(np.mean((pred / truth - 1) ** 2))
+
+    grid = np.exp(np.linspace(np.log(1e-3), np.log(1e3), 241))
+    best = grid[int(np.argmin([loss(g) for g in grid]))]
+    lo, hi = np.log(best) - 0.06, np.log(best) + 0.06  # golden-section refine inside one grid step
+    phi = (np.sqrt(5) - 1) / 2
+    for _ in range(40):
+        a, b = hi - phi * (hi - lo), lo + phi * (hi - lo)
+        if loss(np.exp(a)) < loss(np.exp(b)):
+            hi = b
+        else:
+            lo = a
+    return float(np.exp((lo + hi) / 2))
+
+
+@dataclass
+class HeldOut:
+    """One predictor's error on one family it was not fitted on.
+
+    Attributes:
+        predictor, family: names.
+        gamma: γ fitted without the family.
+        errors: signed relative errors ``predicted / measured - 1`` of teacher-forced τ at the family's points.
+        predicted: the predicted τ at those points.
+        labels: the points' labels.
+    """
+
+    predictor: str
+    family: str
+    gamma: float
+    errors: list[float]
+    predicted: list[float]
+    labels: list[str]
+
+    @property
+    def worst(self) -> float:
+        return float(np.max(np.abs(self.errors)))
+
+    def to_json(self) -> dict:
+        return {"predictor": self.predictor, "family": self.family, "gamma": self.gamma, "errors": self.errors,
+                "predicted": self.predicted, "labels": self.labels, "worst": self.worst,
+                "mean_abs": float(np.mean(np.abs(self.errors)))}
+
+
+def _held_out(p: Predictor, family: str, gamma: float, test: Sequence[dict]) -> HeldOut:
+    pred = [_predict_record(p, r, gamma) for r in test]
+    return HeldOut(p.name, family, gamma, [x / r["on_b"]["accept_len"] - 1 for x, r in zip(pred, test)], pred,
+                   [r["point"]["label"] for r in test])
+
+
+def leave_one_family_out(records: Sequence[dict], predictors: Sequence[Predictor] = PREDICTORS,
+                         zero_family: str = "none", extra: Sequence[dict] = ()) -> list[HeldOut]:
+    """Fit each predictor on all families but one and test it on the one left out; every family in turn.
+
+    The zero point (A itself, family ``zero_family``) belongs to every training set and to no test.
+    ``extra`` records (another model pair) are tested with γ fitted on all of ``records``, as family
+    ``"pair"``.
+    """
+    families = sorted({r["point"]["family"] for r in records} - {zero_family})
+    out = []
+    for p in predictors:
+        for fam in families:
+            train = [r for r in records if r["point"]["family"] != fam]
+            test = [r for r in records if r["point"]["family"] == fam]
+            out.append(_held_out(p, fam, fit_gamma(p, train), test))
+        if extra:
+            out.append(_held_out(p, "pair", fit_gamma(p, records), extra))
+    return out
+
+
+def summarise(held_out: Sequence[HeldOut]) -> list[dict]:
+    """One row per predictor: worst and mean held-out error over all left-out families, best first."""
+    rows = []
+    for name in dict.fromkeys(h.predictor for h in held_out):
+        hs = [h for h in held_out if h.predictor == name]
+        errs = np.abs(np.concatenate([h.errors for h in hs]))
+        p = by_name(name)
+        rows.append({"predictor": name, "worst": float(errs.max()), "mean_abs": float(errs.mean()),
+                     "per_family": {h.family: h.worst for h in hs}, "fitted": p.fitted, "engine": p.engine})
+    return sorted(rows, key=lambda r: (r["worst"], r["mean_abs"]))
+
+
+def choose(rows: Sequence[dict], engine_only: bool = False) -> dict:
+    """The predictor with the smallest worst-case held-out error (among the engine-computable ones if asked)."""
+    pool = [r for r in rows if r["engine"] or not engine_only]
+    return pool[0]
+
+
+def chain_from_tau(tau: float, k: int) -> list[float]:
+    """Chain rates of a constant per-draft acceptance α that gives τ with k drafts: c_i = α^(i + 1)."""
+    from eaglelab.serving.perf import rate_for_accept_len
+
+    a = rate_for_accept_len(tau, k)
+    return [a ** (i + 1) for i in range(k)]
+
+
+@dataclass
+class Prediction:
+    """A predicted plug-in τ with its band.
+
+    Attributes:
+        tau: predicted τ on the new target.
+        low, high: 5% and 95% of the bootstrap (sequences of the engine files, records of the log),
+            widened by the predictor's held-out error when a calibration is given.
+        method, gamma: the predictor and its exponent.
+        measures: what it read (agreement, tv) over all sequences.
+        chain_a: the drafter's chain rates on the old target.
+        calibration_error: the held-out worst-case relative error that widened the band (or None).
+    """
+
+    tau: float
+    low: float
+    high: float
+    method: str
+    gamma: float
+    measures: dict
+    chain_a: list
+    calibration_error: float | None = None
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def predict_plugin(chains: Sequence[Sequence[float]], comparison, method: str = "agreement", gamma: float = 1.0,
+                   calibration_error: float | None = None, draws: int = 2000, seed: int = 0) -> Prediction:
+    """Predict the old drafter's τ on the new target from its chain rates on the old one and an engine comparison.
+
+    Args:
+        chains: one or more chain-rate lists of the drafter on the old target (e.g. one per log
+            record); their per-position median is the point estimate, and they are resampled for the band.
+        comparison: :class:`eaglelab.drift.engine_files.TargetComparison` of the two targets.
+        method: an engine-computable predictor's name.
+        gamma: its exponent (1 unless fitted by a drift sweep).
+        calibration_error: the predictor's held-out worst relative error, widening the band.
+    """
+    p = by_name(method)
+    if not p.engine or p.measure == "conditional":
+        raise ValueError(f"{method} needs more than engine logprobs")
+    chains = np.asarray(chains, float)
+    chain = np.median(chains, axis=0)
+    tau = p.predict(chain, comparison.measures(), gamma)
+    rng = np.random.default_rng(seed)
+    n_seq = len(comparison.positions)
+    sims = [p.predict(chains[rng.integers(len(chains), size=len(chains))].mean(0),
+                      comparison.measures(rng.integers(n_seq, size=n_seq)), gamma) for _ in range(draws)]
+    low, high = np.percentile(sims, [5, 95])
+    if calibration_error:
+        low, high = low * (1 - calibration_error), high * (1 + calibration_error)
+    k = chains.shape[1]
+    return Prediction(tau, float(max(low, 1.0)), float(min(high, k + 1.0)), method, gamma,
+                      comparison.measures(), chain.tolist(), calibration_error)
+
+
+def chains_from_log(path, k: int | None = None) -> list[list[float]]:
+    """The drafter's chain rates on the old target, one list per metrics line of a SGLang / vLLM log.
+
+    vLLM prints per-position acceptance rates, the share of drafts whose position i was accepted
+    (a chain rate). SGLang prints τ only: with ``k`` drafts, a constant per-draft rate is assumed.
+    """
+    from eaglelab.errors import LogFormatError, ParameterError
+    from eaglelab.serving.logs import parse_log
+
+    records = parse_log(path).records
+    per_pos = [r.per_position for r in records if r.per_position]
+    if per_pos:
+        if len({len(c) for c in per_pos}) != 1:
+            raise LogFormatError(path, "per-position acceptance lists of different lengths (one k per log)")
+        return per_pos
+    if k is None:
+        raise ParameterError("--k", f"{path} logs τ only (SGLang): give the drafts per cycle, --k")
+    try:
+        return [chain_from_tau(r.accept_len, k) for r in records]
+    except ParameterError as exc:
+        raise LogFormatError(path, exc.problem) from None
+
+
+def load_calibration(path) -> dict:
+    """A drift sweep's predictor calibration (notebook 05's ``05_predictor.json``, or its ``05_findings.json``).
+
+    Returns:
+        ``{"method", "gamma", "error", "source"}`` of the sweep's chosen engine-computable predictor;
+        ``source`` says which sweep (whose checkpoints) it was fitted on.
+    """
+    import json
+    import math
+    from pathlib import Path
+
+    from eaglelab.errors import ParameterError
+
+    try:
+        data = json.loads(Path(path).read_text())
+        numbers = data["numbers"]
+        chosen = numbers["chosen_engine"]
+        fit = numbers["predictors"][chosen]
+        out = {"method": chosen, "gamma": float(fit["gamma"]), "error": float(fit["worst_held_out"]),
+               "source": str(data.get("source") or numbers.get("evidence") or path)}
+        by_name(chosen)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ParameterError(path, f"not a drift-sweep findings file ({type(exc).__name__}: {exc})") from None
+    if not (math.isfinite(out["gamma"]) and out["gamma"] > 0 and 0 <= out["error"] < 1):
+        raise ParameterError(path, f"calibration out of range: {out}")
+    return out
+
+
+def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: float, baseline_tps: float | None = None,
+                       method: str | None = None, calibration=None) -> dict:
+    """``eaglelab predict`` as a function: engine files of both targets, the drafter's chains on the old one -> τ and tok/s.
+
+    Args:
+        old, new: JSONL files of the old / new target's responses on the same texts.
+        chains: the drafter's chain rates on the old target (one list per log line, or one list).
+        cycle_ms: the speculative cycle on the new target, for the projected tok/s.
+        baseline_tps: plain decoding tok/s, for the break-even τ.
+        method: an engine-computable predictor (default: the calibration's choice, else ``agreement``).
+        calibration: a drift sweep's ``05_predictor.json``: γ and held-out error of its chosen predictor.
+
+    Returns:
+        :class:`Prediction`'s fields plus ``calibration`` (its source), ``positions``, ``sequences``,
+        ``tau_on_old``, ``cycle_ms``, ``tokens_per_s`` (central, low, high) and, with a baseline,
+        ``break_even_tau``.
+    """
+    from eaglelab.drift.engine_files import compare_targets, read_logprob_file
+    from eaglelab.serving import perf
+
+    cal = load_calibration(calibration) if calibration else None
+    method = method or (cal["method"] if cal else "agreement")
+    fitted = cal is not None and cal["method"] == method
+    comparison = compare_targets(read_logprob_file(old), read_logprob_file(new), f"{old} vs {new}")
+    pred = predict_plugin(chains, comparison, method, cal["gamma"] if fitted else 1.0, cal["error"] if fitted else None)
+    cycle_s = cycle_ms / 1e3
+    out = {**pred.to_json(), "calibration": cal["source"] if cal else None,
+           "positions": int(comparison.positions.sum()), "sequences": len(comparison.positions),
+           "tau_on_old": 1.0 + sum(pred.chain_a), "cycle_ms": cycle_ms,
+           "tokens_per_s": [float(perf.effective_tps(t, cycle_s)) for t in (pred.tau, pred.low, pred.high)]}
+    if baseline_tps:
+        out["break_even_tau"] = float(perf.break_even_accept_len(cycle_s, baseline_tps))
+    return out

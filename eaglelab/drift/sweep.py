@@ -1,0 +1,253 @@
+"""The drift sweep: every point of every family measured against A, with the old drafter, cached point by point.
+
+A point's record is computed once and kept as JSON under the cache folder, keyed by everything
+that decides it (the checkpoints' files, the data and measurement settings, the
+point), so a rerun or an interrupted sweep redoes only what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from eaglelab.drift.families import ZERO, DriftPoint
+
+#: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
+RECORD_VERSION = 2
+
+#: the demo sweep: A, then >= 5 magnitudes of each family; real speculative decoding at the marked points
+DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)),
+               DriftPoint("quant", 8), *(DriftPoint("quant", b, g) for b, g in ((4, 128), (4, 32), (3, 128), (3, 32), (2, 32))),
+               *(DriftPoint("train", s) for s in (10, 20, 40, 80, 160)))
+DEMO_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 4, 32),
+                 DriftPoint("quant", 3, 32), DriftPoint("train", 40), DriftPoint("train", 160))
+SMOKE_POINTS = (ZERO, DriftPoint("path", 0.5), DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 8),
+                DriftPoint("quant", 4, 32), DriftPoint("quant", 2, 32), DriftPoint("train", 10), DriftPoint("train", 40))
+SMOKE_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("quant", 2, 32), DriftPoint("train", 40))
+
+
+@dataclass
+class SweepSettings:
+    """What decides every point's numbers besides the point itself.
+
+    Attributes:
+        sequences: held-out sequences teacher forced (the world's conversations on the demo world).
+        seq_len: tokens per row when the data is packed text (tiny world).
+        steps: drafts per cycle k.
+        batch_size: sequences per forward.
+        top_k: logprobs per position an engine returns (the ``tv_topk`` measure).
+        measure_prompts, measure_tokens: real speculative decoding at the measured points.
+        lora_rank, lora_lr, lora_batch, lora_seq_len, lora_rows: the ``train`` family's continued training
+            (on stdlib docstrings, English prose: another domain than B's Python source).
+        seed: of the LoRA.
+    """
+
+    sequences: int = 32
+    seq_len: int = 64
+    steps: int = 3
+    batch_size: int = 8
+    top_k: int = 20
+    measure_prompts: int = 6
+    measure_tokens: int = 48
+    lora_rank: int = 16
+    lora_lr: float = 1e-3
+    lora_batch: int = 4
+    lora_seq_len: int = 128
+    lora_rows: int = 256
+    seed: int = 1
+
+
+@dataclass
+class SweepResult:
+    """The records of a sweep: one dict per point (see :func:`measure_point`), plus the other pair's."""
+
+    records: list[dict]
+    pair: list[dict] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    computed: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def files_key(*sources) -> str:
+    """What identifies checkpoints: each folder's files (name, size, modification time), or the hub id as given."""
+    parts = []
+    for src in sources:
+        folder = Path(src)
+        parts.append(sorted((str(f.relative_to(folder)), f.stat().st_size, f.stat().st_mtime_ns)
+                            for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else str(src))
+    return _digest(parts)
+
+
+def default_cache() -> Path:
+    """``data/worlds/cache/drift`` (or under ``$EAGLELAB_WORLDS``), next to the worlds' build stages."""
+    from eaglelab.worlds.world import default_world_dir
+
+    return default_world_dir("cache") / "drift"
+
+
+def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
+    """Real speculative decoding of the old drafter on ``model`` (its embedding served, as SGLang does).
+
+    Also the drafter teacher forced on exactly the text that decoding produced (``tf_own_text``, and
+    replayed cycle by cycle, ``walk_own_text``): next to the teacher-forced τ on A's replies, it
+    tells a gap due to the text (B' writes other replies than A) from one due to teacher forcing itself.
+    """
+    from eaglelab.drift.measures import teacher_forced
+    from eaglelab.model.decoding import benchmark_speculation
+    from eaglelab.model.targets import Target
+    from eaglelab.train.responses import Responses, response_rows
+
+    target = Target.for_drafter(model, drafter.spec)
+    try:
+        with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+            res = benchmark_speculation(target, drafter, prompts, settings.measure_tokens, k=settings.steps,
+                                       keep_outputs=True)
+    finally:
+        target.close()
+    keep = ("accept_len", "speedup", "tokens_per_s", "greedy_tokens_per_s", "matches_greedy", "position_acceptance",
+            "prompts", "cycles")
+    ids, counted, _ = response_rows(Responses([list(p) for p in prompts], res["outputs"]))
+    own = teacher_forced(model, drafter, ids, counted, settings.steps, settings.batch_size)
+    return {**{k: res[k] for k in keep}, "tf_own_text": own["accept_len"], "walk_own_text": own["walk_accept_len"]}
+
+
+def measure_point(model_a, model_b, drafter, data, settings: SweepSettings, point: dict, weight_distance: float | None,
+                  prompts=None) -> dict:
+    """One point's record: the drift measures, the drafter on A and B', and measured decoding when ``prompts`` is given."""
+    from eaglelab.drift.measures import measure_drift
+
+    t = time.perf_counter()
+    m = measure_drift(model_a, model_b, drafter, data.ids, data.counted, settings.steps, settings.batch_size,
+                      settings.top_k)
+    rec = {"point": point, "weight_distance": weight_distance, "measures": m.measure_values(), **m.to_json()}
+    rec["measured"] = measured_decoding(model_b, drafter, prompts, settings) if prompts else None
+    rec["seconds"] = time.perf_counter() - t
+    return rec
+
+
+def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEMO_MEASURED,
+              settings: SweepSettings | None = None, cache_dir: str | Path | None = None,
+              pair: tuple | None = None, progress: bool = True) -> SweepResult:
+    """Build and measure every drift point of target A (target B defines the ``path`` family).
+
+    The held-out data is the probe's (:func:`eaglelab.data.sets.probe_set`): a world's conversations
+    with A's own replies when A is a world's target, else held-out built-in text.
+
+    Args:
+        target_a, target_b: the old and the new target (folders or hub ids).
+        drafter_path: the drafter trained on A.
+        points, measured: the points, and those also measured with real speculative decoding.
+        cache_dir: where point records are kept (default :func:`default_cache`).
+        pair: (target A, target B, drafter) of another related pair, measured as one more point
+            (family ``pair``) to test the predictors on a different model.
+
+    Returns:
+        every point's record, in the order of ``points``, and the pair's.
+    """
+    import torch
+
+    from eaglelab.atomic import write_json_atomic
+    from eaglelab.data.sets import measure_prompts, probe_set, world_of
+    from eaglelab.drift import families as fam
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.progress import progress as bar
+
+    settings = settings or SweepSettings()
+    cache = Path(cache_dir) if cache_dir else default_cache()
+    base_key = {"models": files_key(target_a, target_b, drafter_path), "settings": asdict(settings), "version": RECORD_VERSION}
+    paths = {p: cache / f"{p.family}-{p.magnitude:g}-{p.group}-{_digest([base_key, p.to_json()])}.json" for p in points}
+    t0 = time.perf_counter()
+    records: dict[DriftPoint, dict] = {p: r for p in points if (r := _cached(paths[p])) is not None}
+    todo = [p for p in points if p not in records]
+    if todo:
+        model_a, tok = load_target(target_a)
+        work, _ = load_target(target_a)  # becomes each B' in turn
+        drafter = load_drafter(drafter_path).to(next(model_a.parameters()).device)
+        data = probe_set(tok, settings.sequences, settings.seq_len, world_of(target_a))
+        prompts = measure_prompts(tok, settings.measure_prompts, world_of(target_a))
+        state_a = {k: v.detach().clone() for k, v in model_a.state_dict().items()}
+        names = list(fam.projection_weights(model_a))
+        lora = state_b = None
+        for p in bar(todo, desc="drift sweep", disable=not progress):
+            if p.family == "path":
+                if state_b is None:
+                    model_b, _ = load_target(target_b, device=str(next(model_a.parameters()).device))
+                    state_b = model_b.state_dict()
+                changed = fam.interpolate(state_a, state_b, p.magnitude)
+            elif p.family == "quant":
+                changed = fam.quantized(state_a, names, int(p.magnitude), p.group)
+            elif p.family == "train":
+                if lora is None:
+                    lora = _continued_training(work, tok, settings, [q.magnitude for q in todo if q.family == "train"])
+                changed = lora.merged_weights(state_a, int(p.magnitude))
+            else:
+                changed = {}
+            with torch.no_grad():
+                work.load_state_dict(changed, strict=False)
+            rec = measure_point(model_a, work, drafter, data, settings, p.to_json(),
+                                fam.weight_distance(state_a, changed), prompts if p in measured else None)
+            with torch.no_grad():
+                work.load_state_dict({k: state_a[k] for k in changed}, strict=False)  # back to A
+            rec["data"] = data.source.description
+            write_json_atomic(paths[p], rec)
+            records[p] = rec
+        del model_a, work, state_b
+    extra = [_pair_record(*pair, settings, cache)] if pair is not None else []
+    return SweepResult([records[p] for p in points], extra, asdict(settings), time.perf_counter() - t0, len(todo))
+
+
+def _cached(path: Path) -> dict | None:
+    """A cached record, or None when there is none or it cannot be read (it is then recomputed and replaced)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _continued_training(model, tok, settings: SweepSettings, steps: list[float]):
+    """LoRA continued training of A on stdlib docstrings, snapshotted at each step count of the ``train`` family."""
+    from eaglelab.data.corpus import docstrings, split_held_out
+    from eaglelab.data.tokens import pack_sequences
+    from eaglelab.drift.families import LoRASnapshots
+
+    rows = pack_sequences(tok, split_held_out(docstrings())[0], settings.lora_seq_len, settings.lora_rows)
+    lora = LoRASnapshots(model, settings.lora_rank, seed=settings.seed)
+    marks = sorted(int(s) for s in steps)
+    lora.train(model, rows, marks[-1], settings.lora_lr, settings.lora_batch, settings.seed, snapshot_at=marks,
+               desc="train family: LoRA on docstrings")
+    return lora
+
+
+def _pair_record(target_a, target_b, drafter_path, settings: SweepSettings, cache: Path) -> dict:
+    """Another pair (its A, its B, its own drafter) as one point of family ``pair``."""
+    from eaglelab.atomic import write_json_atomic
+    from eaglelab.data.sets import measure_prompts, probe_set, world_of
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+
+    world = world_of(target_a)
+    name = f"{world.root.name} world" if world else Path(str(target_a)).name
+    point = {"family": "pair", "magnitude": 1.0, "group": 0, "label": f"{name}: A → B"}
+    path = cache / f"pair-{_digest([files_key(target_a, target_b, drafter_path), asdict(settings), point, RECORD_VERSION])}.json"
+    if (rec := _cached(path)) is not None:
+        return rec
+    model_a, tok = load_target(target_a)
+    model_b, _ = load_target(target_b)
+    drafter = load_drafter(drafter_path).to(next(model_a.parameters()).device)
+    data = probe_set(tok, settings.sequences, settings.seq_len, world)
+    rec = measure_point(model_a, model_b, drafter, data, settings, point, None,
+                        measure_prompts(tok, settings.measure_prompts, world))
+    rec["data"] = data.source.description
+    write_json_atomic(path, rec)
+    return rec
