@@ -39,6 +39,10 @@ class ConfigError(EaglelabError):
     """A config.json is missing, unparsable, or not an EAGLE-3 drafter config."""
 
 
+class UnsupportedDrafterError(ConfigError):
+    """A drafter eaglelab reads (shapes, configs) but does not compute: another family or variant."""
+
+
 class CheckpointMismatchError(EaglelabError):
     """A state dict does not fit the model: missing, unexpected or wrong-shaped keys."""
 

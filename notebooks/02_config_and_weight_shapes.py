@@ -83,6 +83,8 @@ tables = pd.concat({"A": pd.DataFrame(insp_a.tensor_rows()).set_index("name"),
                     "B": pd.DataFrame(insp_b.tensor_rows()).set_index("name")}, axis=1)
 display(tables[[("A", "shape"), ("A", "dtype"), ("B", "shape"), ("B", "dtype"), ("A", "meaning")]])
 print("problems A:", insp_a.problems or "none", "| problems B:", insp_b.problems or "none")
+for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or shapes only; and what engines read otherwise
+    print(f"{label}: {insp.status_line}" + "".join(f"\n   caution: {c}" for c in insp.cautions))
 
 # %% [markdown]
 # ## 3 · Config differences, classified, and the verdict
@@ -140,8 +142,9 @@ for r in kimi.verdict.reasons:
 # ## 5 · Real SpecForge configs
 # Every drafter config SpecForge ships (copied into `data/fixtures/specforge-configs`, see its
 # README) must parse into a consistent expected-tensor table (`schema.table_problems`: fc, q/k/v,
-# o_proj, MLP, lm_head and vocabulary maps wired into one layer); the EAGLE-3 vs EAGLE-3.1
-# configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
+# o_proj, MLP, lm_head and vocabulary maps wired into one layer), and says whether eaglelab computes
+# it exactly as its engine does (`computed`, else the flag it refuses; `docs/EAGLE3_FORMAT.md` §1.1);
+# the EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
 from eaglelab.checkpoints.inspection import config_table
@@ -173,6 +176,9 @@ findings = f"""
   parameters without the embedding, {kimi_a['total_bytes'] / 1e9:.2f} GB with it), read in {kimi_s * 1e3:.0f} ms from headers.
 - **SpecForge configs [sample]:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
   tables{'' if table['consistent'].all() else ' (inconsistent: ' + ', '.join(table.index[~table['consistent']]) + ')'};
+  eaglelab computes {int(table['computed'].sum())} of them exactly as SpecForge does{'' if table['computed'].all() else
+  ' (refused: ' + '; '.join(f"{', '.join(f'`{n}`' for n in names)}: {why}"
+                            for why, names in table[~table['computed']].groupby('refused').groups.items()) + ')'};
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
 display(Markdown(findings))

@@ -43,6 +43,7 @@ STEPS = 60
 BATCH_SIZE = 4
 LR = 2e-3
 TTT_STEPS = 3
+LOSS_CONVENTION = "specforge"  # whose TTT loss, mask alignment and accuracy: "specforge" or "speculators"
 BUDGETS = [4, 8, 16, 32, 64]  # training sequences per sweep point, log-spaced up to the data there is
 SEEDS = [0, 1]  # one sweep run per seed and budget
 SWEEP_STEPS = 40  # the least steps of a sweep run
@@ -112,17 +113,17 @@ print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 # size); the warm start keeps the old drafter's d2t / t2d, scratch builds its own from the data.
 
 # %%
-cfg = TrainConfig.for_steps(STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR)
+cfg = TrainConfig.for_steps(STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, loss_convention=LOSS_CONVENTION)
 runs = {
     "warm start (old drafter)": finetune(model, OLD_DRAFTER, data, cfg, Path(RUNS_DIR) / "warm", overwrite=True),
     "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True,
                              draft_vocab_size=old.spec.draft_vocab_size),
 }
 curves = {name: r.metrics for name, r in runs.items()}
-for key, label in (("loss", "training loss"), ("eval_accept_len", "held-out simulated τ")):
+for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
     fig = plots.plot_learning_curves(curves, key, label)
     plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(data.train)})
-display(pd.DataFrame({name: {"final loss": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
+display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
                              "tokens/s (training)": r.tokens / r.seconds} for name, r in runs.items()}).T)
 
 # %% [markdown]
@@ -144,7 +145,8 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # fine-tune has to beat: on a handful of samples the warm start can fall below it.
 
 # %%
-sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR)
+sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR,
+                        loss_convention=LOSS_CONVENTION)
 points = budget_sweep(model, OLD_DRAFTER, data, BUDGETS, SEEDS, sweep_cfg, SWEEP_EPOCHS, old.spec.draft_vocab_size)
 fit = fit_scaling(points["from scratch"], points["warm start"], k=TTT_STEPS)
 grid = np.geomspace(min(BUDGETS) / 2, 8 * max(BUDGETS), 100)  # to 8x the data there is: beyond, the band is the story

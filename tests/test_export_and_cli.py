@@ -9,6 +9,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
+from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
 from eaglelab.model.drafter_files import load_drafter
 
 
@@ -29,7 +30,8 @@ def test_speculators_export_round_trips(tiny_world, tmp_path):
     keys = set(load_file(str(out / "model.safetensors")))
     assert not any(k.startswith("midlayer.") for k in keys) and "layers.0.self_attn.q_proj.weight" in keys
     a, b = load_drafter(tiny_world.drafter_a), load_drafter(out)
-    assert b.spec.aux_layer_ids == a.spec.aux_layer_ids
+    L = json.loads((tiny_world.target_a / "config.json").read_text())["num_hidden_layers"]
+    assert aux_ids_as_layer_outputs(b.spec.aux_layer_ids, b.spec.aux_convention, L) == a.spec.aux_layer_ids
     sa, sb = a.state_dict(), b.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa if k != "embed_tokens.weight" and not k.endswith("inv_freq"))
     verdict = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(out), "--json"))["verdict"]

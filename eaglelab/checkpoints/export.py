@@ -1,10 +1,12 @@
 """Export a drafter for serving: the SGLang / SpecForge folder and the vLLM (speculators) folder.
 
-SGLang reads the SpecForge layout as is (``midlayer.*``, nested ``eagle_config`` aux ids,
-layer outputs). vLLM reads the speculators format: ``layers.0.*`` keys, a
+SGLang reads the SpecForge layout (``midlayer.*``, a flat config, nested ``eagle_config`` aux ids
+as layer outputs). vLLM reads the speculators format: ``layers.0.*`` keys, a
 ``transformer_layer_config``, a ``speculators_config`` naming the verifier, and top-level
-``eagle_aux_hidden_state_layer_ids`` in vLLM's convention (layer *inputs*, one more than
-SGLang's ids).
+``eagle_aux_hidden_state_layer_ids`` in vLLM's convention (layer *inputs*, one more than SGLang's).
+Both directions carry every tensor (``fc_norm.*``, ``input_norm``, the vocabulary maps) and every
+flag in the destination's own meaning, or refuse with one line when the destination cannot express
+one (:mod:`eaglelab.checkpoints.variants`): an export is the same model, never a near one.
 """
 
 from __future__ import annotations
@@ -12,65 +14,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs, drafter_spec_from_config
-from eaglelab.errors import OverwriteError
+from eaglelab.checkpoints.schema import canonical_tensor_name, check_tensors_against_spec, drafter_spec_from_config
+from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
+from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
 
-_LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-               "hidden_act", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
-               "max_position_embeddings", "vocab_size", "attention_bias", "mlp_bias", "initializer_range",
-               "tie_word_embeddings")
+FORMATS = ("speculators", "specforge")
 
 
 def speculators_config(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any], verifier: str,
                        num_speculative_tokens: int = 3) -> dict[str, Any]:
-    """The speculators / vLLM config of a SpecForge-style drafter config.
+    """The speculators / vLLM config of a drafter config (see :func:`variants.to_speculators_config`)."""
+    return to_speculators_config(drafter_cfg, target_cfg, verifier, num_speculative_tokens)
+
+
+def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "speculators",
+                   target_cfg: dict[str, Any] | None = None, verifier: str | None = None,
+                   target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:
+    """Write a drafter checkpoint in another format: the same model, every tensor carried over.
 
     Args:
-        drafter_cfg: the SpecForge config.json.
-        target_cfg: the target's config (for its layer count and architectures).
-        verifier: the target's name or path, recorded for vLLM.
-        num_speculative_tokens: default draft length of the proposal method.
-    """
-    spec = drafter_spec_from_config(drafter_cfg)
-    L = (target_cfg.get("text_config") or target_cfg)["num_hidden_layers"]
-    outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, L)
-    layer = {k: drafter_cfg[k] for k in _LAYER_KEYS if k in drafter_cfg}
-    layer.update(model_type="llama", architectures=["LlamaForCausalLM"], num_hidden_layers=1,
-                 tie_word_embeddings=False)
-    return {
-        "architectures": ["Eagle3Speculator"],
-        "speculators_model_type": "eagle3",
-        "speculators_version": "0.3.0",
-        "draft_vocab_size": spec.draft_vocab_size,
-        "target_hidden_size": spec.target_hidden_size,
-        "norm_before_residual": False,
-        # vLLM's ids are layer inputs: output of layer i == input of layer i + 1
-        "eagle_aux_hidden_state_layer_ids": [i + 1 for i in outs],
-        "transformer_layer_config": layer,
-        "speculators_config": {
-            "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": num_speculative_tokens,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "default_proposal_method": "greedy",
-            "verifier": {"name_or_path": verifier,
-                         "architectures": target_cfg.get("architectures") or ["LlamaForCausalLM"]},
-        },
-        "torch_dtype": drafter_cfg.get("torch_dtype", "bfloat16"),
-    }
-
-
-def export_speculators(drafter_dir: str | Path, out_dir: str | Path, target_cfg: dict[str, Any], verifier: str,
-                       target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:
-    """Write the vLLM / speculators folder for a drafter checkpoint.
-
-    Args:
-        drafter_dir: SpecForge-layout drafter folder.
+        drafter_dir: drafter folder, SpecForge or speculators layout.
         out_dir: new folder to write.
-        target_cfg: the target's config dict.
-        verifier: target name or path recorded in the config.
+        to: ``speculators`` (vLLM) or ``specforge`` (SGLang).
+        target_cfg: the target's config dict (required for ``speculators``: layer count, verifier).
+        verifier: target name or path recorded in a speculators config.
         target_embedding: [V, H] tensor written as ``embed_tokens.weight`` when the drafter has none
             (speculators models carry the embedding).
         overwrite: replace an existing export.
+        num_speculative_tokens: draft length of a speculators config's default proposal method.
+
+    Raises:
+        UnsupportedDrafterError: the destination cannot express a flag of this drafter.
+        CheckpointMismatchError: the source's tensors do not fit its own config.
+        OverwriteError: ``out_dir`` holds an export and ``overwrite`` is False.
     """
     import torch
     from safetensors.torch import load_file, save_file
@@ -78,23 +54,53 @@ def export_speculators(drafter_dir: str | Path, out_dir: str | Path, target_cfg:
     from eaglelab.atomic import atomic_path, write_json_atomic
     from eaglelab.checkpoints.sources import load_checkpoint
 
+    if to not in FORMATS:
+        raise ConfigError(str(out_dir), f"unknown export format {to!r} (choose {' or '.join(FORMATS)})")
     out = Path(out_dir)
     if (out / "model.safetensors").exists() and not overwrite:
         raise OverwriteError(out, "already holds an export; pass overwrite (--force) to replace it")
     ck = load_checkpoint(str(drafter_dir))
+    if ck.config is None:
+        raise ConfigError(drafter_dir, "no config.json beside the weights")
+    where = str(ck.config_path or drafter_dir)
+    if to == "speculators":
+        if target_cfg is None:
+            raise ConfigError(where, "a speculators export needs the target's config (--target)")
+        cfg = to_speculators_config(ck.config, target_cfg, verifier or "", num_speculative_tokens, where)
+    else:
+        cfg = to_specforge_config(ck.config, where)
+    spec = drafter_spec_from_config(cfg, where)
     sd: dict[str, torch.Tensor] = {}
     for f in ck.weight_files:
         sd.update(load_file(f))
+    prefix = spec.layer_prefix + "."
     renamed = {}
     for k, v in sd.items():
-        k = k[len("model."):] if k.startswith("model.") else k
-        k = "layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k
-        renamed[k] = v.contiguous()
+        k = canonical_tensor_name(k)
+        renamed[prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k] = v.contiguous()
     if "embed_tokens.weight" not in renamed and target_embedding is not None:
-        dtype = renamed["fc.weight"].dtype
-        renamed["embed_tokens.weight"] = target_embedding.detach().to("cpu", dtype).contiguous()
+        renamed["embed_tokens.weight"] = target_embedding.detach().to("cpu", renamed["fc.weight"].dtype).contiguous()
+    problems = check_tensors_against_spec(spec, {k: (tuple(v.shape), _dtype(v)) for k, v in renamed.items()})
+    if problems:
+        raise CheckpointMismatchError(drafter_dir, "; ".join(problems))
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / "model.safetensors") as tmp:
         save_file(renamed, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
-    write_json_atomic(out / "config.json", speculators_config(ck.config, target_cfg, verifier, num_speculative_tokens))
+    write_json_atomic(out / "config.json", cfg)
     return out
+
+
+def export_speculators(drafter_dir: str | Path, out_dir: str | Path, target_cfg: dict[str, Any], verifier: str,
+                       target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:
+    """Write the vLLM / speculators folder for a drafter checkpoint (:func:`export_drafter` ``to="speculators"``)."""
+    return export_drafter(drafter_dir, out_dir, "speculators", target_cfg, verifier, target_embedding, overwrite,
+                          num_speculative_tokens)
+
+
+def _dtype(t) -> str:
+    """safetensors' dtype name of a tensor (``F32``, ``BF16``, ``I64``, ``BOOL``, ...)."""
+    import torch
+
+    names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+             torch.int64: "I64", torch.int32: "I32", torch.bool: "BOOL"}
+    return names.get(t.dtype, str(t.dtype))

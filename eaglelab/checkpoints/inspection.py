@@ -24,6 +24,7 @@ from eaglelab.checkpoints.schema import (
     strip_prefix,
 )
 from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_json, read_small_tensor
+from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
 from eaglelab.errors import ConfigError, EaglelabError
 
 
@@ -35,11 +36,31 @@ class Inspection:
         checkpoint: the resolved source.
         spec: the drafter spec (None when the config is not an EAGLE-3 drafter's).
         problems: everything wrong against the config, one line each.
+        family: the drafter family the config describes.
+        refusals: why eaglelab would not compute it exactly (empty: it does), one line each.
+        cautions: flags that engines read differently, one line each.
     """
 
     checkpoint: Checkpoint
     spec: DrafterSpec | None
     problems: list[str] = field(default_factory=list)
+    family: Family = field(default_factory=lambda: Family("EAGLE-3", True))
+    refusals: list[str] = field(default_factory=list)
+    cautions: list[str] = field(default_factory=list)
+
+    @property
+    def computed(self) -> bool:
+        """Whether eaglelab's model-running commands compute this drafter (exactly as its engine does)."""
+        return self.spec is not None and not self.refusals
+
+    @property
+    def status_line(self) -> str:
+        """``computed by eaglelab ...`` or ``shapes and configs only: ...``."""
+        if not self.family.computed:
+            return self.family.line
+        if self.refusals:
+            return f"shapes and configs only: {self.refusals[0]}"
+        return "computed by eaglelab exactly as its engine does"
 
     @property
     def config(self) -> dict[str, Any]:
@@ -91,6 +112,11 @@ class Inspection:
             "parameters_by_module": self.parameters_by_module(),
             "spec": asdict(self.spec) if self.spec else None,
             "problems": self.problems,
+            "family": self.family.name,
+            "computed": self.computed,
+            "status": self.status_line,
+            "refusals": self.refusals,
+            "cautions": self.cautions,
         }
 
 
@@ -103,19 +129,25 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
 
     Returns:
         Inspection; problems include missing / unexpected / wrong-shape / wrong-dtype tensors
-        and d2t / t2d invariants (read lazily from local files only).
+        and d2t / t2d invariants (read lazily from local files only). Another drafter family
+        (MLA, EAGLE-1/2, MTP, Medusa, unknown) gets its tensor table and family only: no spec, no
+        problems judged against EAGLE-3's layout.
 
     Raises:
-        SourceError, ConfigError: the source cannot be read, or has no EAGLE-3 config.
+        SourceError, ConfigError: the source cannot be read, or has no config.
     """
     ck = load_checkpoint(source, revision)
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights; an EAGLE-3 drafter needs one")
-    spec = drafter_spec_from_config(ck.config, ck.config_path or source)
+    where = ck.config_path or source
+    family = drafter_family(ck.config)
+    if not family.computed:
+        return Inspection(ck, None, [], family, [family.line])
+    spec = drafter_spec_from_config(ck.config, where)
     tensors = {n: (t.shape, t.dtype) for n, t in ck.tensors.items()}
     problems = check_tensors_against_spec(spec, tensors)
     problems += vocab_map_problems(ck, spec)
-    return Inspection(ck, spec, problems)
+    return Inspection(ck, spec, problems, family, refusals(ck.config, str(where)), cautions(ck.config))
 
 
 def vocab_map_problems(ck: Checkpoint, spec: DrafterSpec) -> list[str]:
@@ -295,8 +327,10 @@ def config_table(paths) -> list[dict[str, Any]]:
         cfg = read_json(path)
         spec = drafter_spec_from_config(cfg, str(path))
         problems = table_problems(spec, cfg)
+        refused = refusals(cfg, str(path))
         rows.append({"config": Path(path).stem, "H": spec.hidden_size, "V": spec.vocab_size,
                      "Vd": spec.draft_vocab_size, "aux ids": spec.aux_layer_ids, "fc_norm": spec.fc_norm,
+                     "computed": not refused, "refused": refused[0] if refused else "",
                      "tensors": len(expected_eagle3_tensors(spec)),
                      "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1),
                      "consistent": not problems, "problems": "; ".join(problems)})
@@ -343,7 +377,17 @@ def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison
     ia, ib = inspect_checkpoint(a), inspect_checkpoint(b)
     cdiff = diff_configs(ia.config, ib.config)
     tdiff = diff_tensors(ia.checkpoint, ib.checkpoint)
+    if ia.spec is None or ib.spec is None:
+        # another family on one side: configs and tensors side by side, no EAGLE-3 verdict
+        lines = [f"{label}: {insp.family.line}" for label, insp in (("A", ia), ("B", ib)) if insp.spec is None]
+        same = ia.family == ib.family and all(t.status == "same" for t in tdiff)
+        verdict = Verdict("interchangeable" if same else "incompatible",
+                          lines + ["same family and identical tensor shapes" if same else
+                                   "judged from shapes only: the families or tensor shapes differ"])
+        return Comparison(ia, ib, cdiff, tdiff, verdict)
     verdict = drafter_verdict(ia.spec, ib.spec, cdiff)
+    for insp, label in ((ia, "A"), (ib, "B")):
+        verdict.reasons += [f"{label}: {line}" for line in insp.refusals[:1] + insp.cautions]
     for problems, label in ((ia.problems, "A"), (ib.problems, "B")):
         if problems:
             verdict.reasons.append(f"{label} has {len(problems)} problem(s) against its own config: {problems[0]}")

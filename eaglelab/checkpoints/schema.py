@@ -14,6 +14,8 @@ from typing import Any
 from eaglelab.errors import ConfigError
 
 DEFAULT_DRAFT_VOCAB = 32000
+SPECFORGE = "specforge"
+SPECULATORS = "speculators"
 FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2"})
 
 
@@ -30,7 +32,13 @@ class DrafterSpec:
         head_dim: d (H / nh when absent from the config).
         vocab_size: V, the target's vocabulary (rows of embed_tokens, length of t2d).
         draft_vocab_size: Vd, rows of lm_head and length of d2t.
-        fc_norm: whether ``fc_norm.{0,1,2}`` RMSNorms precede ``fc`` (EAGLE-3.1 variants).
+        fc_norm: whether ``fc_norm.{0,1,2}`` RMSNorms precede ``fc``, one per target state (EAGLE-3.1).
+        norm_before_fc: one RMSNorm (``input_norm``) over the concatenated target states (speculators).
+        norm_before_residual: the attention residual is the normed hidden state (speculators).
+        norm_before_head: ``norm`` is applied before ``lm_head`` (SpecForge ``norm_output``, default true).
+        norm_fed_back: the normed state, not the raw one, is fed to the next step (speculators
+            ``norm_output``, default false); logits are then ``lm_head`` of that state.
+        qk_norm: per-head RMSNorms of queries and keys before RoPE (a speculators ``qwen3`` layer).
         aux_layer_ids: target layers read, as written in the config (None: tool default).
         aux_convention: ``sglang`` (nested ``eagle_config``, layer outputs), ``vllm``
             (top-level, layer inputs) or None when no ids are given.
@@ -50,6 +58,11 @@ class DrafterSpec:
     vocab_size: int
     draft_vocab_size: int
     fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_before_residual: bool = False
+    norm_before_head: bool = True
+    norm_fed_back: bool = False
+    qk_norm: bool = False
     aux_layer_ids: tuple[int, ...] | None = None
     aux_convention: str | None = None
     layer_prefix: str = "midlayer"
@@ -85,9 +98,39 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
     return value
 
 
+def config_format(cfg: dict[str, Any]) -> str:
+    """``speculators`` for a speculators / vLLM config (``transformer_layer_config``), else ``specforge``."""
+    if "transformer_layer_config" in cfg or cfg.get("speculators_model_type") == "eagle3":
+        return SPECULATORS
+    return SPECFORGE
+
+
+def layer_body(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decoder layer's own fields: ``transformer_layer_config`` in speculators, the config itself in SpecForge."""
+    if config_format(cfg) == SPECULATORS:
+        body = cfg.get("transformer_layer_config") or {}
+        return body if isinstance(body, dict) else {}
+    return cfg
+
+
 def is_speculators_config(cfg: dict[str, Any]) -> bool:
     """True for a speculators / vLLM-format EAGLE-3 config (``transformer_layer_config``)."""
-    return "transformer_layer_config" in cfg or cfg.get("speculators_model_type") == "eagle3"
+    return config_format(cfg) == SPECULATORS
+
+
+def _eps(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(where, f"field 'rms_norm_eps' must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(where, f"field {key!r} must be true or false, got {value!r}")
+    return value
 
 
 def is_eagle3_config(cfg: dict[str, Any]) -> bool:
@@ -107,13 +150,22 @@ def aux_layer_ids_from_config(cfg: dict[str, Any]) -> tuple[tuple[int, ...] | No
     (ids are layer outputs); a top-level ``eagle_aux_hidden_state_layer_ids`` is vLLM /
     speculators' (ids are layer inputs). Nested wins when both are present, as in SGLang.
     """
-    nested = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    nested_cfg = cfg.get("eagle_config")
+    if nested_cfg is not None and not isinstance(nested_cfg, dict):
+        raise ConfigError("config.json", f"field 'eagle_config' must be an object, got {nested_cfg!r}")
+    nested = (nested_cfg or {}).get("eagle_aux_hidden_state_layer_ids")
     if nested:
-        return tuple(int(i) for i in nested), "sglang"
+        return _layer_ids(nested, "eagle_config.eagle_aux_hidden_state_layer_ids"), "sglang"
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
     if top:
-        return tuple(int(i) for i in top), "vllm"
+        return _layer_ids(top, "eagle_aux_hidden_state_layer_ids"), "vllm"
     return None, None
+
+
+def _layer_ids(ids: Any, key: str) -> tuple[int, ...]:
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ConfigError("config.json", f"field {key!r} must be a list of layer numbers, got {ids!r}")
+    return tuple(ids)
 
 
 def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") -> DrafterSpec:
@@ -135,12 +187,26 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
     body = cfg
     ids, convention = aux_layer_ids_from_config(cfg)
     if is_speculators_config(cfg):
-        body = dict(cfg.get("transformer_layer_config") or {})
+        if not isinstance(cfg.get("transformer_layer_config"), dict):
+            raise ConfigError(where, "speculators config without a 'transformer_layer_config' object")
+        body = dict(layer_body(cfg))
         layer_prefix = "layers.0"
         body.setdefault("draft_vocab_size", cfg.get("draft_vocab_size"))
         body.setdefault("target_hidden_size", cfg.get("target_hidden_size"))
-        if cfg.get("norm_before_residual") is not None:
-            body.setdefault("norm_before_residual", cfg["norm_before_residual"])
+        # speculators' flags live at the top level; norm_output means "feed the normed state back"
+        flags = dict(fc_norm=_flag(cfg, "fc_norm", False, where),
+                     norm_before_fc=_flag(cfg, "norm_before_fc", False, where),
+                     norm_before_residual=_flag(cfg, "norm_before_residual", False, where),
+                     norm_before_head=True, norm_fed_back=_flag(cfg, "norm_output", False, where),
+                     qk_norm=body.get("model_type") == "qwen3")
+    else:
+        # SpecForge's norm_output: "norm before lm_head", default true; norm_before_fc as SGLang reads it
+        # (nested first); norm_before_residual is read by neither: see variants.refusals
+        nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+        flags = dict(fc_norm=_flag(cfg, "fc_norm", False, where),
+                     norm_before_fc=_flag(nested, "norm_before_fc", _flag(cfg, "norm_before_fc", False, where),
+                                          where),
+                     norm_before_head=_flag(cfg, "norm_output", True, where))
     if body.get("num_hidden_layers", 1) != 1:
         raise ConfigError(where, f"EAGLE-3 drafters have one layer, config says {body['num_hidden_layers']}")
     hidden = _int(body, "hidden_size", where)
@@ -156,14 +222,14 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         head_dim=_int({"head_dim": head_dim}, "head_dim", where),
         vocab_size=_int(body, "vocab_size", where),
         draft_vocab_size=_int(body, "draft_vocab_size", where, body.get("draft_vocab_size") or DEFAULT_DRAFT_VOCAB),
-        fc_norm=bool(body.get("fc_norm", False)),
+        **flags,
         aux_layer_ids=ids,
         aux_convention=convention,
         layer_prefix=layer_prefix,
         max_position_embeddings=body.get("max_position_embeddings"),
-        rms_norm_eps=float(body.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=_eps(body.get("rms_norm_eps", 1e-6), where),
         hidden_act=str(body.get("hidden_act", "silu")),
-        attention_bias=bool(body.get("attention_bias", False)),
+        attention_bias=_flag(body, "attention_bias", False, where),
     )
 
 
@@ -182,6 +248,9 @@ def expected_eagle3_tensors(spec: DrafterSpec) -> dict[str, ExpectedTensor]:
                        f"the target's input embedding, {V} rows = the target's vocabulary; frozen, "
                        "often not saved (SGLang injects the target's)"),
     ]
+    if spec.norm_before_fc:
+        rows.append(ExpectedTensor("input_norm.weight", (3 * Ht,), "float", True,
+                                   "one RMSNorm over concat(low, mid, high) before fc (speculators norm_before_fc)"))
     if spec.fc_norm:
         rows += [ExpectedTensor(f"fc_norm.{i}.weight", (Ht,), "float", True,
                                 f"RMSNorm of aux hidden state {i} ({['low', 'mid', 'high'][i]}) before fc")
@@ -196,6 +265,9 @@ def expected_eagle3_tensors(spec: DrafterSpec) -> dict[str, ExpectedTensor]:
         ExpectedTensor(f"{p}.self_attn.k_proj.weight", (nkv * d, 2 * H), "float", True, "key projection, 2H wide"),
         ExpectedTensor(f"{p}.self_attn.v_proj.weight", (nkv * d, 2 * H), "float", True, "value projection, 2H wide"),
         ExpectedTensor(f"{p}.self_attn.o_proj.weight", (H, nh * d), "float", True, "attention output projection"),
+        *([ExpectedTensor(f"{p}.self_attn.{n}_norm.weight", (d,), "float", True,
+                          f"per-head RMSNorm of the {w} before RoPE (qwen3 layer)")
+           for n, w in (("q", "queries"), ("k", "keys"))] if spec.qk_norm else []),
         ExpectedTensor(f"{p}.post_attention_layernorm.weight", (H,), "float", True, "RMSNorm before the MLP"),
         ExpectedTensor(f"{p}.mlp.gate_proj.weight", (I, H), "float", True, "MLP gate"),
         ExpectedTensor(f"{p}.mlp.up_proj.weight", (I, H), "float", True, "MLP up projection"),
@@ -326,22 +398,31 @@ def check_vocab_maps(d2t, t2d, draft_vocab_size: int) -> list[str]:
     return problems
 
 
-def as_specforge_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A SpecForge-style view of a drafter config; speculators configs are rebuilt.
+def comparison_view(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One spelling of a drafter config for diffs: a format conversion alone shows no difference.
 
-    The layer fields come from ``transformer_layer_config``; vLLM's top-level aux ids (layer
-    inputs) become nested ``eagle_config`` ids (layer outputs, one less). Other configs are
-    returned unchanged.
+    A speculators config becomes the flat SpecForge-style config (layer fields from
+    ``transformer_layer_config``, vLLM's top-level aux ids as nested layer outputs, one less) with
+    its flags kept: ``norm_before_fc``, ``norm_before_residual``, ``fc_norm``, and its ``norm_output``
+    as ``speculators.norm_output`` (it means something else than SpecForge's). SpecForge's
+    ``norm_output: true`` is its default and is dropped. Not a conversion for writing: see
+    :func:`eaglelab.checkpoints.variants.to_specforge_config`.
     """
     if not is_speculators_config(cfg):
-        return cfg
+        return {k: v for k, v in cfg.items() if not (k == "norm_output" and v is True)}
     body = dict(cfg.get("transformer_layer_config") or {})
     body.update(architectures=["LlamaForCausalLMEagle3"], num_hidden_layers=1,
                 draft_vocab_size=cfg.get("draft_vocab_size", DEFAULT_DRAFT_VOCAB))
-    body.pop("model_type", None)
+    if body.get("model_type", "llama") != "llama":
+        body["speculators.layer"] = body["model_type"]
     body["model_type"] = "llama"
     if cfg.get("target_hidden_size") and cfg["target_hidden_size"] != body.get("hidden_size"):
         body["target_hidden_size"] = cfg["target_hidden_size"]
+    for key in ("fc_norm", "norm_before_fc", "norm_before_residual"):
+        if cfg.get(key):
+            body[key] = cfg[key]
+    if cfg.get("norm_output"):
+        body["speculators.norm_output"] = cfg["norm_output"]
     if cfg.get("torch_dtype"):
         body["torch_dtype"] = cfg["torch_dtype"]
     ids = cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -394,8 +475,14 @@ CONFIG_KEY_RULES: dict[str, KeyRule] = {
     "eagle_config.use_aux_hidden_state": KeyRule(_BEH, "whether aux hidden states are used at all"),
     "eagle_aux_hidden_state_layer_ids": KeyRule(
         _BEH, "which target layers feed fc (vLLM / speculators: layer inputs, one apart from SGLang's)"),
-    "norm_output": KeyRule(_BEH, "normalises the drafter output fed to the next step (EAGLE-3.1)"),
-    "norm_before_residual": KeyRule(_BEH, "speculators: norm placement in the drafter layer"),
+    "norm_output": KeyRule(_BEH, "SpecForge: false drops the final norm before lm_head (default true)"),
+    "speculators.norm_output": KeyRule(_BEH, "speculators: the normed state is fed to the next step (EAGLE-3.1)"),
+    "norm_before_residual": KeyRule(_BEH, "speculators: the attention residual is the normed hidden state"),
+    "norm_before_fc": KeyRule(_ARCH, "speculators: one RMSNorm (input_norm) over the concatenated target states"),
+    "speculators.layer": KeyRule(_ARCH, "speculators: the decoder layer type (qwen3 adds per-head q_norm / k_norm)"),
+    "embed_requires_grad": KeyRule(_META, "speculators: whether training updates the embedding"),
+    "layer_types": KeyRule(_BEH, "per-layer attention kind (sliding windows)"),
+    "partial_rotary_factor": KeyRule(_BEH, "share of head dims that RoPE rotates"),
     "attention_dropout": KeyRule(_BEH, "dropout in attention (training only)"),
     "pretraining_tp": KeyRule(_BEH, "tensor-parallel slicing of the MLP at training (numerics only)"),
     "speculators_config": KeyRule(_BEH, "speculators: proposal method and verifier"),
@@ -481,11 +568,11 @@ def classify_key(key: str) -> KeyRule:
 def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[ConfigDiff]:
     """Every key whose value differs between two configs, classified.
 
-    Speculators configs are compared through their SpecForge view (:func:`as_specforge_config`),
+    Speculators configs are compared through their SpecForge-style view (:func:`comparison_view`),
     so a format conversion alone shows no difference. Architecture differences come first,
     then behaviour, loader, metadata, unknown.
     """
-    fa, fb = _flatten(as_specforge_config(a or {})), _flatten(as_specforge_config(b or {}))
+    fa, fb = _flatten(comparison_view(a or {})), _flatten(comparison_view(b or {}))
     diffs = []
     for key in sorted(set(fa) | set(fb)):
         va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
@@ -570,6 +657,12 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
     if a.fc_norm != b.fc_norm:
         level = _escalate(level, "warm-start")
         reasons.append("fc_norm differs: the fc_norm weights exist on one side only (initialise to ones)")
+    if a.qk_norm != b.qk_norm:
+        level = _escalate(level, "warm-start")
+        reasons.append("decoder layer type differs (qwen3's q_norm / k_norm on one side only): initialise them to ones")
+    if a.norm_before_fc != b.norm_before_fc:
+        level = _escalate(level, "warm-start")
+        reasons.append("norm_before_fc differs: input_norm exists on one side only (initialise to ones)")
     if a.aux_layer_ids is not None and b.aux_layer_ids is not None:
         # compare as layer outputs: vLLM-style ids are one more than SGLang-style ones
         out_a = aux_ids_as_layer_outputs(a.aux_layer_ids, a.aux_convention, 0)
@@ -583,7 +676,7 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
                        "check them against the target with --target")
     for d in diffs:
         if d.key in ("rope_theta", "rope_scaling", "rope_parameters", "hidden_act", "rms_norm_eps",
-                     "norm_output", "norm_before_residual"):
+                     "norm_output", "speculators.norm_output", "norm_before_residual"):
             level = _escalate(level, "warm-start")
             reasons.append(f"{d.key} {d.a!r} vs {d.b!r}: {d.why}; fine-tune before serving")
         elif d.key == "max_position_embeddings":

@@ -38,9 +38,14 @@ def cmd_inspect(args) -> int:
           f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
     rows = [[r["name"], r["shape"], r["dtype"], f"{r['parameters']:,}", r["meaning"][:60]] for r in insp.tensor_rows()]
     print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
+    print(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
+    for line in insp.refusals[1:]:
+        print(f"  - also: {line}")
     print("problems: " + ("none" if not insp.problems else ""))
     for p in insp.problems:
         print(f"  - {p}")
+    for c in insp.cautions:
+        print(f"caution: {c}")
     return 0
 
 

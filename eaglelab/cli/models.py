@@ -45,18 +45,21 @@ def cmd_drafter_init(args) -> int:
 
 
 def cmd_drafter_export(args) -> int:
-    from eaglelab.checkpoints.export import export_speculators
+    from eaglelab.checkpoints.export import export_drafter
+    from eaglelab.errors import ParameterError
 
-    tcfg = _target_config(args.target)
+    if args.to == "speculators" and not args.target:
+        raise ParameterError("--target", "a speculators (vLLM) export records its verifier: give --target")
+    tcfg = _target_config(args.target) if args.target else None
     embedding = None
     if args.with_embedding:
         from eaglelab.model.targets import load_target
 
         model, _ = load_target(args.target, device="cpu")
         embedding = model.get_input_embeddings().weight
-    out = export_speculators(args.source, args.out, tcfg, verifier=args.target, target_embedding=embedding,
-                             overwrite=args.force, num_speculative_tokens=args.k)
-    print(f"wrote {out} (speculators / vLLM format)")
+    out = export_drafter(args.source, args.out, args.to, tcfg, verifier=args.target, target_embedding=embedding,
+                         overwrite=args.force, num_speculative_tokens=args.k)
+    print(f"wrote {out} ({'speculators / vLLM' if args.to == 'speculators' else 'SpecForge / SGLang'} format)")
     return 0
 
 
@@ -68,11 +71,12 @@ def cmd_speculate(args) -> int:
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import Target, load_target
 
+    drafter = load_drafter(args.drafter)  # small, and refused in one line before the target loads
     model, tok = load_target(args.target, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code)
     if tok is None:
         raise SourceError(args.target, "no tokenizer found beside the target")
-    drafter = load_drafter(args.drafter).to(next(model.parameters()).device, model.dtype)
+    drafter = drafter.to(next(model.parameters()).device, model.dtype)
     target = Target.for_drafter(model, drafter.spec)
     ids = tok(args.prompt)["input_ids"]
     greedy = greedy_decode(target, ids, args.max_new_tokens)
@@ -121,13 +125,14 @@ def cmd_probe(args) -> int:
     from eaglelab.model.targets import load_target
     from eaglelab.probe.plugin import measure_plugin, run_probe
 
+    drafter = load_drafter(args.drafter)  # small, and refused in one line before the targets load
     model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device, device_map=args.device_map,
                                trust_remote_code=args.trust_remote_code)
     model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device, device_map=args.device_map,
                              trust_remote_code=args.trust_remote_code)
     if tok is None:
         raise SourceError(args.target_a, "no tokenizer found beside the target")
-    drafter = load_drafter(args.drafter).to(next(model_a.parameters()).device)
+    drafter = drafter.to(next(model_a.parameters()).device)
     world = _data_world(args, args.target_a)
     data = probe_set(tok, args.sequences, args.seq_len, world, args.data)
     result = run_probe(model_a, model_b, drafter, data.ids, steps=args.steps, batch_size=args.batch_size,
@@ -159,8 +164,9 @@ def cmd_probe(args) -> int:
 
 def cmd_finetune(args) -> int:
     from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-    from eaglelab.checkpoints.schema import as_specforge_config, drafter_spec_from_config
+    from eaglelab.checkpoints.schema import drafter_spec_from_config
     from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.variants import check_computed
     from eaglelab.data.sets import finetune_set
     from eaglelab.errors import ParameterError, SourceError
     from eaglelab.model.targets import load_target
@@ -171,20 +177,25 @@ def cmd_finetune(args) -> int:
         raise ParameterError("finetune", "give exactly one of --init DRAFTER or --scratch")
     import torch
 
+    init_cfg = None
+    if args.init:  # refused in one line before the target loads
+        ck = load_checkpoint(args.init)
+        init_cfg = ck.config or {}
+        check_computed(init_cfg, str(ck.config_path or args.init))
     dist = init_distributed()
     device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     model, tok = load_target(args.target, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code)
     if tok is None:
         raise SourceError(args.target, "no tokenizer found beside the target")
     # the layers to capture: those the warm-start drafter reads, or a fresh drafter's defaults
-    cfg_dict = (as_specforge_config(load_checkpoint(args.init).config or {}) if args.init
-                else drafter_config_for_target(model.config.to_dict(), args.draft_vocab))
+    cfg_dict = init_cfg if args.init else drafter_config_for_target(model.config.to_dict(), args.draft_vocab)
     spec = drafter_spec_from_config(cfg_dict, args.init or "scratch drafter")
     data, source = finetune_set(model, tok, spec, args.data, _data_world(args, args.target), args.seq_len,
                                 args.sequences, args.eval_sequences, progress=dist.main)
     cfg = TrainConfig.for_steps(args.steps, batch_size=args.batch_size, ttt_steps=args.ttt_steps, lr=args.lr,
                                 log_every=args.log_every, eval_every=args.eval_every,
-                                checkpoint_every=args.checkpoint_every, seed=args.seed)
+                                checkpoint_every=args.checkpoint_every, seed=args.seed,
+                                loss_convention=args.loss_convention)
     if dist.main:
         print(f"data: {source}")
     result = finetune(model, args.init, data, cfg, run_dir=args.out, resume=args.resume, overwrite=args.force,
@@ -239,12 +250,15 @@ def add_parsers(sub) -> None:
     i.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in --out")
     i.add_argument("--trust-remote-code", action="store_true", help="allow the target's custom tokenizer code")
     i.set_defaults(func=cmd_drafter_init)
-    e = dsub.add_parser("export", help="write the vLLM (speculators) folder of a drafter",
-                        description="Convert a SpecForge-layout drafter to the speculators format vLLM loads.")
-    e.add_argument("--to", choices=["speculators"], default="speculators", help="output format")
-    e.add_argument("source", help="drafter folder (SpecForge / SGLang layout)")
+    e = dsub.add_parser("export", help="write a drafter in the vLLM (speculators) or SGLang (SpecForge) format",
+                        description="Convert a drafter between the speculators format vLLM loads and the SpecForge "
+                                    "layout SGLang loads: the same model, or one line naming the flag the "
+                                    "destination cannot express.")
+    e.add_argument("--to", choices=["speculators", "specforge"], default="speculators", help="output format")
+    e.add_argument("source", help="drafter folder (either format)")
     e.add_argument("out", help="folder to write")
-    e.add_argument("--target", required=True, help="target folder or hub id (its config; recorded as verifier)")
+    e.add_argument("--target", help="target folder or hub id (its config; recorded as verifier); "
+                                    "required for --to speculators")
     e.add_argument("--with-embedding", action="store_true", help="copy the target's embedding into the export")
     e.add_argument("--k", type=int, default=3, help="speculative tokens of the default proposal method")
     e.add_argument("--force", action="store_true", help="overwrite an existing export")
@@ -308,6 +322,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--batch-size", type=int, default=8)
     f.add_argument("--ttt-steps", type=int, default=7, help="TTT unroll (SpecForge default 7)")
     f.add_argument("--lr", type=float, default=3e-3)
+    f.add_argument("--loss-convention", choices=["specforge", "speculators"], default="specforge",
+                   help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
     f.add_argument("--log-every", type=int, help="metrics line every N steps (default steps/12)")
     f.add_argument("--eval-every", type=int, help="held-out evaluation every N steps (default steps/6)")
     f.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N steps (default steps/2)")

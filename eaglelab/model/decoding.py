@@ -172,7 +172,7 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
         base_len = dcache.length  # drafter cache holds true states up to here
         for j in range(1, k):
             pos = torch.tensor([[base_len - 1 + j]], device=dev)
-            h = drafter.step(torch.tensor([[drafts[-1]]], device=dev), h, pos, dcache)
+            h = drafter.step(torch.tensor([[drafts[-1]]], device=dev), drafter.feed_back(h), pos, dcache)
             drafts.append(int(drafter.to_target_ids(drafter.logits(h)[0, -1].argmax())))
         tb = time.perf_counter()
         # ---- verify: [bonus, d_1..d_k] at positions n..n+k

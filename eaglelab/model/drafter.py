@@ -1,16 +1,19 @@
-"""The EAGLE-3 drafter in PyTorch, in the exact SpecForge / SGLang parameter layout.
+"""The EAGLE-3 drafter in PyTorch, with SpecForge / SGLang parameter names, computing every variant
+SpecForge and speculators compute (``docs/EAGLE3_FORMAT.md`` §1.1).
 
-Data flow of the one decoder layer (``docs/EAGLE3_FORMAT.md``)::
+Data flow of the one decoder layer::
 
-    g      = fc(concat(low, mid, high))                 # [B, S, H]   (fc_norm first if set)
+    g      = fc(concat(low, mid, high))                 # [B, S, H]   fc_norm / input_norm first if set
     e      = input_layernorm(embed(token))              # [B, S, H]
-    h      = attention(concat(e, hidden_norm(g))) + g   # q/k/v read 2H
+    h      = attention(concat(e, hidden_norm(g))) + r   # q/k/v read 2H; r = g (hidden_norm(g) when
+                                                        #   norm_before_residual)
     h      = mlp(post_attention_layernorm(h)) + h
     logits = lm_head(norm(h))                           # [B, S, Vd]; draft id -> target id via d2t
+                                                        #   (lm_head(h) for SpecForge norm_output: false)
 
-In training-time test (TTT) and in drafting, the pre-norm ``h`` is fed back as the next
-step's hidden state. Position ``t`` of the drafter pairs the target's state at ``t`` with the
-token at ``t + 1`` and predicts the token at ``t + 2``.
+In training-time test (TTT) and in drafting, ``h`` is fed back as the next step's hidden state
+(``norm(h)`` for speculators' ``norm_output: true``). Position ``t`` of the drafter pairs the
+target's state at ``t`` with the token at ``t + 1`` and predicts the token at ``t + 2``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.schema import DrafterSpec, check_vocab_maps, drafter_spec_from_config
+from eaglelab.checkpoints.variants import Rope, check_computed, layer_body, rope_of
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.model.vocab import identity_vocab_map
 
@@ -46,16 +50,21 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(dtype)
 
 
-def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
-    """Inverse frequencies of default RoPE, [head_dim / 2]."""
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+def rope_inv_freq(head_dim: int, rope: Rope) -> torch.Tensor:
+    """Inverse frequencies [head_dim / 2] of ``rope`` (default, linear, llama3 or YaRN scaling)."""
+    if rope.kind == "default":  # bit-for-bit what the references compute in float32
+        return 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    return torch.tensor(rope.inverse_frequencies(head_dim), dtype=torch.float64).float()
 
 
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype):
-    """cos / sin for ``positions`` [B, S] -> each [B, 1, S, head_dim]."""
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, scale: float = 1.0):
+    """cos / sin for ``positions`` [B, S] -> each [B, 1, S, head_dim] (times YaRN's ``scale``)."""
     freqs = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device)[None, None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    cos, sin = emb.cos(), emb.sin()
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype)[:, None], sin.to(dtype)[:, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -95,9 +104,9 @@ class DrafterKV:
 
 
 class DrafterAttention(nn.Module):
-    """Attention over concat(embedding, hidden) [.., 2H]; GQA; RoPE."""
+    """Attention over concat(embedding, hidden) [.., 2H]; GQA; RoPE (per-head q / k RMSNorms first in a qwen3 layer)."""
 
-    def __init__(self, spec: DrafterSpec, rope_theta: float):
+    def __init__(self, spec: DrafterSpec, rope: Rope):
         super().__init__()
         H, nh, nkv, d = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
         self.nh, self.nkv, self.d = nh, nkv, d
@@ -105,14 +114,21 @@ class DrafterAttention(nn.Module):
         self.k_proj = nn.Linear(2 * H, nkv * d, bias=spec.attention_bias)
         self.v_proj = nn.Linear(2 * H, nkv * d, bias=spec.attention_bias)
         self.o_proj = nn.Linear(nh * d, H, bias=spec.attention_bias)
-        self.register_buffer("inv_freq", rope_inv_freq(d, rope_theta), persistent=False)
+        if spec.qk_norm:  # qwen3 layer: RMSNorm over each head's dims, before RoPE
+            self.q_norm, self.k_norm = RMSNorm(d, spec.rms_norm_eps), RMSNorm(d, spec.rms_norm_eps)
+        self.qk_norm = spec.qk_norm
+        self.register_buffer("inv_freq", rope_inv_freq(d, rope), persistent=False)
+        self.rope_scale = rope.attention_scale
 
     def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
         B, S, _ = x.shape
-        q = self.q_proj(x).view(B, S, self.nh, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(B, S, self.nkv, self.d).transpose(1, 2)
+        q = self.q_proj(x).view(B, S, self.nh, self.d)
+        k = self.k_proj(x).view(B, S, self.nkv, self.d)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(B, S, self.nkv, self.d).transpose(1, 2)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, q.dtype)
+        cos, sin = rope_cos_sin(self.inv_freq, positions, q.dtype, self.rope_scale)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: DrafterKV | None) -> torch.Tensor:
@@ -182,62 +198,62 @@ class DrafterMLP(nn.Module):
 class DrafterLayer(nn.Module):
     """The ``midlayer``: hidden_norm / input_layernorm -> attention(2H) -> MLP, with residuals."""
 
-    def __init__(self, spec: DrafterSpec, rope_theta: float):
+    def __init__(self, spec: DrafterSpec, rope: Rope):
         super().__init__()
         H, eps = spec.hidden_size, spec.rms_norm_eps
+        self.norm_before_residual = spec.norm_before_residual
         self.hidden_norm = RMSNorm(H, eps)
         self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = DrafterAttention(spec, rope_theta)
+        self.self_attn = DrafterAttention(spec, rope)
         self.post_attention_layernorm = RMSNorm(H, eps)
         self.mlp = DrafterMLP(spec)
 
     def forward(self, emb, hidden, positions, cache=None, step_kv=None):
-        x = torch.cat([self.input_layernorm(emb), self.hidden_norm(hidden)], dim=-1)
+        normed = self.hidden_norm(hidden)
+        x = torch.cat([self.input_layernorm(emb), normed], dim=-1)
         if step_kv is not None:
             attn = self.self_attn.forward_ttt(x, positions, step_kv)
         else:
             attn = self.self_attn(x, positions, cache)
-        h = hidden + attn
+        h = (normed if self.norm_before_residual else hidden) + attn
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-def _rope_theta(cfg: dict[str, Any]) -> float:
-    params = cfg.get("rope_parameters") or {}
-    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
-    scaling = cfg.get("rope_scaling") or {}
-    kind = (scaling.get("rope_type") or scaling.get("type") or params.get("rope_type") or "default")
-    if kind not in ("default", "llama3"):
-        # llama3 scaling only changes frequencies beyond the original context; others change more
-        raise ConfigError("config.json", f"RoPE type {kind!r} is not supported by eaglelab's drafter model")
-    return float(theta)
 
 
 class Eagle3Drafter(nn.Module):
     """EAGLE-3 drafter with SpecForge parameter names (``fc``, ``midlayer.*``, ``norm``, ``lm_head``).
 
     Args:
-        config: the drafter's config.json as a dict (SpecForge style).
+        config: the drafter's config.json as a dict, SpecForge or speculators format; each flag is
+            read in its own format's meaning (:mod:`eaglelab.checkpoints.variants`).
         seed: seed of the weight initialisation.
+        where: the file named in errors.
 
     Attributes:
         spec: the parsed DrafterSpec.
-        config: a copy of the config dict, written back on save.
+        config: a copy of the config dict, written back on save (in its own format).
         has_embedding: False until the embedding is loaded or taken from the target.
+
+    Raises:
+        UnsupportedDrafterError: a family or flag eaglelab does not compute exactly (one line naming it).
     """
 
-    def __init__(self, config: dict[str, Any], seed: int = 0):
+    def __init__(self, config: dict[str, Any], seed: int = 0, where: str = "config.json"):
         super().__init__()
         self.config = copy.deepcopy(config)
-        self.spec = spec = drafter_spec_from_config(config)
-        if config.get("norm_output") or config.get("norm_before_residual"):
-            raise ConfigError("config.json", "norm_output / norm_before_residual variants are not modelled")
-        H, Ht = spec.hidden_size, spec.target_hidden_size
+        check_computed(config, where)
+        self.spec = spec = drafter_spec_from_config(config, where)
+        H, Ht, eps = spec.hidden_size, spec.target_hidden_size, spec.rms_norm_eps
         self.embed_tokens = nn.Embedding(spec.vocab_size, H)
         self.embed_tokens.weight.requires_grad_(False)
+        if spec.norm_before_fc:
+            self.input_norm = RMSNorm(3 * Ht, eps)
         if spec.fc_norm:
-            self.fc_norm = nn.ModuleList(RMSNorm(Ht, spec.rms_norm_eps) for _ in range(3))
+            self.fc_norm = nn.ModuleList(RMSNorm(Ht, eps) for _ in range(3))
         self.fc = nn.Linear(3 * Ht, H, bias=False)
-        self.midlayer = DrafterLayer(spec, _rope_theta(config))
+        try:
+            self.midlayer = DrafterLayer(spec, rope_of(layer_body(config), where))
+        except KeyError as exc:  # transformers' ACT2FN
+            raise ConfigError(where, f"hidden_act {spec.hidden_act!r} is not an activation transformers knows") from exc
         self.norm = RMSNorm(H, spec.rms_norm_eps)
         self.lm_head = nn.Linear(H, spec.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.int64))
@@ -317,6 +333,8 @@ class Eagle3Drafter(nn.Module):
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
         """fc over the three target states. aux: [B, S, 3 Ht] -> [B, S, H]."""
+        if self.spec.norm_before_fc:
+            aux = self.input_norm(aux)
         if self.spec.fc_norm:
             parts = aux.chunk(3, dim=-1)
             aux = torch.cat([n(p) for n, p in zip(self.fc_norm, parts)], dim=-1)
@@ -339,8 +357,14 @@ class Eagle3Drafter(nn.Module):
         return self.midlayer(emb, hidden, positions, cache=cache, step_kv=step_kv)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[B, S, H] -> draft-vocabulary logits [B, S, Vd]."""
-        return self.lm_head(self.norm(hidden))
+        """A step's output [B, S, H] -> draft-vocabulary logits [B, S, Vd]."""
+        if self.spec.norm_before_head or self.spec.norm_fed_back:
+            hidden = self.norm(hidden)
+        return self.lm_head(hidden)
+
+    def feed_back(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A step's output [B, S, H] -> the next step's hidden state (normed for speculators' norm_output)."""
+        return self.norm(hidden) if self.spec.norm_fed_back else hidden
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft ids -> target ids: ``draft + d2t[draft]``."""
@@ -360,7 +384,7 @@ class Eagle3Drafter(nn.Module):
 
         Returns:
             ``steps`` tensors [B, S, Vd]: step i at position t predicts token t + 2 + i from
-            token t + 1 + i (ids past the end are padded with the last id; mask them out).
+            token t + 1 + i (ids past the end are padded with 0; mask them out).
         """
         B, S = input_ids.shape
         positions = torch.arange(S, device=input_ids.device).expand(B, S)
@@ -371,6 +395,7 @@ class Eagle3Drafter(nn.Module):
             ids = shift_left(input_ids, 1 + i)
             hidden = self.step(ids, hidden, positions + i, step_kv=step_kv)
             out.append(self.logits(hidden))
+            hidden = self.feed_back(hidden)
         return out
 
     # ----------------------------------------------------------------- construction
@@ -382,10 +407,14 @@ class Eagle3Drafter(nn.Module):
 
 
 def shift_left(ids: torch.Tensor, n: int) -> torch.Tensor:
-    """ids[:, n:] padded at the end by repeating the last id. [B, S] -> [B, S]."""
+    """ids[:, n:] padded at the end with token 0, as SpecForge and speculators pad. [B, S] -> [B, S].
+
+    A padded position's output reaches no other position (its keys are read only by itself), and
+    the loss and acceptance masks drop it.
+    """
     if n == 0:
         return ids
-    pad = ids[:, -1:].expand(-1, min(n, ids.shape[1]))
+    pad = torch.zeros_like(ids[:, :1]).expand(-1, min(n, ids.shape[1]))
     return torch.cat([ids[:, n:], pad], dim=1)[:, : ids.shape[1]]
 
 

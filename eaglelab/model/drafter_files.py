@@ -1,6 +1,8 @@
-"""Drafter checkpoints on disk: save and load in the SpecForge / SGLang layout (safetensors only).
+"""Drafter checkpoints on disk, safetensors only: a drafter is written in the format it was read in.
 
-Loading also accepts SGLang-prefixed (``model.*``) and speculators (``layers.0.*``) key names.
+SpecForge / SGLang layout: ``midlayer.*`` keys and a flat config. speculators / vLLM layout:
+``layers.0.*`` keys and a ``transformer_layer_config``. Loading accepts either, and SGLang-prefixed
+(``model.*``) keys; converting between them is :mod:`eaglelab.checkpoints.export`'s job.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.checkpoints.schema import as_specforge_config, check_vocab_maps
+from eaglelab.checkpoints.schema import check_vocab_maps
 from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
 from eaglelab.model.drafter import Eagle3Drafter
 
@@ -19,11 +21,13 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
                        dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """State dict in SpecForge key names (RoPE buffers excluded; d2t / t2d kept exact)."""
+    """State dict in the key names of the drafter's own format (RoPE buffers excluded; d2t / t2d kept exact)."""
     sd = {}
+    prefix = model.spec.layer_prefix + "."
     for k, v in model.state_dict().items():
         if k.endswith("inv_freq") or (k == "embed_tokens.weight" and not include_embedding):
             continue
+        k = prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k
         v = v.detach()
         if dtype is not None and v.is_floating_point():
             v = v.to(dtype)
@@ -33,7 +37,7 @@ def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
 
 def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: bool = False,
                  dtype: str | None = None, overwrite: bool = False, extra_config: dict | None = None) -> Path:
-    """Write ``config.json`` + ``model.safetensors`` (SpecForge / SGLang layout), atomically.
+    """Write ``config.json`` + ``model.safetensors`` in the drafter's own format, atomically.
 
     Args:
         model: the drafter.
@@ -128,7 +132,7 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagl
         ck = load_checkpoint(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors"]))
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights")
-    model = Eagle3Drafter(as_specforge_config(ck.config))
+    model = Eagle3Drafter(ck.config, where=str(ck.config_path or source))
     sd: dict[str, torch.Tensor] = {}
     for f in ck.weight_files:
         sd.update(load_file(f))

@@ -19,11 +19,17 @@ from pathlib import Path
 import torch
 
 from eaglelab.atomic import atomic_path, write_json_atomic, write_text_atomic
-from eaglelab.errors import OverwriteError
+from eaglelab.errors import OverwriteError, ParameterError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.train.states import HiddenStates
-from eaglelab.train.ttt import TargetTokens, TTTObjective, evaluate_drafter
+from eaglelab.train.ttt import (
+    DEFAULT_CONVENTION,
+    LOSS_CONVENTIONS,
+    TargetTokens,
+    TTTObjective,
+    evaluate_drafter,
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,9 @@ class TrainConfig:
         weight_decay: AdamW weight decay.
         grad_clip: max gradient norm (paper: 0.5).
         warmup_steps: linear warm-up, then cosine decay to 10%.
-        decay: per-step loss weight base (0.8).
+        decay: per-step loss weight base (None: the convention's own, SpecForge 0.8, speculators 1.0).
+        loss_convention: ``specforge`` (default) or ``speculators``: whose TTT loss, mask alignment
+            and accuracy the run trains on and reports (:mod:`eaglelab.train.ttt`).
         log_every: write a metrics line every this many steps.
         eval_every: evaluate on held-out states every this many steps (0: never).
         checkpoint_every: save a resumable checkpoint every this many steps.
@@ -54,11 +62,17 @@ class TrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 0.5
     warmup_steps: int = 10
-    decay: float = 0.8
+    decay: float | None = None
+    loss_convention: str = DEFAULT_CONVENTION
     log_every: int = 10
     eval_every: int = 50
     checkpoint_every: int = 50
     seed: int = 0
+
+    def __post_init__(self):
+        if self.loss_convention not in LOSS_CONVENTIONS:
+            raise ParameterError("loss_convention",
+                                 f"{self.loss_convention!r} is not one of {', '.join(LOSS_CONVENTIONS)}")
 
     @classmethod
     def for_steps(cls, steps: int, log_every: int | None = None, eval_every: int | None = None,
@@ -242,7 +256,7 @@ def train_drafter(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         target = TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids())
-        out = objective(batch, target, cfg.ttt_steps, cfg.decay)
+        out = objective(batch, target, cfg.ttt_steps, cfg.decay, cfg.loss_convention)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -250,10 +264,13 @@ def train_drafter(
         tokens += int(batch.input_ids.numel()) * dist.world
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
-            row = {"step": done, "loss": out.loss.item(), "acc": [round(a, 5) for a in out.acc],
-                   "accept_len": out.simulated_accept_len, "lr": lr_at(step, cfg), "grad_norm": float(grad_norm)}
+            row = {"step": done, "loss": out.loss.item(), "loss_convention": out.convention,
+                   f"acc_{out.convention}": [round(a, 5) for a in out.convention_acc],
+                   "acc": [round(a, 5) for a in out.acc], "accept_len": out.simulated_accept_len,
+                   "lr": lr_at(step, cfg), "grad_norm": float(grad_norm)}
             if eval_states is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-                ev = evaluate_drafter(drafter, eval_states, target_lm_head, cfg.ttt_steps)
+                ev = evaluate_drafter(drafter, eval_states, target_lm_head, cfg.ttt_steps,
+                                      convention=cfg.loss_convention)
                 row.update(eval_loss=ev["loss"], eval_acc=ev["acc"], eval_accept_len=ev["accept_len"])
             metrics.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", tau=f"{row['accept_len']:.2f}")

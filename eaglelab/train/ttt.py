@@ -3,6 +3,21 @@
 Training and offline evaluation both unroll the drafter over captured target states
 (:class:`eaglelab.train.states.HiddenStates`) and compare each step with the target's own
 next-token distribution.
+
+Step ``i`` at position ``t`` predicts token ``t + 2 + i``. eaglelab's ``loss_mask[t]`` says that the
+token after ``t`` is a response token, so the *token mask* the references take is ``loss_mask``
+moved one right. Two loss conventions (:data:`LOSS_CONVENTIONS`), each exactly its reference's:
+
+- ``specforge`` (default; SpecForge ``OnlineEagle3Model``): soft cross-entropy against the target's
+  distribution over the draft vocabulary, counted where the token mask at ``t + i`` is set and the
+  target's argmax is a draft token, summed and divided by *all* B x S positions; per-step weights
+  0.8^i; accuracy over the token mask at ``t + i`` against the target's full-vocabulary argmax.
+- ``speculators`` (speculators ``Eagle3DraftModel``): KL divergence, counted where the token mask
+  at ``t + 1 + i`` is set, divided by the counted positions; weights 1.0^i; accuracy: draft argmax
+  equals the target's argmax within the draft vocabulary at every step so far.
+
+The acceptance measures (``acc``, ``chain``, the simulated τ) follow neither: they count step ``i``
+at ``t`` when the token it predicts, ``t + 2 + i``, is a response token: what acceptance in serving is.
 """
 
 from __future__ import annotations
@@ -15,13 +30,20 @@ import torch.nn.functional as F
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.train.states import HiddenStates
 
+LOSS_CONVENTIONS = ("specforge", "speculators")
+DEFAULT_CONVENTION = "specforge"
+# each reference's default per-step loss weight base (SpecForge's ploss_decay, speculators' ttt_step_loss_decay)
+CONVENTION_DECAY = {"specforge": 0.8, "speculators": 1.0}
 
-def shift_mask(x: torch.Tensor, n: int) -> torch.Tensor:
-    """x[:, n:] padded with zeros (False) at the end. [B, S, ...] -> same shape."""
-    if n == 0:
+
+def shift_mask(x: torch.Tensor, n: int, length: int | None = None) -> torch.Tensor:
+    """x[:, n:] padded with zeros (False) at the end, cut to ``length`` (default: x's). [B, S, ...] -> [B, length, ...]."""
+    length = x.shape[1] if length is None else length
+    if n == 0 and length == x.shape[1]:
         return x
-    pad = torch.zeros_like(x[:, :n])
-    return torch.cat([x[:, n:], pad], dim=1)[:, : x.shape[1]]
+    rest = x[:, n: n + length]
+    pad = torch.zeros_like(x[:, :1]).expand(-1, length - rest.shape[1], *x.shape[2:])
+    return torch.cat([rest, pad], dim=1)
 
 
 @dataclass
@@ -29,13 +51,17 @@ class TTTOutput:
     """Loss and metrics of one TTT unroll.
 
     Attributes:
-        loss: weighted sum over steps of the masked soft cross-entropy (scalar, differentiable).
-        step_losses: per-step losses (floats).
-        acc: per-step accuracy (``argmax(draft) + d2t == argmax(target)``), SpecForge's metric.
+        loss: sum over steps of decay^i x the step loss, in ``convention`` (scalar, differentiable).
+        step_losses: per-step losses before the decay weight (floats), in ``convention``.
+        acc: per-step accuracy (``argmax(draft) + d2t == argmax(target)``) where the predicted token
+            is a response token (eaglelab's acceptance alignment).
         chain: per-step rate of positions where steps 0..i were all correct (teacher forced).
         counted: positions counted at each step.
         chain_hits: per step, the [B, S] bool mask behind ``chain`` (positions whose steps 0..i
             were all correct): what a per-token predictor of the acceptance elsewhere starts from.
+        convention: the loss convention, ``specforge`` or ``speculators``.
+        convention_acc: per-step accuracy as the convention's reference reports it (SpecForge's
+            ``acc``, speculators' ``full_acc``).
     """
 
     loss: torch.Tensor
@@ -44,6 +70,8 @@ class TTTOutput:
     chain: list[float]
     counted: list[int]
     chain_hits: list[torch.Tensor] = field(default_factory=list)
+    convention: str = DEFAULT_CONVENTION
+    convention_acc: list[float] = field(default_factory=list)
 
     @property
     def simulated_accept_len(self) -> float:
@@ -87,51 +115,71 @@ class TargetTokens:
 
 
 def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetTokens, steps: int,
-                decay: float = 0.8) -> TTTOutput:
-    """EAGLE-3 training-time test on one batch.
+                decay: float | None = None, convention: str = DEFAULT_CONVENTION) -> TTTOutput:
+    """EAGLE-3 training-time test on one batch: the loss in ``convention``, eaglelab's acceptance measures.
 
     Step i at position t predicts the target's distribution at t + 1 + i (the token t + 2 + i).
-    Loss: soft cross-entropy between the target's distribution restricted to the draft
-    vocabulary and the drafter's log-softmax, masked by the loss mask and by whether the
-    target's argmax lies in the draft vocabulary, weighted decay**i.
 
     Args:
         drafter: the drafter (train or eval mode).
         batch: ids, mask and aux states, [B, S, ...].
         target: the target's greedy tokens and draft-vocabulary logits.
         steps: unroll length.
-        decay: per-step loss weight base (0.8 in SpecForge).
+        decay: per-step loss weight base (None: the convention's reference default, 0.8 or 1.0).
+        convention: ``specforge`` or ``speculators`` (module docstring).
     """
+    if convention not in LOSS_CONVENTIONS:
+        raise ValueError(f"loss convention {convention!r} is not one of {LOSS_CONVENTIONS}")
+    decay = CONVENTION_DECAY[convention] if decay is None else decay
     dev = drafter.fc.weight.device
     ids = batch.input_ids.to(dev)
+    B, S = ids.shape
     t_arg = target.greedy.to(dev)  # [B, S] target's greedy token after each position
-    in_draft = drafter.t2d[t_arg]
-    t_probs = torch.softmax(target.draft_logits.to(dev), dim=-1)  # columns in draft-id order
+    draft_logits = target.draft_logits.to(dev)
+    t_probs = torch.softmax(draft_logits, dim=-1)  # columns in draft-id order
     base_mask = batch.loss_mask.to(dev)
+    token_mask = shift_mask(torch.cat([torch.zeros_like(base_mask[:, :1]), base_mask], 1), 0, S)  # token t is a response
+    if convention == "specforge":
+        # SpecForge pads its shifted targets with a zero-logit row: uniform, argmax token 0
+        ext_probs = torch.cat([t_probs, torch.full_like(t_probs[:, :1], 1.0 / t_probs.shape[-1])], 1)
+        ext_arg = torch.cat([t_arg, torch.zeros_like(t_arg[:, :1])], 1)
+    else:
+        d_arg = draft_logits.argmax(-1)  # speculators compares within the draft vocabulary
+        prev = shift_mask(token_mask, 1)
     logits = drafter.ttt_logits(ids, batch.aux.to(dev, drafter.fc.weight.dtype), steps)
     loss = torch.zeros((), device=dev)
-    step_losses, acc, chain, counted, hits = [], [], [], [], []
+    step_losses, acc, chain, counted, hits, conv_acc = [], [], [], [], [], []
     alive = None
     for i, lg in enumerate(logits):
-        valid = shift_mask(base_mask, 1 + i)
-        tgt_p = shift_mask(t_probs, 1 + i)
-        tgt_arg = shift_mask(t_arg, 1 + i)
-        train_mask = valid & shift_mask(in_draft, 1 + i)
         logp = torch.log_softmax(lg.float(), dim=-1)
-        per_pos = -(tgt_p * logp).sum(-1)
-        n_train = train_mask.sum().clamp(min=1)
-        step_loss = (per_pos * train_mask).sum() / n_train
+        if convention == "specforge":
+            tgt_p, tgt_ids = shift_mask(ext_probs, 1 + i, S), shift_mask(ext_arg, 1 + i, S)
+            counted_mask = shift_mask(token_mask, i)
+            train_mask = counted_mask & drafter.t2d[tgt_ids]
+            step_loss = -((tgt_p * logp).sum(-1) * train_mask).sum() / (B * S)
+            hit = (drafter.to_target_ids(lg.argmax(-1)) == tgt_ids) & counted_mask
+            conv_acc.append(float(hit.sum()) / max(float(counted_mask.sum()), 1e-6))
+        else:
+            tgt_p = shift_mask(t_probs, 1 + i)
+            train_mask = shift_mask(token_mask, 1 + i)
+            kl = (tgt_p * (torch.log(tgt_p.clamp_min(1e-30)) - logp)).sum(-1)
+            step_loss = (kl * train_mask).sum() / (train_mask.sum() + 1e-5)
+            prev = prev & (lg.argmax(-1) == shift_mask(d_arg, 1 + i))
+            conv_acc.append(float((prev & train_mask).sum()) / max(int(train_mask.sum()), 1))
         loss = loss + decay ** i * step_loss
+        step_losses.append(step_loss.item())
+        # acceptance: counted where the predicted token t + 2 + i is a response token
+        valid = shift_mask(base_mask, 1 + i)
+        tgt_arg = shift_mask(t_arg, 1 + i)
         correct = (drafter.to_target_ids(lg.argmax(-1)) == tgt_arg) & valid
         # chain: counted over positions valid for every step so far (same denominator per step)
         alive = correct if alive is None else alive & correct
         n_valid = int(valid.sum())
-        step_losses.append(step_loss.item())
         acc.append(float(correct.sum()) / max(n_valid, 1))
         hits.append(alive & valid)
         chain.append(float(hits[-1].sum()) / max(n_valid, 1))
         counted.append(n_valid)
-    return TTTOutput(loss, step_losses, acc, chain, counted, hits)
+    return TTTOutput(loss, step_losses, acc, chain, counted, hits, convention, conv_acc)
 
 
 class TTTObjective(torch.nn.Module):
@@ -144,8 +192,9 @@ class TTTObjective(torch.nn.Module):
         super().__init__()
         self.drafter = drafter
 
-    def forward(self, batch: HiddenStates, target: TargetTokens, steps: int, decay: float = 0.8) -> TTTOutput:
-        return ttt_forward(self.drafter, batch, target, steps, decay)
+    def forward(self, batch: HiddenStates, target: TargetTokens, steps: int, decay: float | None = None,
+                convention: str = DEFAULT_CONVENTION) -> TTTOutput:
+        return ttt_forward(self.drafter, batch, target, steps, decay, convention)
 
 
 @dataclass
@@ -179,16 +228,18 @@ class AcceptanceTally:
 
 @torch.no_grad()
 def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, steps: int,
-                   tally: AcceptanceTally, t_logits: torch.Tensor | None = None) -> TTTOutput:
+                   tally: AcceptanceTally, t_logits: torch.Tensor | None = None,
+                   convention: str = DEFAULT_CONVENTION) -> TTTOutput:
     """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode) and return it.
 
-    ``t_logits`` [B, S, V]: the target's logits when the caller has them (else recomputed).
+    ``t_logits`` [B, S, V]: the target's logits when the caller has them (else recomputed);
+    ``convention``: that of the loss in the tally.
     """
     was_training = drafter.training
     drafter.eval()
     target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
               else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
-    out = ttt_forward(drafter, batch, target, steps)
+    out = ttt_forward(drafter, batch, target, steps, convention=convention)
     tally.add(out, len(batch))
     drafter.train(was_training)
     return out
@@ -196,14 +247,15 @@ def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: 
 
 @torch.no_grad()
 def evaluate_drafter(drafter: Eagle3Drafter, states: HiddenStates, target_lm_head: torch.nn.Module,
-                     steps: int = 7, batch_size: int = 16) -> dict:
+                     steps: int = 7, batch_size: int = 16, convention: str = DEFAULT_CONVENTION) -> dict:
     """Teacher-forced per-position accuracy and simulated acceptance length over a dataset.
 
     Returns:
         dict with ``acc`` (per step), ``chain`` (all-correct-so-far rate per step),
-        ``accept_len`` (1 + sum(chain), bonus included), ``loss`` and ``positions``.
+        ``accept_len`` (1 + sum(chain), bonus included), ``loss`` (in ``convention``) and ``positions``.
     """
     tally = AcceptanceTally(steps)
     for i in range(0, len(states), batch_size):
-        evaluate_batch(drafter, states.batch(range(i, min(i + batch_size, len(states)))), target_lm_head, steps, tally)
+        evaluate_batch(drafter, states.batch(range(i, min(i + batch_size, len(states)))), target_lm_head, steps, tally,
+                       convention=convention)
     return tally.result()

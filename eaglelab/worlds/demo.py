@@ -48,6 +48,7 @@ DEMO_PARAMS = {
     "gen_batch": 32,
     # drafters: trained on their target's replies (prompt cropped to its last tokens)
     "draft_vocab_size": 4096,
+    "loss_convention": "specforge",  # the drafters' TTT loss (eaglelab.train.ttt)
     "prompt_context": 16,
     "drafter_batch": 8,
     "drafter_lr": 3e-3,
@@ -165,7 +166,8 @@ def train_demo_drafter(model, train, held_out, replies, out_dir: Path, steps: in
     drafter.init_head_from_target(model.lm_head.weight.detach(), model.model.norm.weight.detach())
     torch.manual_seed(seed)
     cfg = TrainConfig(steps=steps, batch_size=p["drafter_batch"], ttt_steps=p["ttt_steps"], lr=p["drafter_lr"],
-                      warmup_steps=20, log_every=max(steps // 10, 1), eval_every=0, seed=seed)
+                      warmup_steps=20, log_every=max(steps // 10, 1), eval_every=0, seed=seed,
+                      loss_convention=p["loss_convention"])
     res = train_drafter(drafter, train, model.lm_head, cfg)
     ev = evaluate_drafter(drafter, held_out, model.lm_head, p["ttt_steps"])
     save_drafter(drafter, out_dir, overwrite=True)
@@ -216,7 +218,8 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         "target_a": {k: p[k] for k in ("version", "wheel", "gguf_file")},
         "prompts": {k: p[k] for k in ("prompts_train", "prompts_held_out")},
         "replies": {k: p[k] for k in ("response_tokens", "gen_batch", "prompt_context")},
-        "drafter": {k: p[k] for k in ("draft_vocab_size", "drafter_batch", "drafter_lr", "ttt_steps", "seed")},
+        "drafter": {k: p[k] for k in ("draft_vocab_size", "drafter_batch", "drafter_lr", "ttt_steps", "seed",
+                                      "loss_convention")},
         "drift": {k: p[k] for k in ("drift_steps", "drift_lr", "lora_rank", "drift_batch", "drift_seq_len", "seed")},
     }
     stage_a = {"target_a": keys["target_a"]}

@@ -35,6 +35,7 @@ TINY_PARAMS = {
     "drafter_a_steps": 200,
     "drafter_b_steps": 40,
     "drafter_b_sequences": 48,
+    "loss_convention": "specforge",  # the drafters' TTT loss (eaglelab.train.ttt)
     "seed": 0,
 }
 
@@ -87,7 +88,8 @@ def _save_sequences(path: Path, seqs) -> None:
 
 
 def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, draft_vocab_size: int,
-                        seed: int, batch_size: int = 8, lr: float = 3e-3):
+                        seed: int, batch_size: int = 8, lr: float = 3e-3,
+                        loss_convention: str = TINY_PARAMS["loss_convention"]):
     """Capture a target's states on ``sequences`` and train a drafter on them (SpecForge layout)."""
     import torch
 
@@ -103,7 +105,7 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
     states = capture_hidden_states(target, sequences, batch_size=64)
     torch.manual_seed(seed)
     cfg = TrainConfig(steps=steps, batch_size=batch_size, ttt_steps=4, lr=lr, warmup_steps=10,
-                      log_every=max(steps // 10, 1), eval_every=0, seed=seed)
+                      log_every=max(steps // 10, 1), eval_every=0, seed=seed, loss_convention=loss_convention)
     train_drafter(drafter, states, model.lm_head, cfg, progress=True)
     save_drafter(drafter, out_dir, overwrite=True)
     target.close()
@@ -159,10 +161,11 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
         half = p["drafter_sequences"] // 2
         mix = torch.cat([seq_a[torch.randperm(len(seq_a), generator=gen)[:half]],
                          seq_b[torch.randperm(len(seq_b), generator=gen)[:half]]])
-        train_world_drafter(w.target_a, mix, w.drafter_a, p["drafter_a_steps"], p["draft_vocab_size"], p["seed"])
+        train_world_drafter(w.target_a, mix, w.drafter_a, p["drafter_a_steps"], p["draft_vocab_size"], p["seed"],
+                            loss_convention=p["loss_convention"])
         small = mix[torch.randperm(len(mix), generator=gen)[: p["drafter_b_sequences"]]]
         train_world_drafter(w.target_b, small, w.drafter_b_small, p["drafter_b_steps"], p["draft_vocab_size"],
-                            p["seed"] + 1)
+                            p["seed"] + 1, loss_convention=p["loss_convention"])
         write_json_atomic(w.prompts, {"train": prompts_from_docstrings(docs_train, 32),
                                       "held_out": prompts_from_docstrings(docs_held, 32)})
         return {"python": sys.version.split()[0], "torch": torch.__version__}

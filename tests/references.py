@@ -1,0 +1,180 @@
+"""The reference drafter implementations, run on eaglelab's own checkpoint files.
+
+SpecForge 0.2.0 (``LlamaForCausalLMEagle3`` and its online TTT model ``OnlineEagle3Model``) and
+speculators 0.9.0 (``Eagle3DraftModel``) are installed by scripts/setup.sh with ``--no-deps``: their
+model code and what it imports, none of their serving stacks. Two stand-ins, neither touching the maths:
+
+- ``triton`` is not installed (a GPU kernel compiler). SpecForge imports it at module level for its
+  fused loss kernel; a module object with no-op decorators stands in for the import, and SpecForge's
+  ``LogSoftmaxLoss.apply`` (the Triton kernel) is replaced by ``_compute_loss``, the reference
+  implementation in the same SpecForge file.
+- ``torch.compile`` decorators in both packages run eagerly (``torch._dynamo.config.disable``):
+  compilation changes speed, not results. speculators runs with its own eager attention backend and
+  its own eager KL loss (its defaults, flex attention and a fused Triton loss, need a GPU compiler).
+
+Each builder loads the folder eaglelab wrote, through the reference's own config class, and
+returns logits captured from the reference's own forward (hooks, no re-implementation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+
+import pytest
+import torch
+
+SPECFORGE_LOSS_STUB = "SpecForge's Triton LogSoftmaxLoss replaced by its reference _compute_loss"
+
+
+@contextlib.contextmanager
+def eager():
+    """torch.compile off for the block (the references decorate their kernels with it)."""
+    import torch._dynamo
+
+    before = torch._dynamo.config.disable
+    torch._dynamo.config.disable = True
+    try:
+        yield
+    finally:
+        torch._dynamo.config.disable = before
+
+
+@contextlib.contextmanager
+def _triton_stand_in():
+    """A ``triton`` module for SpecForge's import only, gone afterwards (torch's own probes must not see it)."""
+    if "triton" in sys.modules:
+        yield
+        return
+    torch.compile(lambda x: x)  # torch probes for triton while setting compile up: let it see none first
+
+    triton = types.ModuleType("triton")
+    language = types.ModuleType("triton.language")
+    triton.jit = lambda fn=None, **_: fn if fn is not None else (lambda f: f)
+    triton.autotune = lambda *_, **__: (lambda f: f)
+    triton.Config = lambda *_, **__: None
+    triton.next_power_of_2 = lambda n: 1 << (int(n) - 1).bit_length()
+    triton.cdiv = lambda a, b: -(-a // b)
+    language.constexpr = int
+    triton.language = language
+    sys.modules["triton"], sys.modules["triton.language"] = triton, language
+    try:
+        yield
+    finally:
+        del sys.modules["triton"], sys.modules["triton.language"]
+
+
+def specforge():
+    """SpecForge's draft model class and online TTT model, or skip with the reason."""
+    pytest.importorskip("specforge", reason="specforge is installed by scripts/setup.sh (pip --no-deps)")
+    import warnings
+
+    with warnings.catch_warnings(), _triton_stand_in():
+        warnings.simplefilter("ignore")
+        from specforge.algorithms.eagle3 import model as online
+        from specforge.core import loss as sf_loss
+        from specforge.modeling.draft.llama3_eagle import LlamaForCausalLMEagle3
+    online.LogSoftmaxLoss = types.SimpleNamespace(apply=sf_loss._compute_loss)
+    return LlamaForCausalLMEagle3, online.OnlineEagle3Model
+
+
+def specforge_model(folder):
+    """SpecForge's ``LlamaForCausalLMEagle3`` with the weights of a SpecForge-layout folder (fp32, eval)."""
+    import json
+
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+
+    cls, _ = specforge()
+    cfg = LlamaConfig(**json.loads((folder / "config.json").read_text()))
+    with eager():
+        model = cls(cfg).float().eval()
+    sd = load_file(str(folder / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    return model, missing, unexpected
+
+
+def specforge_ttt(folder, input_ids, aux, target_logits, token_mask, steps):
+    """SpecForge's own TTT on SpecForge-format inputs: per-step logits, losses and accuracies.
+
+    Args:
+        folder: SpecForge-layout drafter folder (embedding included).
+        input_ids: [B, S] token ids x_0..x_{S-1}.
+        aux: [B, S, 3 Ht] target aux states at each position.
+        target_logits: [B, S, V] the target's logits at each position.
+        token_mask: [B, S] bool, token t is a response token (SpecForge's loss_mask).
+        steps: TTT length.
+    """
+    from specforge.utils import padding
+
+    model, missing, unexpected = specforge_model(folder)
+    assert not unexpected, f"SpecForge found unexpected keys {unexpected}"
+    _, online_cls = specforge()
+    captured = []
+    original = model.compute_logits
+
+    def record(h):
+        out = original(h)
+        captured.append(out.detach())
+        return out
+
+    model.compute_logits = record
+    ttt = online_cls(model, length=steps)
+    with eager():
+        plosses, _, acces, *_ = ttt(input_ids=padding(input_ids, left=False),
+                                    attention_mask=torch.ones_like(input_ids),
+                                    target=padding(target_logits, left=False),
+                                    loss_mask=token_mask[..., None].to(torch.float32),
+                                    hidden_states=aux)
+    return captured, [float(p.detach()) for p in plosses], [float(a) for a in acces]
+
+
+def speculators_model(folder):
+    """speculators' ``Eagle3DraftModel.from_pretrained`` on a speculators folder, with the keys it left out.
+
+    Returns:
+        (model, info): ``info["unexpected_keys"]``: tensors of the file the model has no place for
+        (transformers drops them with a log line); ``info["missing_keys"]``: the model's own weights
+        the file lacks (its ignore list aside: verifier head and norm, supplied by the verifier).
+    """
+    pytest.importorskip("speculators", reason="speculators is installed by scripts/setup.sh (pip --no-deps)")
+    from safetensors import safe_open
+    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    config = Eagle3SpeculatorConfig.from_pretrained(str(folder))
+    # its eager attention backend (dense float masks): its default, flex attention, compiles on CPU
+    config.transformer_layer_config._attn_implementation = "eager"
+    with eager():
+        model = Eagle3DraftModel.from_pretrained(str(folder), config=config)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    own = set(model.state_dict())
+    ignored = {"verifier_lm_head.weight", "verifier_norm.weight"}
+    return model.float().eval(), {"unexpected_keys": sorted(keys - own),
+                                  "missing_keys": sorted(own - keys - ignored)}
+
+
+def speculators_ttt(folder, input_ids, aux, last_hidden, token_mask, steps):
+    """speculators' own TTT forward on its own input layout: per-step logits, loss and metrics.
+
+    Its data pipeline drops the first position (``shift_batch``): row t pairs the state at t with
+    token t + 1. Its targets come from the verifier the config names (final norm and lm_head rows of
+    the draft vocabulary), loaded by speculators itself.
+    """
+    from speculators.losses import resolve_loss_config
+
+    model, info = speculators_model(folder)
+    assert not info["unexpected_keys"], f"speculators found unexpected keys {info['unexpected_keys']}"
+    captured = []
+    hook = model.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out.detach()))
+    S = input_ids.shape[1]
+    with eager(), torch.no_grad():  # its flex attention has no CPU backward; the forward is what is compared
+        _, loss, metrics = model(hidden_states=aux[:, :-1], input_ids=input_ids[:, 1:],
+                                 document_ids=torch.zeros(1, S - 1, dtype=torch.long),
+                                 loss_mask=token_mask[:, 1:], position_ids=torch.arange(1, S)[None],
+                                 verifier_last_hidden_states=last_hidden[:, 1:], ttt_steps=steps,
+                                 # its default KL loss, in its eager implementation (the fused one is Triton)
+                                 loss_config=resolve_loss_config("kl_div", "eager"))
+    hook.remove()
+    return captured, float(loss), {k: float(v) for k, v in metrics.items()}
