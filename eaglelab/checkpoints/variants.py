@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.checkpoints.schema import (
-    DEFAULT_DRAFT_VOCAB,
     SPECFORGE,
     SPECULATORS,
     aux_ids_as_layer_outputs,
+    comparison_view,
     config_format,
     drafter_spec_from_config,
     is_eagle3_config,
@@ -402,18 +402,5 @@ def to_specforge_config(cfg: dict[str, Any], where: str = "config.json") -> dict
         if cfg.get(key):
             raise UnsupportedDrafterError(where, f"{key}: true ({meaning}) has no SpecForge / SGLang equivalent; "
                                                  "keep this drafter in the speculators format")
-    body = dict(layer_body(cfg))
-    body.update(architectures=["LlamaForCausalLMEagle3"], model_type="llama", num_hidden_layers=1,
-                draft_vocab_size=cfg.get("draft_vocab_size", DEFAULT_DRAFT_VOCAB), tie_word_embeddings=False)
-    if cfg.get("target_hidden_size") and cfg["target_hidden_size"] != body.get("hidden_size"):
-        body["target_hidden_size"] = cfg["target_hidden_size"]
-    for key in ("fc_norm", "norm_before_fc"):  # SGLang reads both at the top level
-        if cfg.get(key):
-            body[key] = True
-    if cfg.get("torch_dtype"):
-        body["torch_dtype"] = cfg["torch_dtype"]
-    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if ids:
-        body["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in ids],
-                                "use_aux_hidden_state": True}
-    return body
+    # what is left is the SpecForge-style view compare uses: flat layer fields, nested ids (vLLM's - 1)
+    return {**comparison_view(cfg), "tie_word_embeddings": False}
