@@ -96,8 +96,7 @@ def drafter_config(name: str) -> dict:
     return out
 
 
-@pytest.fixture
-def verifier(tmp_path):
+def write_verifier(folder):
     """The target's files speculators reads: its config (layer count) and its embedding, final norm and head.
 
     speculators computes its training targets itself, as lm_head(norm(last hidden)) from these.
@@ -105,14 +104,18 @@ def verifier(tmp_path):
     from safetensors.torch import save_file
 
     gen = torch.Generator().manual_seed(7)
-    folder = tmp_path / "verifier"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(TARGET))
     save_file({"model.embed_tokens.weight": torch.randn(V, H, generator=gen),
                "model.norm.weight": 0.5 + torch.rand(H, generator=gen),
                "lm_head.weight": torch.randn(V, H, generator=gen) / math.sqrt(H) * 4.0},
               str(folder / "model.safetensors"))
     return folder
+
+
+@pytest.fixture
+def verifier(tmp_path):
+    return write_verifier(tmp_path / "verifier")
 
 
 def write_variant(name: str, tmp_path, verifier) -> tuple[Eagle3Drafter, dict]:
