@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -180,33 +181,53 @@ def assert_close(name: str, got: list[float], want: list[float]) -> None:
         assert abs(g - w) <= TOL * max(abs(w), 1e-3), f"{name} step {i}: eaglelab {g} vs reference {w}"
 
 
-@pytest.mark.parametrize("name", [n for n, v in VARIANTS.items() if "specforge" in v[2]])
-def test_against_specforge(name, tmp_path, verifier):
-    d, folders = write_variant(name, tmp_path, verifier)
-    ids, aux, last, norm_w, head, token_mask = inputs(d, 2, verifier)
-    ours, out, logits = eaglelab_run(d, ids, aux, last, norm_w, head, token_mask, "specforge")
-    theirs, plosses, acces = references.specforge_ttt(folders["specforge"], ids, aux, logits, token_mask, STEPS)
-    assert len(theirs) == STEPS
+@dataclass
+class Side:
+    """One variant run by eaglelab and by one reference on the same files and inputs.
+
+    ``ours`` / ``theirs``: per-step logits over the positions both compute (speculators drops the
+    last); ``losses`` / ``accs``: (eaglelab, reference) per step in the reference's convention;
+    ``total``: (eaglelab, reference) total loss, where the reference reports one.
+    """
+
+    ours: list
+    theirs: list
+    losses: tuple[list[float], list[float]]
+    accs: tuple[list[float], list[float]]
+    total: tuple[float, float] | None = None
+
+
+def run_both(name: str, ref: str, root, verifier) -> Side:
+    """Write variant ``name``, run it in eaglelab and in ``ref`` (``specforge`` or ``speculators``)."""
+    d, folders = write_variant(name, root, verifier)
+    ids, aux, last, norm_w, head, token_mask = inputs(d, 2 if ref == "specforge" else 1, verifier)
+    ours, out, logits = eaglelab_run(d, ids, aux, last, norm_w, head, token_mask, ref)
+    if ref == "specforge":
+        theirs, plosses, acces = references.specforge_ttt(folders[ref], ids, aux, logits, token_mask, STEPS)
+        return Side(ours, theirs, (out.step_losses, plosses), (out.convention_acc, acces))
+    theirs, loss, metrics = references.speculators_ttt(folders[ref], ids, aux, last, token_mask, STEPS)
+    # speculators' row t is eaglelab's position t (it drops the last position)
+    return Side([o[:, :-1] for o in ours], theirs,
+                (out.step_losses, [metrics[f"loss_{i}_sum"] for i in range(STEPS)]),
+                (out.convention_acc, [metrics[f"full_acc_{i}_sum"] / metrics[f"full_acc_{i}_total"]
+                                      for i in range(STEPS)]),
+                (float(out.loss), loss))
+
+
+@pytest.mark.parametrize("ref,name", [(r, n) for r in ("specforge", "speculators")
+                                      for n, v in VARIANTS.items() if r in v[2]])
+def test_against_the_reference(ref, name, tmp_path, verifier):
+    side = run_both(name, ref, tmp_path, verifier)
+    assert len(side.theirs) == STEPS
     for i in range(STEPS):  # first-step logits, then the unroll
-        assert rel(ours[i], theirs[i]) < TOL, f"{name}: step {i} logits differ by {rel(ours[i], theirs[i]):.2e}"
-    assert_close(f"{name} loss", out.step_losses, plosses)
-    assert_close(f"{name} accuracy", out.convention_acc, acces)
-    assert ours[0].abs().mean() > 0.3  # realistic scale: logits of order one, not near zero
-
-
-@pytest.mark.parametrize("name", [n for n, v in VARIANTS.items() if "speculators" in v[2]])
-def test_against_speculators(name, tmp_path, verifier):
-    d, folders = write_variant(name, tmp_path, verifier)
-    ids, aux, last, norm_w, head, token_mask = inputs(d, 1, verifier)
-    ours, out, _ = eaglelab_run(d, ids, aux, last, norm_w, head, token_mask, "speculators")
-    theirs, loss, metrics = references.speculators_ttt(folders["speculators"], ids, aux, last, token_mask, STEPS)
-    assert len(theirs) == STEPS
-    for i in range(STEPS):  # speculators' row t is eaglelab's position t (it drops the last position)
-        assert rel(ours[i][:, :-1], theirs[i]) < TOL, f"{name}: step {i} logits differ"
-    assert_close(f"{name} loss", out.step_losses, [metrics[f"loss_{i}_sum"] for i in range(STEPS)])
-    assert_close(f"{name} accuracy", out.convention_acc,
-                 [metrics[f"full_acc_{i}_sum"] / metrics[f"full_acc_{i}_total"] for i in range(STEPS)])
-    assert abs(float(out.loss) - loss) <= TOL * abs(loss)
+        assert rel(side.ours[i], side.theirs[i]) < TOL, \
+            f"{name}: step {i} logits differ by {rel(side.ours[i], side.theirs[i]):.2e}"
+    assert_close(f"{name} loss", *side.losses)
+    assert_close(f"{name} accuracy", *side.accs)
+    if side.total is not None:  # speculators reports its total loss
+        assert abs(side.total[0] - side.total[1]) <= TOL * abs(side.total[1])
+    else:
+        assert side.ours[0].abs().mean() > 0.3  # realistic scale: logits of order one, not near zero
 
 
 @pytest.mark.parametrize("name", ["plain", "fc_norm", "head_dim", "rope_llama3"])

@@ -21,12 +21,6 @@ from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
 FORMATS = ("speculators", "specforge")
 
 
-def speculators_config(drafter_cfg: dict[str, Any], target_cfg: dict[str, Any], verifier: str,
-                       num_speculative_tokens: int = 3) -> dict[str, Any]:
-    """The speculators / vLLM config of a drafter config (see :func:`variants.to_speculators_config`)."""
-    return to_speculators_config(drafter_cfg, target_cfg, verifier, num_speculative_tokens)
-
-
 def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "speculators",
                    target_cfg: dict[str, Any] | None = None, verifier: str | None = None,
                    target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:

@@ -113,6 +113,12 @@ def layer_body(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def eagle_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The nested ``eagle_config`` object SGLang / SpecForge read ({} when absent or not an object)."""
+    nested = cfg.get("eagle_config")
+    return nested if isinstance(nested, dict) else {}
+
+
 def is_speculators_config(cfg: dict[str, Any]) -> bool:
     """True for a speculators / vLLM-format EAGLE-3 config (``transformer_layer_config``)."""
     return config_format(cfg) == SPECULATORS
@@ -150,10 +156,9 @@ def aux_layer_ids_from_config(cfg: dict[str, Any]) -> tuple[tuple[int, ...] | No
     (ids are layer outputs); a top-level ``eagle_aux_hidden_state_layer_ids`` is vLLM /
     speculators' (ids are layer inputs). Nested wins when both are present, as in SGLang.
     """
-    nested_cfg = cfg.get("eagle_config")
-    if nested_cfg is not None and not isinstance(nested_cfg, dict):
-        raise ConfigError("config.json", f"field 'eagle_config' must be an object, got {nested_cfg!r}")
-    nested = (nested_cfg or {}).get("eagle_aux_hidden_state_layer_ids")
+    if cfg.get("eagle_config") is not None and not isinstance(cfg["eagle_config"], dict):
+        raise ConfigError("config.json", f"field 'eagle_config' must be an object, got {cfg['eagle_config']!r}")
+    nested = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
     if nested:
         return _layer_ids(nested, "eagle_config.eagle_aux_hidden_state_layer_ids"), "sglang"
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -202,9 +207,8 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
     else:
         # SpecForge's norm_output: "norm before lm_head", default true; norm_before_fc as SGLang reads it
         # (nested first); norm_before_residual is read by neither: see variants.refusals
-        nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
         flags = dict(fc_norm=_flag(cfg, "fc_norm", False, where),
-                     norm_before_fc=_flag(nested, "norm_before_fc", _flag(cfg, "norm_before_fc", False, where),
+                     norm_before_fc=_flag(eagle_config(cfg), "norm_before_fc", _flag(cfg, "norm_before_fc", False, where),
                                           where),
                      norm_before_head=_flag(cfg, "norm_output", True, where))
     if body.get("num_hidden_layers", 1) != 1:

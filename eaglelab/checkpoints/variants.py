@@ -26,6 +26,7 @@ from eaglelab.checkpoints.schema import (
     comparison_view,
     config_format,
     drafter_spec_from_config,
+    eagle_config,
     is_eagle3_config,
     layer_body,
 )
@@ -272,7 +273,7 @@ def refusals(cfg: dict[str, Any], where: str = "config.json") -> list[str]:
         out.append("mlp_bias: true: MLP biases are not computed")
     if isinstance(body.get("partial_rotary_factor"), (int, float)) and body["partial_rotary_factor"] != 1:
         out.append(f"partial_rotary_factor {body['partial_rotary_factor']}: partial RoPE is not computed")
-    nested = _nested(cfg)
+    nested = eagle_config(cfg)
     if nested.get("use_aux_hidden_state") is False:
         out.append("eagle_config.use_aux_hidden_state: false: a drafter without target hidden states")
     ids = nested.get("eagle_aux_hidden_state_layer_ids") or cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -299,18 +300,13 @@ def cautions(cfg: dict[str, Any]) -> list[str]:
             out.append("norm_output: true: SpecForge 0.2.0 trains it as plain EAGLE-3 (norm before lm_head, the "
                        "raw state fed to the next step); SGLang and vLLM serve it feeding the normed state back "
                        "(EAGLE-3.1). eaglelab computes SpecForge's meaning")
-        if _nested(cfg).get("norm_before_fc", cfg.get("norm_before_fc")):
+        if eagle_config(cfg).get("norm_before_fc", cfg.get("norm_before_fc")):
             out.append("norm_before_fc: SGLang and vLLM compute it; SpecForge 0.2.0 cannot train it")
     elif "norm_before_residual" not in cfg:
         out.append("norm_before_residual absent: speculators reads false, vLLM reads true; write it explicitly")
     if body.get("hidden_act", "silu") != "silu":
         out.append(f"hidden_act {body.get('hidden_act')!r}: SGLang and vLLM serve silu drafters only")
     return out
-
-
-def _nested(cfg: dict[str, Any]) -> dict[str, Any]:
-    nested = cfg.get("eagle_config")
-    return nested if isinstance(nested, dict) else {}
 
 
 def check_computed(cfg: dict[str, Any], where: str = "config.json") -> None:
