@@ -181,7 +181,7 @@ def test_not_a_regular_file_or_empty(tmp_path):
 
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "empty.jsonl").write_text("\n\n")
-    for name, problem in (("fifo", "not a regular file"), ("missing", "no such file"), ("empty.jsonl", "no responses")):
+    for name, problem in (("fifo", "is a FIFO"), ("missing", "no such file"), ("empty.jsonl", "no responses")):
         with pytest.raises(ef.EngineFileError, match=problem):
             ef.read_logprob_file(tmp_path / name)
 
@@ -330,7 +330,7 @@ def test_predict_with_a_sweeps_calibration(engine_files, tmp_path, capsys):
     (["--chain", "0.5,0.7"], "must lie in [0, 1] and not increase"),
     ([], "give the old drafter's acceptance"),
     (["--accept-len", "5", "--k", "3"], "not reachable"),
-    (["--chain", "0.5", "--calibration", "NOFILE"], "not a drift-sweep findings file"),
+    (["--chain", "0.5", "--calibration", "NOFILE"], "NOFILE: no such file"),
 ])
 def test_predict_refuses_bad_input_in_one_line(engine_files, capsys, extra, problem):
     old, new = engine_files

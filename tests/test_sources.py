@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from safetensors import safe_open
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint
 from eaglelab.checkpoints.sources import MAX_HEADER_BYTES, load_checkpoint, read_safetensors_header
@@ -46,12 +47,16 @@ def test_matches_the_safetensors_library(tmp_path):
 @pytest.mark.parametrize("case, needle", [
     ("truncated", "truncated"),
     ("beyond", "past the end"),
-    ("oversized", "cap"),
+    ("oversized", "limit"),
     ("json", "not valid JSON"),
     ("dtype", "unknown dtype"),
-    ("span", "does not match shape"),
+    ("span", "does not hold shape"),
     ("overlap", "overlap"),
-    ("range", "past the data area"),
+    ("range", "the file holds 10"),
+    ("trailing", "8 bytes after the last tensor"),
+    ("gap", "gap of 8 bytes"),
+    ("metadata", "not an object of strings"),
+    ("nan", "NaN is not JSON"),
 ])
 def test_bad_headers_raise_typed_errors_naming_the_file(tmp_path, case, needle):
     f = tmp_path / f"{case}.safetensors"
@@ -76,9 +81,21 @@ def test_bad_headers_raise_typed_errors_naming_the_file(tmp_path, case, needle):
         write_raw(f, h, bytes(24))
     elif case == "range":
         write_raw(f, h, bytes(10))
+    elif case == "trailing":
+        write_raw(f, h, bytes(32))
+    elif case == "gap":
+        h["b"]["data_offsets"] = [24, 32]
+        write_raw(f, h, bytes(32))
+    elif case == "metadata":
+        h["__metadata__"] = {"format": 1}
+        write_raw(f, h, bytes(24))
+    elif case == "nan":
+        write_raw(f, json.dumps(h).replace('"I64"', '"I64", "x": NaN').encode(), bytes(24))
     with pytest.raises(HeaderError) as err:
         read_safetensors_header(f)
     assert needle in str(err.value) and f.name in str(err.value)
+    with pytest.raises(Exception, match="Error while deserializing header|HeaderTooLarge|HeaderTooSmall"):
+        safe_open(str(f), "np")  # the same file is invalid for safetensors itself
 
 
 def test_folder_without_weights(tmp_path):

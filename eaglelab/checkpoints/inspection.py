@@ -23,7 +23,7 @@ from eaglelab.checkpoints.schema import (
     expected_eagle3_tensors,
     strip_prefix,
 )
-from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_json, read_small_tensor
+from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
 from eaglelab.errors import ConfigError, EaglelabError
 
@@ -156,8 +156,9 @@ def vocab_map_problems(ck: Checkpoint, spec: DrafterSpec) -> list[str]:
     d2t, t2d = by_name.get("d2t"), by_name.get("t2d")
     if d2t is None or t2d is None or not ck.local:
         return []
-    if d2t.dtype != "I64" or t2d.dtype != "BOOL":
-        return []  # already reported as dtype problems
+    if d2t.dtype != "I64" or t2d.dtype != "BOOL" or d2t.shape != (spec.draft_vocab_size,) \
+            or t2d.shape != (spec.vocab_size,):
+        return []  # already reported as dtype or shape problems
     try:
         return check_vocab_maps(read_small_tensor(d2t), read_small_tensor(t2d), spec.draft_vocab_size)
     except EaglelabError as exc:
@@ -291,7 +292,7 @@ def compare_vocab_maps(a: Inspection, b: Inspection, same_shapes: bool) -> Vocab
 
     (da, ta), (db, tb) = maps(a), maps(b)
     if None in (da, ta, db, tb) or not (a.checkpoint.local and b.checkpoint.local) or ta.shape != tb.shape \
-            or ta.dtype != "BOOL" or tb.dtype != "BOOL":
+            or ta.dtype != "BOOL" or tb.dtype != "BOOL" or len(ta.shape) != 1:
         return None
     try:
         ma, mb = read_small_tensor(ta), read_small_tensor(tb)
@@ -324,7 +325,7 @@ def config_table(paths) -> list[dict[str, Any]]:
         raise SourceError("configs", "no drafter config files given")
     rows = []
     for path in paths:
-        cfg = read_json(path)
+        cfg = read_config(path)
         spec = drafter_spec_from_config(cfg, str(path))
         problems = table_problems(spec, cfg)
         refused = refusals(cfg, str(path))
@@ -338,32 +339,39 @@ def config_table(paths) -> list[dict[str, Any]]:
 
 
 def load_target_config(target: str) -> dict[str, Any]:
-    """A target's config: a folder with config.json, a config.json path, or a hub id."""
+    """A target's config: a folder with config.json, a config.json path, or a hub id (its config.json only).
+
+    Raises:
+        ConfigError: no such target, or a config that is not strict JSON with typed fields.
+        HubError: the hub id cannot be read (offline, missing, no answer within the timeout).
+    """
     from pathlib import Path
 
-    from eaglelab.checkpoints.sources import _hub_offline, is_hub_id
+    from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
+    from eaglelab.checkpoints.sources import is_hub_id
+    from eaglelab.errors import HubError
+    from eaglelab.inputs import path_kind
 
     p = Path(target)
-    if p.is_dir():
-        return read_json(p / "config.json")
-    if p.is_file():
-        return read_json(p)
-    if is_hub_id(target):
-        if _hub_offline():
-            from eaglelab.errors import HubError
-
-            raise HubError(target, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
-        try:
-            from huggingface_hub import hf_hub_download
-
-            return read_json(hf_hub_download(target, "config.json", etag_timeout=10))
-        except EaglelabError:
-            raise
-        except Exception as exc:
-            from eaglelab.errors import HubError
-
-            raise HubError(target, f"cannot read config.json from the hub: {exc}") from None
-    raise ConfigError(target, "no such target folder, config file or hub id")
+    kind = path_kind(p, ConfigError)
+    if kind == "folder":
+        return read_config(p / "config.json")
+    if kind is not None:
+        return read_config(p)
+    if not is_hub_id(target):
+        raise ConfigError(target, "no such target folder, config file or hub id")
+    if hub_offline():
+        raise HubError(target, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
+    timeout = hub_timeout()
+    try:
+        config, _ = read_hub_config(target, timeout=timeout)
+    except EaglelabError:
+        raise
+    except Exception as exc:  # network, auth, missing repo: one line from huggingface_hub's typed errors
+        raise HubError(target, f"cannot read config.json: {hub_problem(exc, None, timeout)}") from None
+    if config is None:
+        raise ConfigError(target, "the hub repository has no config.json")
+    return config
 
 
 def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison:

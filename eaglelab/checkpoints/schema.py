@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eaglelab.checkpoints.config_types import check_config_types
 from eaglelab.errors import ConfigError
 
 DEFAULT_DRAFT_VOCAB = 32000
@@ -179,8 +180,7 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
     Raises:
         ConfigError: not an EAGLE-3 config, or a size field missing / invalid.
     """
-    if not isinstance(cfg, dict):
-        raise ConfigError(where, "config is not a JSON object")
+    check_config_types(cfg, where)
     if not is_eagle3_config(cfg):
         archs = cfg.get("architectures")
         raise ConfigError(
@@ -386,6 +386,8 @@ def check_vocab_maps(d2t, t2d, draft_vocab_size: int) -> list[str]:
     d2t = np.asarray(d2t).astype(np.int64)
     t2d = np.asarray(t2d).astype(bool)
     problems = []
+    if t2d.ndim != 1:
+        return [f"t2d has shape {list(t2d.shape)}, expected one dimension [V]"]
     if d2t.shape != (draft_vocab_size,):
         problems.append(f"d2t has shape {list(d2t.shape)}, expected [{draft_vocab_size}]")
         return problems

@@ -9,59 +9,28 @@ metadata commands start fast.
 
 from __future__ import annotations
 
-import json
-import math
+import inspect
 import os
 import re
-import struct
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from eaglelab.errors import ConfigError, HeaderError, HubError, SourceError, UnsafeFormatError
-
-#: Bytes per element of each safetensors dtype eaglelab understands.
-DTYPE_SIZES: dict[str, int] = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2,
-    "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-    "U64": 8, "U32": 4, "U16": 2, "U8": 1,
-    "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-}
-
-#: Largest header accepted (the safetensors library itself refuses more than 100 MB).
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+from eaglelab.checkpoints.config_types import check_config_types
+from eaglelab.checkpoints.headers import (  # noqa: F401 (re-exported: the reader's public names)
+    DTYPE_BITS,
+    DTYPE_SIZES,
+    MAX_HEADER_BYTES,
+    TensorInfo,
+    read_safetensors_header,
+    validate_header_entries,
+)
+from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
+from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError, UnsafeFormatError
+from eaglelab.inputs import open_regular, path_kind, printable, read_json_object, shown
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.ckpt")
-
-
-@dataclass(slots=True)
-class TensorInfo:
-    """One tensor as its safetensors header describes it.
-
-    Attributes:
-        name: key in the state dict.
-        shape: tensor shape.
-        dtype: safetensors dtype string (``BF16``, ``I64``, ``BOOL``...).
-        file: the file (or hub file name) holding it.
-        span: ``(begin, end)`` byte offsets relative to the start of the data area.
-        data_start: absolute file offset of the data area (8 + header length).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    file: str
-    span: tuple[int, int]
-    data_start: int = 0
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * DTYPE_SIZES[self.dtype]
 
 
 @dataclass
@@ -95,148 +64,92 @@ class Checkpoint:
         return sum(t.nbytes for t in self.tensors.values())
 
 
-def parse_header_json(raw: bytes, where: str) -> dict[str, Any]:
-    """Decode a safetensors header's JSON, raising HeaderError on anything malformed."""
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HeaderError(where, f"safetensors header is not valid JSON ({exc})") from None
-    if not isinstance(header, dict):
-        raise HeaderError(where, "safetensors header is not a JSON object")
-    return header
+def read_json(path: str | Path, error: type[EaglelabError] = ConfigError) -> dict[str, Any]:
+    """A JSON object from a regular file (strict JSON, size and depth capped), errors naming the file."""
+    return read_json_object(path, error)
 
 
-def validate_header_entries(
-    header: dict[str, Any], where: str, data_size: int | None, data_start: int = 0
-) -> dict[str, TensorInfo]:
-    """Check every entry of a decoded header and return its tensors.
-
-    Args:
-        header: the decoded header (``__metadata__`` is skipped).
-        where: file name for error messages.
-        data_size: bytes in the data area, or None when unknown (hub headers).
-        data_start: absolute offset of the data area in the file.
-
-    Raises:
-        HeaderError: unknown dtype, bad shape, span not equal to shape x dtype size, span
-            outside the data area, or two spans overlapping.
-    """
-    tensors: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-            raise HeaderError(where, f"tensor {name!r}: entry lacks dtype, shape or data_offsets")
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype not in DTYPE_SIZES:
-            raise HeaderError(where, f"tensor {name!r}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise HeaderError(where, f"tensor {name!r}: shape {shape!r} is not a list of sizes")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]
-        ):
-            raise HeaderError(where, f"tensor {name!r}: data_offsets {offsets!r} are not [begin, end]")
-        nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
-        if offsets[1] - offsets[0] != nbytes:
-            raise HeaderError(
-                where,
-                f"tensor {name!r}: byte span {offsets[1] - offsets[0]} does not match shape "
-                f"{list(shape)} x {dtype} ({nbytes} bytes)",
-            )
-        if data_size is not None and offsets[1] > data_size:
-            raise HeaderError(
-                where, f"tensor {name!r}: span {offsets} ends past the data area ({data_size} bytes)"
-            )
-        tensors[name] = TensorInfo(name, tuple(shape), dtype, where, (offsets[0], offsets[1]), data_start)
-    spans = sorted((t.span, t.name) for t in tensors.values() if t.span[1] > t.span[0])
-    for (prev, prev_name), (cur, cur_name) in zip(spans, spans[1:]):
-        if cur[0] < prev[1]:
-            raise HeaderError(where, f"tensors {prev_name!r} and {cur_name!r} overlap in the data area")
-    return tensors
-
-
-def read_safetensors_header(path: str | Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Read and validate a local safetensors file's header without touching tensor data.
-
-    Args:
-        path: the ``.safetensors`` file.
-
-    Returns:
-        ``(tensors, metadata)``: name -> TensorInfo, and the ``__metadata__`` strings.
-
-    Raises:
-        SourceError: the file does not exist.
-        HeaderError: truncated file, header length beyond the file or over the cap,
-            malformed JSON, unknown dtype, or spans that do not fit.
-    """
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            prefix = fh.read(8)
-            if len(prefix) < 8:
-                raise HeaderError(path, f"truncated file ({size} bytes, a header needs at least 8)")
-            (n,) = struct.unpack("<Q", prefix)
-            if n > MAX_HEADER_BYTES:
-                raise HeaderError(path, f"header claims {n} bytes, over the {MAX_HEADER_BYTES}-byte cap")
-            if 8 + n > size:
-                raise HeaderError(path, f"header length {n} runs past the end of the file ({size} bytes)")
-            raw = fh.read(n)
-    except FileNotFoundError:
-        raise SourceError(path, "no such file") from None
-    except IsADirectoryError:
-        raise SourceError(path, "is a folder, expected a .safetensors file") from None
-    header = parse_header_json(raw, str(path))
-    metadata = header.get("__metadata__") or {}
-    tensors = validate_header_entries(header, str(path), data_size=size - 8 - n, data_start=8 + n)
-    return tensors, metadata
-
-
-def read_json(path: str | Path, error: type[Exception] = ConfigError) -> dict[str, Any]:
-    """Read a JSON object from ``path``, raising a typed error naming the file."""
-    path = Path(path)
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(path, "no such file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(path, f"not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise error(path, "expected a JSON object")
-    return obj
+def read_config(path: str | Path, where: str | None = None) -> dict[str, Any]:
+    """A ``config.json``: strict JSON, and every field eaglelab reads of the right type
+    (:func:`eaglelab.checkpoints.config_types.check_config_types`)."""
+    return check_config_types(read_json(path), where or str(path))
 
 
 def is_hub_id(source: str) -> bool:
-    """True when ``source`` looks like ``owner/name`` and is not an existing local path."""
-    return bool(_HUB_ID.match(source)) and not Path(source).exists()
+    """True when ``source`` looks like ``owner/name`` (each part at most 96 characters, as on the hub)
+    and is not an existing local path."""
+    if not _HUB_ID.match(source) or any(len(part) > 96 for part in source.split("/")):
+        return False
+    try:
+        return path_kind(source, SourceError) is None
+    except SourceError:
+        return False
 
 
-def _read_index(index_path: Path) -> list[Path]:
+def shard_path(index_path: Path, name: Any) -> Path:
+    """The shard an index names, confined to the index's folder.
+
+    A name must be a relative path without ``..``, and the file it names, symlinks followed, must
+    lie inside the folder: an index cannot send eaglelab to read files elsewhere. The one exception
+    is a hub cache snapshot (``.../snapshots/<commit>/``), whose files are symlinks into the same
+    repository's ``blobs/``.
+
+    Raises:
+        SourceError: a name that is not a string, is absolute, climbs out of the folder, or is a
+            symlink to a file outside it.
+    """
+    where = printable(str(index_path))
+    try:
+        usable = isinstance(name, str) and bool(name) and "\0" not in name and bool(os.fsencode(name))
+    except UnicodeEncodeError:
+        usable = False
+    if not usable:
+        raise SourceError(where, f"weight_map value {shown(name)} is not a file name")
+    parts = PurePosixPath(name).parts
+    if PurePosixPath(name).is_absolute() or ".." in parts or name.startswith("~"):
+        raise SourceError(where, f"weight_map names {shown(name)}, outside the index's folder; shards must sit "
+                                 "beside their index")
+    shard = index_path.parent / name
+    try:
+        real = shard.resolve()
+        roots = [index_path.parent.resolve()]
+        if index_path.parent.parent.name == "snapshots":
+            roots.append((index_path.parent.parent.parent / "blobs").resolve())
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise SourceError(where, f"weight_map names {shown(name)}, a symlink loop") from None
+    if not any(real.is_relative_to(root) for root in roots):
+        raise SourceError(where, f"weight_map names {shown(name)}, a symlink to a file outside the index's folder; "
+                                 "shards must sit beside their index")
+    return shard
+
+
+def _read_index(index_path: Path) -> tuple[list[Path], dict[str, Path]]:
+    """The shards of an index and where it says each tensor is."""
+    where = printable(str(index_path))
     index = read_json(index_path, SourceError)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise SourceError(index_path, "shard index has no weight_map")
-    shards = sorted(set(weight_map.values()))
-    missing = [s for s in shards if not (index_path.parent / s).is_file()]
+        raise SourceError(where, "shard index has no weight_map object")
+    placed = {name: shard_path(index_path, shard) for name, shard in weight_map.items()}
+    shards = sorted(set(placed.values()))
+    missing = [s.name for s in shards if path_kind(s, SourceError) is None]
     if missing:
-        raise SourceError(index_path, f"shard index names missing files: {', '.join(missing[:5])}")
-    return [index_path.parent / s for s in shards]
+        raise SourceError(where, f"shard index names missing files: {printable(', '.join(missing[:5]))}")
+    return shards, placed
 
 
-def _folder_weights(folder: Path) -> tuple[list[Path], str]:
+def _folder_weights(folder: Path) -> tuple[list[Path], str, dict[str, Path]]:
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        return _read_index(index), "index"
+    if path_kind(index, SourceError) is not None:
+        shards, placed = _read_index(index)
+        return shards, "index", placed
     single = folder / "model.safetensors"
-    if single.is_file():
-        return [single], "folder"
+    if path_kind(single, SourceError) is not None:
+        return [single], "folder", {}
     others = sorted(folder.glob("*.safetensors"))
     if others:
-        return others, "folder"
-    pickles = [p for p in _PICKLE_WEIGHTS if (folder / p).exists()]
+        return others, "folder", {}
+    pickles = [p for p in _PICKLE_WEIGHTS if path_kind(folder / p, SourceError) is not None]
     if pickles:
         raise UnsafeFormatError(
             folder,
@@ -250,31 +163,38 @@ def _folder_weights(folder: Path) -> tuple[list[Path], str]:
 
 def _local_checkpoint(source: str) -> Checkpoint:
     path = Path(source).expanduser()
-    if path.is_dir():
-        files, kind = _folder_weights(path)
+    where = printable(str(path))
+    what = path_kind(path, SourceError)
+    placed: dict[str, Path] = {}
+    if what == "folder":
+        files, kind, placed = _folder_weights(path)
         config_path = path / "config.json"
+    elif what is None:
+        raise SourceError(where, "no such file or folder (and not a hub id of the form owner/name)")
     elif path.name.endswith(".safetensors.index.json"):
-        files, kind = _read_index(path), "index"
+        (files, placed), kind = _read_index(path), "index"
         config_path = path.parent / "config.json"
     elif path.suffix == ".safetensors":
-        if not path.is_file():
-            raise SourceError(path, "no such file")
         files, kind = [path], "file"
         config_path = path.parent / "config.json"
     elif path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
-        raise UnsafeFormatError(path, "pickle-based weights; eaglelab reads safetensors only")
-    elif path.exists():
-        raise SourceError(path, "not a folder, .safetensors file or shard index")
+        raise UnsafeFormatError(where, "pickle-based weights; eaglelab reads safetensors only")
     else:
-        raise SourceError(path, "no such file or folder (and not a hub id of the form owner/name)")
+        raise SourceError(where, "not a folder, .safetensors file or shard index")
     tensors: dict[str, TensorInfo] = {}
     for f in files:
         shard_tensors, _ = read_safetensors_header(f)
         for name, info in shard_tensors.items():
             if name in tensors:
-                raise HeaderError(f, f"tensor {name!r} also appears in {tensors[name].file}")
+                raise HeaderError(printable(str(f)), f"tensor {printable(repr(name))} also appears in "
+                                                     f"{printable(tensors[name].file)}")
             tensors[name] = info
-    config = read_json(config_path) if config_path.is_file() else None
+    for name, shard in placed.items():
+        if name not in tensors or Path(tensors[name].file) != shard:
+            held = "no shard" if name not in tensors else printable(Path(tensors[name].file).name)
+            raise SourceError(where, f"shard index places tensor {printable(repr(name))} in "
+                                     f"{printable(shard.name)}, but {held} holds it")
+    config = read_config(config_path) if path_kind(config_path, ConfigError) is not None else None
     return Checkpoint(
         source=source,
         kind=kind,
@@ -285,31 +205,24 @@ def _local_checkpoint(source: str) -> Checkpoint:
     )
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _hub_checkpoint(repo_id: str, revision: str | None = None) -> Checkpoint:
     """Read a hub checkpoint's config and safetensors headers only (HTTP range requests)."""
-    if _hub_offline():
+    if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
     try:
-        from huggingface_hub import get_safetensors_metadata, hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError
+        from huggingface_hub import get_safetensors_metadata
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise HubError(repo_id, f"huggingface_hub is not installed ({exc})") from None
+    timeout = hub_timeout()
+    # huggingface_hub < 1.x has no timeout argument here (its requests default to 10 s)
+    bounded = {"timeout": timeout} if "timeout" in inspect.signature(get_safetensors_metadata).parameters else {}
     try:
-        try:
-            config_path = hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=10)
-            config = read_json(config_path)
-        except EntryNotFoundError:
-            config_path, config = None, None
-        meta = get_safetensors_metadata(repo_id, revision=revision)
-    except (ConfigError, SourceError):
+        config, config_path = read_hub_config(repo_id, revision, timeout)
+        meta = get_safetensors_metadata(repo_id, revision=revision, **bounded)
+    except EaglelabError:
         raise
-    except Exception as exc:  # network, auth, missing repo: one clear line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HubError(repo_id, f"cannot read from the hub: {first}") from None
+    except Exception as exc:  # network, auth, missing repo, revision or file: one clear line
+        raise HubError(repo_id, hub_problem(exc, revision, timeout)) from None
     tensors: dict[str, TensorInfo] = {}
     for fname, fmeta in meta.files_metadata.items():
         header = {
@@ -359,14 +272,19 @@ def read_small_tensor(info: TensorInfo, max_bytes: int = 64 * 1024 * 1024):
 
     np_dtypes = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
                  "F32": "<f4", "F64": "<f8", "F16": "<f2"}
+    where = printable(info.file)
     if info.dtype not in np_dtypes:
-        raise SourceError(info.file, f"tensor {info.name!r}: dtype {info.dtype} not readable as numpy")
-    if info.nbytes > max_bytes:
-        raise SourceError(info.file, f"tensor {info.name!r} is {info.nbytes} bytes, too large to read here")
+        raise SourceError(where, f"tensor {printable(repr(info.name))}: dtype {info.dtype} not readable as numpy")
+    if info.nbytes > max_bytes or len(info.shape) > 8 or any(d > max_bytes for d in info.shape):
+        raise SourceError(where, f"tensor {printable(repr(info.name))} ({info.nbytes} bytes, {len(info.shape)} "
+                                 "dimensions) is not a small table; not read here")
     arr = np.empty(info.shape, dtype=np_dtypes[info.dtype])  # aligned: frombuffer views can be unaligned and slow
-    with open(info.file, "rb") as fh:
-        fh.seek(info.data_start + info.span[0])
-        got = fh.readinto(memoryview(arr).cast("B")) if info.nbytes else 0
+    with open_regular(info.file, SourceError) as fh:
+        try:
+            fh.seek(info.data_start + info.span[0])
+            got = fh.readinto(memoryview(arr).cast("B")) if info.nbytes else 0
+        except OSError as exc:
+            raise SourceError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
     if got != info.nbytes:
-        raise HeaderError(info.file, f"tensor {info.name!r}: file ends inside its data")
+        raise HeaderError(where, f"tensor {printable(repr(info.name))}: file ends inside its data")
     return arr

@@ -10,6 +10,7 @@ inside each handler. Errors of type
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from eaglelab.errors import EaglelabError
@@ -20,6 +21,21 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+@contextlib.contextmanager
+def _printable_streams():
+    """Print what a file names (a tensor called ``"\\udc80"``) escaped rather than crash on it."""
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "reconfigure") and getattr(s, "errors", None)]
+    before = [s.errors for s in streams]
+    for s in streams:
+        s.reconfigure(errors="backslashreplace")
+    try:
+        yield
+    finally:
+        for s, errors in zip(streams, before):
+            with contextlib.suppress(ValueError):  # closed meanwhile
+                s.reconfigure(errors=errors)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,12 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eaglelab.inputs import printable
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with _printable_streams():
+            return args.func(args)
     except EaglelabError as exc:
-        print(f"eaglelab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"eaglelab {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("eaglelab: interrupted", file=sys.stderr)

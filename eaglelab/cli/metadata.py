@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eaglelab.cli.arguments import accept_len, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
 
 # --------------------------------------------------------------------------- run
@@ -161,14 +162,6 @@ PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "target_tps", "samples"
                "k", "plugin_tau", "old_samples")
 
 
-def _floats(text: str) -> list[float]:
-    """A comma-separated list of numbers (argparse type)."""
-    return [float(x) for x in text.split(",")]
-
-
-_floats.__name__ = "comma-separated numbers"  # what argparse names in its one-line error
-
-
 def cmd_predict(args) -> int:
     from eaglelab.drift.predictors import chain_from_tau, chains_from_log, predict_from_files
     from eaglelab.errors import ParameterError
@@ -267,10 +260,10 @@ def add_parsers(sub) -> None:
     f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements; or parse a log",
                        description="From a measured cycle time and acceptance length to tok/s, or from a "
                                    "SGLang / vLLM server log to a table of measured points.")
-    f.add_argument("--baseline-tps", type=float, help="plain decoding tok/s")
-    f.add_argument("--cycle-ms", type=float, help="speculative cycle time in ms (draft + verify + overhead)")
-    f.add_argument("--accept-len", type=float, help="acceptance length tau (bonus token included)")
-    f.add_argument("--target-tps", type=float, nargs="+", help="throughputs to compute the required tau for")
+    f.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s")
+    f.add_argument("--cycle-ms", type=positive, help="speculative cycle time in ms (draft + verify + overhead)")
+    f.add_argument("--accept-len", type=accept_len, help="acceptance length tau (bonus token included)")
+    f.add_argument("--target-tps", type=positive, nargs="+", help="throughputs to compute the required tau for")
     f.add_argument("--log", help="SGLang or vLLM server log to parse instead")
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_perf)
@@ -280,24 +273,24 @@ def add_parsers(sub) -> None:
                                     "projected τ and tok/s of each option with bands, the samples still to generate "
                                     "and how long that takes, and the recommendation. Flags left out take the "
                                     "founding case's numbers (Kimi-K2.5 on 8 PCIe GPUs), labelled [default].")
-    pl.add_argument("--baseline-tps", type=float, help="plain decoding tok/s (default 82)")
-    pl.add_argument("--cycle-ms", type=float, help="speculative cycle, ms: draft + verify + overhead (default 30)")
-    pl.add_argument("--accept-len", type=float, help="τ of the drafter you serve now, bonus included (default 2.0)")
+    pl.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s (default 82)")
+    pl.add_argument("--cycle-ms", type=positive, help="speculative cycle, ms: draft + verify + overhead (default 30)")
+    pl.add_argument("--accept-len", type=accept_len, help="τ of the drafter you serve now, bonus included (default 2.0)")
     pl.add_argument("--log", help="SGLang / vLLM log: take the served τ as the median of its metrics lines")
-    pl.add_argument("--target-tps", type=float, help="the throughput you want (default 150)")
-    pl.add_argument("--samples", type=float,
+    pl.add_argument("--target-tps", type=positive, help="the throughput you want (default 150)")
+    pl.add_argument("--samples", type=positive,
                     help="samples of the new target's data the served drafter was trained on (default 37000)")
-    pl.add_argument("--gen-tps", type=float, help="tok/s at which you generate training data, all streams (default 82)")
-    pl.add_argument("--tokens-per-sample", type=float, help="tokens per generated sample (default 512, assumed)")
-    pl.add_argument("--k", type=int, help="draft tokens per cycle (default 3)")
-    pl.add_argument("--plugin-tau", type=float, help="the old drafter's τ on the new target, as measured by notebook 03 "
+    pl.add_argument("--gen-tps", type=positive, help="tok/s at which you generate training data, all streams (default 82)")
+    pl.add_argument("--tokens-per-sample", type=positive, help="tokens per generated sample (default 512, assumed)")
+    pl.add_argument("--k", type=count, help="draft tokens per cycle (default 3)")
+    pl.add_argument("--plugin-tau", type=accept_len, help="the old drafter's τ on the new target, as measured by notebook 03 "
                                                    "or `eaglelab probe` on your checkpoints")
-    pl.add_argument("--old-samples", type=float, help="samples the old drafter was trained on (e.g. 1400000)")
-    pl.add_argument("--exponent", type=float, nargs=2, metavar=("LO", "HI"),
+    pl.add_argument("--old-samples", type=positive, help="samples the old drafter was trained on (e.g. 1400000)")
+    pl.add_argument("--exponent", type=positive, nargs=2, metavar=("LO", "HI"),
                     help="range of the data exponent b, miss rate ∝ N^-b (default 0.1 0.3, assumed)")
-    pl.add_argument("--transfer", type=float, nargs=2, metavar=("LO", "HI"),
+    pl.add_argument("--transfer", type=fraction, nargs=2, metavar=("LO", "HI"),
                     help="share of --old-samples a warm start carries over when no --plugin-tau (default 0.1 0.5)")
-    pl.add_argument("--budgets", type=float, nargs="+", help="total new-target samples per trained option")
+    pl.add_argument("--budgets", type=positive, nargs="+", help="total new-target samples per trained option")
     pl.add_argument("--verify-model", choices=["kimi-k2-pcie", "none"], default="kimi-k2-pcie",
                     help="verify cost model that names the lever when the cycle must shrink")
     pl.add_argument("--cuda-graphs", action="store_true", help="the verify already runs under CUDA graphs")
@@ -314,16 +307,16 @@ def add_parsers(sub) -> None:
     pr.add_argument("--old", required=True, help="JSONL of the old target's responses")
     pr.add_argument("--new", required=True, help="JSONL of the new target's responses on the same texts, same order")
     pr.add_argument("--log", help="SGLang / vLLM server log of the old drafter on the old target")
-    pr.add_argument("--chain", type=_floats, metavar="C1,C2,...",
+    pr.add_argument("--chain", type=numbers, metavar="C1,C2,...",
                     help="the old drafter's chain rates on the old target (share of cycles accepting drafts 1..i)")
-    pr.add_argument("--accept-len", type=float, help="the old drafter's τ on the old target (with --k)")
-    pr.add_argument("--k", type=int, help="drafts per cycle (for --accept-len, or a SGLang log)")
+    pr.add_argument("--accept-len", type=accept_len, help="the old drafter's τ on the old target (with --k)")
+    pr.add_argument("--k", type=count, help="drafts per cycle (for --accept-len, or a SGLang log)")
     pr.add_argument("--method", choices=["agreement", "agreement^γ", "1 - TV(top-k)", "(1 - TV(top-k))^γ", "unchanged"],
                     help="predictor (default: the calibration's choice, else agreement)")
     pr.add_argument("--calibration", help="a drift sweep's calibration (notebook 05's figures/05_predictor.json): "
                                                 "the chosen predictor, its fitted γ and held-out error")
-    pr.add_argument("--cycle-ms", type=float, default=30.0, help="speculative cycle on the new target, ms (default 30)")
-    pr.add_argument("--baseline-tps", type=float, help="plain decoding tok/s, for the break-even τ")
+    pr.add_argument("--cycle-ms", type=positive, default=30.0, help="speculative cycle on the new target, ms (default 30)")
+    pr.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s, for the break-even τ")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
     pr.set_defaults(func=cmd_predict)
 
@@ -344,13 +337,13 @@ def add_parsers(sub) -> None:
     rc.add_argument("--out", required=True, help="folder for run.sh, its config files and recipe.json")
     rc.add_argument("--data", default="prompts.jsonl", help="prompts / conversations to regenerate (path on the cluster)")
     rc.add_argument("--workdir", default="warm-start", help="work folder on the cluster")
-    rc.add_argument("--gpus", type=int, default=8, help="GPUs of the node")
+    rc.add_argument("--gpus", type=count, default=8, help="GPUs of the node")
     rc.add_argument("--from-run", help="a workbook fine-tune folder (notebook 04's warm run): epochs and TTT length")
-    rc.add_argument("--lr", type=float, help="learning rate (default: the engine's)")
-    rc.add_argument("--epochs", type=int, help="epochs over the regenerated data (default: --from-run, else the engine's)")
-    rc.add_argument("--ttt-length", type=int, help="training-time-test unroll (default: --from-run, else the engine's)")
-    rc.add_argument("--k", type=int, default=3, help="draft tokens per cycle when serving")
-    rc.add_argument("--max-length", type=int, default=4096, help="tokens per training sequence")
+    rc.add_argument("--lr", type=positive, help="learning rate (default: the engine's)")
+    rc.add_argument("--epochs", type=count, help="epochs over the regenerated data (default: --from-run, else the engine's)")
+    rc.add_argument("--ttt-length", type=count, help="training-time-test unroll (default: --from-run, else the engine's)")
+    rc.add_argument("--k", type=count, default=3, help="draft tokens per cycle when serving")
+    rc.add_argument("--max-length", type=count, default=4096, help="tokens per training sequence")
     rc.add_argument("--chat-template", default="llama3", help="SpecForge's chat-template name for the target")
     rc.add_argument("--force", action="store_true", help="replace a recipe in --out")
     rc.add_argument("--json", action="store_true", help="print the recipe's steps as JSON")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eaglelab.cli.arguments import count, count0, positive
 from eaglelab.cli.output import print_json
 
 
 def _target_config(target: str) -> dict:
-    from eaglelab.checkpoints.inspection import load_target_config
+    """The target's config, and its weight headers checked, before anything loads."""
+    from eaglelab.checkpoints.preflight import check_target
 
-    return load_target_config(target)
+    return check_target(target)
 
 
 # --------------------------------------------------------------------------- drafter init / export
@@ -30,10 +32,9 @@ def cmd_drafter_init(args) -> int:
     if args.text:
         from transformers import AutoTokenizer
 
-        try:
-            text = Path(args.text).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SourceError(args.text, f"cannot read text source ({exc.strerror})") from None
+        from eaglelab.inputs import read_bytes
+
+        text = read_bytes(args.text, SourceError, 1 << 31, "text source").decode("utf-8", errors="replace")
         tok = AutoTokenizer.from_pretrained(args.target, trust_remote_code=args.trust_remote_code)
         ids = torch.tensor(tok(text)["input_ids"])
         counts = count_tokens([ids], drafter.spec.vocab_size)
@@ -46,11 +47,12 @@ def cmd_drafter_init(args) -> int:
 
 def cmd_drafter_export(args) -> int:
     from eaglelab.checkpoints.export import export_drafter
+    from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.errors import ParameterError
 
     if args.to == "speculators" and not args.target:
         raise ParameterError("--target", "a speculators (vLLM) export records its verifier: give --target")
-    tcfg = _target_config(args.target) if args.target else None
+    _, tcfg = check_drafter(args.source, args.target)  # from metadata, before anything loads
     embedding = None
     if args.with_embedding:
         from eaglelab.model.targets import load_target
@@ -66,12 +68,14 @@ def cmd_drafter_export(args) -> int:
 # --------------------------------------------------------------------------- speculate
 
 def cmd_speculate(args) -> int:
+    from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.errors import SourceError
     from eaglelab.model.decoding import greedy_decode, speculative_decode
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import Target, load_target
 
-    drafter = load_drafter(args.drafter)  # small, and refused in one line before the target loads
+    check_drafter(args.drafter, args.target)  # from metadata, before anything loads
+    drafter = load_drafter(args.drafter)
     model, tok = load_target(args.target, dtype=args.dtype, device=args.device,
                              trust_remote_code=args.trust_remote_code)
     if tok is None:
@@ -119,13 +123,16 @@ def _data_world(args, checkpoint):
 
 
 def cmd_probe(args) -> int:
+    from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
     from eaglelab.data.sets import measure_prompts, probe_set
     from eaglelab.errors import SourceError
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
     from eaglelab.probe.plugin import measure_plugin, run_probe
 
-    drafter = load_drafter(args.drafter)  # small, and refused in one line before the targets load
+    _, cfg_a = check_drafter(args.drafter, args.target_a)  # from metadata, before anything loads
+    check_target_pair(args.target_a, cfg_a, args.target_b, _target_config(args.target_b))
+    drafter = load_drafter(args.drafter)
     model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device, device_map=args.device_map,
                                trust_remote_code=args.trust_remote_code)
     model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device, device_map=args.device_map,
@@ -164,9 +171,9 @@ def cmd_probe(args) -> int:
 
 def cmd_finetune(args) -> int:
     from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.checkpoints.schema import drafter_spec_from_config
     from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.variants import check_computed
     from eaglelab.data.sets import finetune_set
     from eaglelab.errors import ParameterError, SourceError
     from eaglelab.model.targets import load_target
@@ -178,10 +185,11 @@ def cmd_finetune(args) -> int:
     import torch
 
     init_cfg = None
-    if args.init:  # refused in one line before the target loads
-        ck = load_checkpoint(args.init)
-        init_cfg = ck.config or {}
-        check_computed(init_cfg, str(ck.config_path or args.init))
+    if args.init:  # everything checked from metadata before the target loads
+        check_drafter(args.init, args.target)
+        init_cfg = load_checkpoint(args.init).config
+    else:
+        _target_config(args.target)
     dist = init_distributed()
     device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     model, tok = load_target(args.target, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code)
@@ -241,12 +249,12 @@ def add_parsers(sub) -> None:
                                     "target T (SpecForge / SGLang layout).")
     i.add_argument("--target", required=True, help="target folder, config.json or hub id")
     i.add_argument("--out", required=True, help="folder to write")
-    i.add_argument("--draft-vocab", type=int, help="draft vocabulary size (default min(32000, V))")
-    i.add_argument("--aux-layers", type=int, nargs=3, metavar=("LOW", "MID", "HIGH"),
+    i.add_argument("--draft-vocab", type=count, help="draft vocabulary size (default min(32000, V))")
+    i.add_argument("--aux-layers", type=count0, nargs=3, metavar=("LOW", "MID", "HIGH"),
                    help="target layer outputs to read (SGLang convention; default [1, L//2-1, L-4])")
     i.add_argument("--text", help="text file for the vocabulary map (token frequencies); default first N ids")
     i.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
-    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--seed", type=count0, default=0)
     i.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in --out")
     i.add_argument("--trust-remote-code", action="store_true", help="allow the target's custom tokenizer code")
     i.set_defaults(func=cmd_drafter_init)
@@ -260,7 +268,7 @@ def add_parsers(sub) -> None:
     e.add_argument("--target", help="target folder or hub id (its config; recorded as verifier); "
                                     "required for --to speculators")
     e.add_argument("--with-embedding", action="store_true", help="copy the target's embedding into the export")
-    e.add_argument("--k", type=int, default=3, help="speculative tokens of the default proposal method")
+    e.add_argument("--k", type=count, default=3, help="speculative tokens of the default proposal method")
     e.add_argument("--force", action="store_true", help="overwrite an existing export")
     e.set_defaults(func=cmd_drafter_export)
 
@@ -270,8 +278,8 @@ def add_parsers(sub) -> None:
     s.add_argument("--target", required=True, help="target folder or hub id")
     s.add_argument("--drafter", required=True, help="drafter folder")
     s.add_argument("--prompt", required=True, help="prompt text")
-    s.add_argument("--max-new-tokens", type=int, default=64)
-    s.add_argument("--k", type=int, default=4, help="draft tokens per cycle")
+    s.add_argument("--max-new-tokens", type=count, default=64)
+    s.add_argument("--k", type=count, default=4, help="draft tokens per cycle")
     s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     s.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     s.add_argument("--trust-remote-code", action="store_true")
@@ -287,16 +295,16 @@ def add_parsers(sub) -> None:
     p.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
     p.add_argument("--world", help="world folder whose held-out conversations to probe on (default: the world "
                                    "--target-a lies in, if any)")
-    p.add_argument("--sequences", type=int, default=24, help="sequences (conversations, or rows of --seq-len tokens)")
-    p.add_argument("--seq-len", type=int, default=64, help="tokens per row of packed text")
-    p.add_argument("--steps", type=int, default=3, help="drafts per cycle (k) for the acceptance")
-    p.add_argument("--measure-prompts", type=int, default=0,
+    p.add_argument("--sequences", type=count, default=24, help="sequences (conversations, or rows of --seq-len tokens)")
+    p.add_argument("--seq-len", type=count, default=64, help="tokens per row of packed text")
+    p.add_argument("--steps", type=count, default=3, help="drafts per cycle (k) for the acceptance")
+    p.add_argument("--measure-prompts", type=count0, default=0,
                    help="also measure real speculative decoding on A and B over this many held-out prompts")
-    p.add_argument("--measure-tokens", type=int, default=48, help="new tokens per measured prompt")
+    p.add_argument("--measure-tokens", type=count, default=48, help="new tokens per measured prompt")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     p.add_argument("--device-map", choices=["auto"], help="spread each target over all GPUs (needs accelerate)")
-    p.add_argument("--batch-size", type=int, default=8, help="sequences per forward (memory is bounded by this)")
+    p.add_argument("--batch-size", type=count, default=8, help="sequences per forward (memory is bounded by this)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
@@ -309,31 +317,31 @@ def add_parsers(sub) -> None:
     g = f.add_mutually_exclusive_group()
     g.add_argument("--init", help="warm start from this drafter (its d2t / t2d are kept)")
     g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
-    f.add_argument("--steps", type=int, required=True, help="total optimizer steps")
+    f.add_argument("--steps", type=count, required=True, help="total optimizer steps")
     f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
     f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
     f.add_argument("--force", action="store_true", help="start over, replacing a run in --out")
     f.add_argument("--data", help="text or JSONL file (default: the world's replies of the target, else built-in text)")
     f.add_argument("--world", help="world folder whose target-B replies to train on (default: the world --target "
                                    "lies in, if any)")
-    f.add_argument("--sequences", type=int, default=128, help="training sequences (at most)")
-    f.add_argument("--eval-sequences", type=int, default=32, help="held-out sequences (at most)")
-    f.add_argument("--seq-len", type=int, default=64)
-    f.add_argument("--batch-size", type=int, default=8)
-    f.add_argument("--ttt-steps", type=int, default=7, help="TTT unroll (SpecForge default 7)")
-    f.add_argument("--lr", type=float, default=3e-3)
+    f.add_argument("--sequences", type=count, default=128, help="training sequences (at most)")
+    f.add_argument("--eval-sequences", type=count, default=32, help="held-out sequences (at most)")
+    f.add_argument("--seq-len", type=count, default=64)
+    f.add_argument("--batch-size", type=count, default=8)
+    f.add_argument("--ttt-steps", type=count, default=7, help="TTT unroll (SpecForge default 7)")
+    f.add_argument("--lr", type=positive, default=3e-3)
     f.add_argument("--loss-convention", choices=["specforge", "speculators"], default="specforge",
                    help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
-    f.add_argument("--log-every", type=int, help="metrics line every N steps (default steps/12)")
-    f.add_argument("--eval-every", type=int, help="held-out evaluation every N steps (default steps/6)")
-    f.add_argument("--checkpoint-every", type=int, help="resumable checkpoint every N steps (default steps/2)")
-    f.add_argument("--draft-vocab", type=int, help="draft vocabulary size for --scratch")
+    f.add_argument("--log-every", type=count0, help="metrics line every N steps (default steps/12)")
+    f.add_argument("--eval-every", type=count0, help="held-out evaluation every N steps (default steps/6)")
+    f.add_argument("--checkpoint-every", type=count0, help="resumable checkpoint every N steps (default steps/2)")
+    f.add_argument("--draft-vocab", type=count, help="draft vocabulary size for --scratch")
     f.add_argument("--rebuild-vocab", action="store_true", help="warm start but rebuild d2t / t2d from the data")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=count0, default=0)
     f.add_argument("--device", help="cpu or cuda (default: cuda when available, one GPU per rank)")
     f.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="the target's dtype (its states are stored in float32)")
-    f.add_argument("--stop-after", type=int, help=argparse_suppress())
+    f.add_argument("--stop-after", type=count, help=argparse_suppress())
     f.add_argument("--trust-remote-code", action="store_true")
     f.set_defaults(func=cmd_finetune)
 

@@ -13,6 +13,10 @@ import torch
 
 from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
 from eaglelab.errors import SourceError
+from eaglelab.inputs import read_bytes
+
+#: Largest training / probe data file read into memory.
+MAX_DATA_BYTES = 4 * 1024**3
 
 
 def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tensor:
@@ -24,9 +28,9 @@ def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tens
     """
     p = Path(path)
     try:
-        raw = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(p, f"cannot read data ({exc.strerror})") from None
+        raw = read_bytes(p, SourceError, MAX_DATA_BYTES, "data file").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(p, f"data is not UTF-8 text (byte {exc.start})") from None
     if p.suffix == ".jsonl":
         texts = []
         for n, line in enumerate(raw.splitlines(), 1):
@@ -34,12 +38,17 @@ def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tens
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(p, f"line {n} is not JSON ({exc.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise SourceError(p, f"line {n} is not JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
+            if not isinstance(obj, dict):
+                raise SourceError(p, f"line {n} is not a JSON object")
             if "text" in obj:
                 texts.append(str(obj["text"]))
             elif "conversations" in obj:
-                texts.append("\n".join(str(t.get("content", t.get("value", ""))) for t in obj["conversations"]))
+                turns = obj["conversations"]
+                if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+                    raise SourceError(p, f"line {n}: 'conversations' is not a list of turns (objects)")
+                texts.append("\n".join(str(t.get("content", t.get("value", ""))) for t in turns))
             else:
                 raise SourceError(p, f"line {n} has neither 'text' nor 'conversations'")
     else:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from eaglelab.errors import EaglelabError
+from eaglelab.inputs import open_regular
 
 MAX_LINE_BYTES = 256 << 20
 
@@ -154,6 +155,18 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a valid number")
 
 
+def _lines(fh, where: Path):
+    """Lines of at most MAX_LINE_BYTES + 1 bytes; a read error (a failing disk, /proc) becomes one line."""
+    while True:
+        try:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+        except OSError as exc:
+            raise EngineFileError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
+        if not raw:
+            return
+        yield raw
+
+
 def read_logprob_file(path: str | Path) -> list[LogprobSequence]:
     """Every line of a JSONL file of engine responses (blank lines skipped).
 
@@ -162,11 +175,9 @@ def read_logprob_file(path: str | Path) -> list[LogprobSequence]:
             naming the file and line; or no response at all.
     """
     p = Path(path)
-    if not p.is_file():
-        raise EngineFileError(p, "no such file" if not p.exists() else "not a regular file")
     out = []
-    with open(p, "rb") as fh:
-        for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+    with open_regular(p, EngineFileError) as fh:
+        for n, raw in enumerate(_lines(fh, p), start=1):
             if len(raw) > MAX_LINE_BYTES:
                 raise EngineFileError(f"{p}:{n}", f"line longer than {MAX_LINE_BYTES >> 20} MiB")
             if not raw.strip():

@@ -276,25 +276,25 @@ def load_calibration(path) -> dict:
         ``{"method", "gamma", "error", "source"}`` of the sweep's chosen engine-computable predictor;
         ``source`` says which sweep (whose checkpoints) it was fitted on.
     """
-    import json
-    import math
-    from pathlib import Path
-
     from eaglelab.errors import ParameterError
+    from eaglelab.inputs import field_number, printable, read_json_object
 
+    where = printable(str(path))
+    data = read_json_object(path, ParameterError)
     try:
-        data = json.loads(Path(path).read_text())
         numbers = data["numbers"]
         chosen = numbers["chosen_engine"]
         fit = numbers["predictors"][chosen]
-        out = {"method": chosen, "gamma": float(fit["gamma"]), "error": float(fit["worst_held_out"]),
-               "source": str(data.get("source") or numbers.get("evidence") or path)}
         by_name(chosen)
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise ParameterError(path, f"not a drift-sweep findings file ({type(exc).__name__}: {exc})") from None
-    if not (math.isfinite(out["gamma"]) and out["gamma"] > 0 and 0 <= out["error"] < 1):
-        raise ParameterError(path, f"calibration out of range: {out}")
-    return out
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ParameterError(where, f"not a drift-sweep findings file (no numbers.predictors entry for its "
+                                    f"numbers.chosen_engine: {type(exc).__name__})") from None
+    if not isinstance(fit, dict):
+        raise ParameterError(where, "not a drift-sweep findings file (the chosen predictor's fit is not an object)")
+    source = data.get("source") or numbers.get("evidence") or where
+    return {"method": chosen, "gamma": field_number(fit, "gamma", where, ParameterError),
+            "error": field_number(fit, "worst_held_out", where, ParameterError, low=0.0, low_open=False, high=0.999999),
+            "source": source if isinstance(source, str) else where}
 
 
 def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: float, baseline_tps: float | None = None,

@@ -26,6 +26,10 @@ DEFAULT_EXPONENTS = (0.1, 0.3)
 #: Default range of the fraction of the old drafter's training samples a warm start carries over
 #: to the new target, when its plug-in τ has not been measured: an assumption.
 DEFAULT_TRANSFER = (0.1, 0.5)
+#: Largest data exponent accepted: a miss rate ∝ N^-b with b above this would vanish after a handful of samples.
+MAX_EXPONENT = 5.0
+#: Most samples a scenario counts (a thousand trillion: beyond any dataset, and the law stays finite below it).
+MAX_SAMPLES = 1e15
 #: Tokens per generated training sample when the user gives none: an assumption.
 DEFAULT_TOKENS_PER_SAMPLE = 512
 #: The founding case: Kimi-K2.5 on 8 PCIe GPUs served at 82 tok/s plain and τ 2.0 over a 30 ms cycle
@@ -86,10 +90,18 @@ class Scenario:
             raise ParameterError("accept_len", f"τ {self.accept_len} must lie strictly between 1 and k + 1 = {self.k + 1}")
         if self.plugin_tau is not None and not 1.0 <= self.plugin_tau <= self.k + 1:
             raise ParameterError("plugin_tau", f"τ {self.plugin_tau} must lie in [1, k + 1 = {self.k + 1}]")
-        for name in ("exponents", "transfer_fraction"):
-            lo, hi = sorted(getattr(self, name))
-            if lo < 0 or (name == "exponents" and lo <= 0):
-                raise ParameterError(name, f"range must be positive, got {getattr(self, name)}")
+        lo, hi = sorted(self.exponents)
+        if not (math.isfinite(hi) and 0 < lo and hi <= MAX_EXPONENT):
+            raise ParameterError("exponents", f"the data exponent b must lie in (0, {MAX_EXPONENT:g}] (measured "
+                                              f"laws give 0.1-0.3), got {self.exponents}")
+        lo, hi = sorted(self.transfer_fraction)
+        if not (0 <= lo and hi <= 1):
+            raise ParameterError("transfer_fraction", f"a share of the old samples lies in [0, 1], got "
+                                                      f"{self.transfer_fraction}")
+        for name in ("samples", "old_samples"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and 0 < v <= MAX_SAMPLES):
+                raise ParameterError(name, f"must be a number of samples in (0, {MAX_SAMPLES:.0e}], got {v!r}")
 
     @classmethod
     def founding_case(cls, **entered) -> Scenario:
@@ -273,8 +285,8 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
         lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the target).
     """
     budgets = sorted(float(b) for b in (budgets or default_budgets(s.samples)))
-    if not budgets or budgets[0] <= 0:
-        raise ParameterError("budgets", f"need positive sample budgets, got {budgets}")
+    if not budgets or budgets[0] <= 0 or budgets[-1] > MAX_SAMPLES:
+        raise ParameterError("budgets", f"need sample budgets in (0, {MAX_SAMPLES:.0e}], got {budgets}")
     scratch = scratch_band(s)
     warm, warm_from = warm_band(s, scratch)
     law_from = (f"your τ {s.accept_len:.2f} at {_count(s.samples)} samples [{s.tag('accept_len')}], "

@@ -1,0 +1,95 @@
+"""Before a model-running command loads anything: its checkpoints checked from metadata, in one line.
+
+``speculate``, ``probe``, ``finetune`` and ``drafter init / export`` load targets that can take
+minutes. Everything that can be known from configs and safetensors headers is checked first: a
+target whose config or weight headers are corrupt, a drafter eaglelab does not compute, a drafter
+whose hidden size, vocabulary or aux layers do not fit the target, or two targets a probe cannot
+compare. Each is a typed error naming the checkpoint and the reason, never a shape error deep
+inside torch minutes later. Only configs and headers are read: no torch here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eaglelab.checkpoints.inspection import load_target_config
+from eaglelab.checkpoints.schema import DrafterSpec, drafter_spec_from_config, drafter_vs_target, target_layer_count
+from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
+from eaglelab.checkpoints.variants import check_computed
+from eaglelab.errors import CheckpointMismatchError, ConfigError
+
+
+def check_target(source: str) -> dict[str, Any]:
+    """A target's config (typed) and, for a local folder, its weight headers (valid safetensors, not pickle).
+
+    Returns:
+        the target's config.
+
+    Raises:
+        ConfigError, SourceError, HeaderError, UnsafeFormatError: naming the file.
+    """
+    cfg = load_target_config(source)
+    if not is_hub_id(source):
+        ck = load_checkpoint(source)
+        if not ck.tensors:
+            raise CheckpointMismatchError(source, "the target's safetensors files hold no tensors")
+    return cfg
+
+
+def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, dict[str, Any] | None]:
+    """A drafter's config and tensor table, then (when given) the target and the drafter's fit to it.
+
+    The drafter is checked first, so a drafter eaglelab does not compute is refused before any
+    target is even looked up.
+
+    Returns:
+        ``(spec, target_cfg)``: the drafter's spec, and the target's config (None without a target).
+
+    Raises:
+        ConfigError / UnsupportedDrafterError: no config, or a drafter eaglelab does not compute.
+        CheckpointMismatchError: tensors that do not match the config, or a drafter that cannot
+            run on the target (hidden size, vocabulary, aux layers outside it).
+        SourceError, HeaderError: the target's files (see :func:`check_target`).
+    """
+    from eaglelab.checkpoints.schema import check_tensors_against_spec
+
+    ck = load_checkpoint(source)
+    if ck.config is None:
+        raise ConfigError(source, "no config.json beside the drafter's weights")
+    where = str(ck.config_path or source)
+    check_computed(ck.config, where)
+    spec = drafter_spec_from_config(ck.config, where)
+    problems = [p for p in check_tensors_against_spec(spec, {n: (t.shape, t.dtype) for n, t in ck.tensors.items()})
+                if not p.startswith("weights mix")]  # loads fine: the model casts to one dtype
+    if problems:
+        raise CheckpointMismatchError(source, "; ".join(problems[:3]) + (f" (+{len(problems) - 3} more)"
+                                                                         if len(problems) > 3 else ""))
+    if target is None:
+        return spec, None
+    target_cfg = check_target(target)
+    verdict = drafter_vs_target(spec, ck.config, target_cfg)
+    if verdict.level == "incompatible":
+        raise CheckpointMismatchError(source, f"does not fit the target {target}: " + "; ".join(
+            r for r in verdict.reasons if r.startswith(("target hidden_size", "target vocab_size", "aux layers"))))
+    return spec, target_cfg
+
+
+def check_target_pair(a: str, cfg_a: dict[str, Any], b: str, cfg_b: dict[str, Any]) -> None:
+    """Two targets a probe compares layer by layer: same hidden size, vocabulary and depth.
+
+    Raises:
+        CheckpointMismatchError: naming both targets and the field that differs.
+    """
+    def field(cfg: dict[str, Any], key: str):
+        for c in (cfg, cfg.get("text_config") or {}, cfg.get("language_config") or {}):
+            if c.get(key) is not None:
+                return c[key]
+        return None
+
+    for key in ("hidden_size", "vocab_size"):
+        if field(cfg_a, key) != field(cfg_b, key):
+            raise CheckpointMismatchError(f"{a} vs {b}", f"{key} {field(cfg_a, key)} vs {field(cfg_b, key)}: the probe "
+                                                         "compares hidden states and tokens position by position")
+    if target_layer_count(cfg_a) != target_layer_count(cfg_b):
+        raise CheckpointMismatchError(f"{a} vs {b}", f"{target_layer_count(cfg_a)} vs {target_layer_count(cfg_b)} "
+                                                     "layers: the drafter's aux layers mean different depths")

@@ -1,0 +1,73 @@
+"""Typed command-line values: each flag's number is finite and within its range, or argparse says so in one line.
+
+Used as argparse ``type=`` functions, so an impossible value (``--accept-len 0.5``, ``--cycle-ms nan``,
+``--steps 0``) is an argument error, exit code 2, before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+#: Largest count a flag takes (steps, sequences, tokens): far beyond any real run, small enough to stay exact.
+MAX_COUNT = 10**12
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a finite number")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (tok/s, milliseconds, samples, learning rates)."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text[:40]!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A share: a finite number in [0, 1]."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a share lies in [0, 1], got {text[:40]!r}")
+    return value
+
+
+def accept_len(text: str) -> float:
+    """An acceptance length τ: finite and >= 1 (it counts the bonus token, so 1 means no gain)."""
+    value = _number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"τ counts the bonus token, so it is at least 1; got {text[:40]!r}")
+    return value
+
+
+def _integer(text: str, low: int) -> int:
+    word = text.strip()
+    if not word.lstrip("+-").isdigit() or len(word) > 13:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+    value = int(word)
+    if not low <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [{low}, {MAX_COUNT:.0e}], got {text[:40]!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number >= 1 (steps, sequences, drafts per cycle, GPUs)."""
+    return _integer(text, 1)
+
+
+def count0(text: str) -> int:
+    """A whole number >= 0 (a seed, prompts to measure)."""
+    return _integer(text, 0)
+
+
+def numbers(text: str) -> list[float]:
+    """A comma-separated list of finite numbers."""
+    return [_number(x) for x in text.split(",")]
+
