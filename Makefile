@@ -3,7 +3,7 @@
 VENV := .venv/bin
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test workbook smoke world report lint
+.PHONY: setup test workbook smoke world report lint engine
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,10 @@ world: setup
 
 report: setup
 	$(VENV)/eaglelab report --figures figures
+
+# vLLM (CPU build) in its own environment, .venv-vllm: notebooks 03 / 04 and `eaglelab engine` measure in it
+engine:
+	@bash scripts/setup-engine.sh
 
 lint: setup
 	$(VENV)/ruff check eaglelab tests benchmarks

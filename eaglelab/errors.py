@@ -55,6 +55,10 @@ class ParameterError(EaglelabError):
     """A numeric or command-line parameter is out of its valid range."""
 
 
+class EngineError(EaglelabError):
+    """A serving engine (vLLM in its own environment) is absent, failed, or answered outside its contract."""
+
+
 class NotebookError(EaglelabError):
     """A notebook failed while the workbook runner executed it."""
 

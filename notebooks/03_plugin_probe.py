@@ -48,6 +48,7 @@ BATCH_SIZE = 8  # sequences per forward: the probe's memory is bounded by the ba
 # the user's serving scenario, for the projected throughput
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
+SERVING_ENGINE = "vllm"  # measure the drafter in vLLM too when its environment exists (`make engine`); None: skip
 
 # %%
 import numpy as np
@@ -55,6 +56,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.data.sets import measure_prompts, probe_set, world_of
+from eaglelab.engines.vllm import compare_with_workbook, engine_findings, engine_status, measure_in_engine
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import load_target
 from eaglelab.planning import provenance as pv
@@ -115,9 +117,30 @@ display(pd.DataFrame({"on A": probe.eval_a["acc"], "on B": probe.eval_b["acc"]},
 # ## 3 · Measured: real speculative decoding with the old drafter on both targets
 
 # %%
-measured = measure_plugin(model_a, model_b, drafter, measure_prompts(tok, MEASURE_PROMPTS, data_world),
-                          MEASURE_TOKENS, k=TTT_STEPS)
+prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
+measured = measure_plugin(model_a, model_b, drafter, prompts, MEASURE_TOKENS, k=TTT_STEPS)
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+
+# %% [markdown]
+# ### Measured in vLLM: the engine you serve with, on the same prompt token ids
+# The drafter exported as vLLM reads it (speculators layout, the target's embedding shared), run by
+# vLLM itself (greedy, eagle3, k drafts, one prompt at a time) in its own environment (`make engine`);
+# skipped, with the reason, where that environment is absent. τ should agree with the workbook's own
+# decoder within a few percent; vLLM's per-position rate is unconditional (all drafts up to i accepted),
+# the workbook's conditional (draft i accepted given the ones before): both are shown, named.
+
+# %%
+ENGINE_OK, ENGINE_LINE = engine_status() if SERVING_ENGINE else (False, "SERVING_ENGINE = None")
+engine_rows = {}
+if ENGINE_OK:
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
+    for name, target in (("A", TARGET_A), ("B", TARGET_B)):
+        in_engine = measure_in_engine(target, DRAFTER, prompts, MEASURE_TOKENS, k=TTT_STEPS, engine=SERVING_ENGINE,
+                                      stop_token_ids=eos)
+        engine_rows[name] = compare_with_workbook(measured[name], in_engine)
+    display(pd.DataFrame(engine_rows).T)
+else:
+    print(f"vLLM section skipped: {ENGINE_LINE}")
 
 # %% [markdown]
 # ## 4 · The SpecForge offline path gives the same numbers
@@ -160,10 +183,11 @@ findings = f"""
 - **Measured {TAG} (real speculative decoding on {next(model_b.parameters()).device.type}):** τ {measured['A']['accept_len']:.2f}
   on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical
   to greedy: {measured['B']['matches_greedy']}).
+- **Measured in vLLM {TAG}:** {engine_findings(engine_rows, ENGINE_LINE)}
 - **Verdict {TAG}: {probe.decision.action.upper()}.** {'; '.join(probe.decision.reasons)}.
 - **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}
 - **Offline files {TAG}:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
 """
 display(Markdown(findings))
-save_findings("03", {**probe.to_json(), "measured": measured, "data": data.source.description, "evidence": EVIDENCE,
+save_findings("03", {**probe.to_json(), "measured": measured, "engine": engine_rows, "data": data.source.description, "evidence": EVIDENCE,
                      "steps": TTT_STEPS}, bullets_from_markdown(findings), FIGURES_DIR)

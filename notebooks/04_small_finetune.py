@@ -60,6 +60,7 @@ TARGET_TPS = 150.0
 # the hand-over: warm-start recipes for the training engines at scale
 RECIPE_DATA = "prompts.jsonl"  # your prompts / conversations on the cluster, regenerated with the new target
 RECIPE_GPUS = 8
+SERVING_ENGINE = "vllm"  # measure the drafters in vLLM too when its environment exists (`make engine`); None: skip
 
 # %%
 from pathlib import Path
@@ -71,6 +72,7 @@ from IPython.display import Markdown, display
 from eaglelab.checkpoints.export import export_speculators
 from eaglelab.data.sets import finetune_set, measure_prompts, world_of
 from eaglelab.decisions import best_drafter, recommend
+from eaglelab.engines.vllm import compare_with_workbook, engine_findings, engine_status, measure_in_engine
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.model.targets import Target, load_target
@@ -135,6 +137,27 @@ prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
 contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
 measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, k=TTT_STEPS) for n, d in contenders.items()}
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+
+# %% [markdown]
+# ### Measured in vLLM: the same drafters and prompt token ids in the engine you serve with
+# Each drafter folder exported as vLLM reads it and run by vLLM itself on the new target (greedy,
+# eagle3, k drafts, one prompt at a time), in its own environment (`make engine`); skipped, with the
+# reason, where that environment is absent.
+
+# %%
+ENGINE_OK, ENGINE_LINE = engine_status() if SERVING_ENGINE else (False, "SERVING_ENGINE = None")
+engine_rows = {}
+if ENGINE_OK:
+    folders = {"old drafter, plugged in": OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
+    alone = None  # the target's own run, once for all drafters
+    for name, folder in folders.items():
+        in_engine = measure_in_engine(TARGET, folder, prompts, MEASURE_TOKENS, k=TTT_STEPS, engine=SERVING_ENGINE,
+                                      stop_token_ids=eos, target_alone=alone)
+        engine_rows[name], alone = compare_with_workbook(measured[name], in_engine), in_engine.target_alone
+    display(pd.DataFrame(engine_rows).T)
+else:
+    print(f"vLLM section skipped: {ENGINE_LINE}")
 
 # %% [markdown]
 # ## 4 · How much new-target data does the warm start save? A data-scaling law
@@ -208,6 +231,7 @@ bullets = [
     f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
     f"plain decoding on this {next(model.parameters()).device.type} (all outputs equal greedy: "
     f"{all(m['matches_greedy'] for m in measured.values())}).",
+    f"- **Measured in vLLM {TAG}:** {engine_findings(engine_rows, ENGINE_LINE)}",
     f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
     f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
     f"b = {b[0]:.3f} ({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} warm-started; "
@@ -227,7 +251,7 @@ bullets = [
     + (" (for reference: nothing to train on this evidence)." if decision.action == "plug in" else "."),
 ]
 display(Markdown("\n".join(bullets) + f"\n\n**Recommendation {TAG}.** {decision.text}"))
-save_findings("04", {"measured": measured, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+save_findings("04", {"measured": measured, "engine": engine_rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
                      "data": data_source.description, "chosen": best, "recommendation": decision.to_json(),
                      "evidence": EVIDENCE, "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
               bullets, FIGURES_DIR)

@@ -23,7 +23,8 @@ FORMATS = ("speculators", "specforge")
 
 def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "speculators",
                    target_cfg: dict[str, Any] | None = None, verifier: str | None = None,
-                   target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:
+                   target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3,
+                   drop_embedding: bool = False) -> Path:
     """Write a drafter checkpoint in another format: the same model, every tensor carried over.
 
     Args:
@@ -31,11 +32,14 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
         out_dir: new folder to write.
         to: ``speculators`` (vLLM) or ``specforge`` (SGLang).
         target_cfg: the target's config dict (required for ``speculators``: layer count, verifier).
-        verifier: target name or path recorded in a speculators config.
+        verifier: target name or path recorded in a speculators config; a local path is written
+            absolute, so the export serves from any working directory (hub ids as given).
         target_embedding: [V, H] tensor written as ``embed_tokens.weight`` when the drafter has none
             (speculators models carry the embedding).
         overwrite: replace an existing export.
         num_speculative_tokens: draft length of a speculators config's default proposal method.
+        drop_embedding: leave ``embed_tokens`` out, so the engine shares the target's (how SGLang
+            always serves, and how the workbook measures a drafter on a target it was not trained on).
 
     Raises:
         UnsupportedDrafterError: the destination cannot express a flag of this drafter.
@@ -46,7 +50,7 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     from safetensors.torch import load_file, save_file
 
     from eaglelab.atomic import atomic_path, write_json_atomic
-    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
 
     if to not in FORMATS:
         raise ConfigError(str(out_dir), f"unknown export format {to!r} (choose {' or '.join(FORMATS)})")
@@ -57,6 +61,8 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     if ck.config is None:
         raise ConfigError(drafter_dir, "no config.json beside the weights")
     where = str(ck.config_path or drafter_dir)
+    if verifier and not is_hub_id(verifier) and Path(verifier).exists():
+        verifier = str(Path(verifier).resolve())
     if to == "speculators":
         if target_cfg is None:
             raise ConfigError(where, "a speculators export needs the target's config (--target)")
@@ -72,7 +78,9 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     for k, v in sd.items():
         k = canonical_tensor_name(k)
         renamed[prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k] = v.contiguous()
-    if "embed_tokens.weight" not in renamed and target_embedding is not None:
+    if drop_embedding:
+        renamed.pop("embed_tokens.weight", None)
+    elif "embed_tokens.weight" not in renamed and target_embedding is not None:
         renamed["embed_tokens.weight"] = target_embedding.detach().to("cpu", renamed["fc.weight"].dtype).contiguous()
     problems = check_tensors_against_spec(spec, {k: (tuple(v.shape), _dtype(v)) for k, v in renamed.items()})
     if problems:

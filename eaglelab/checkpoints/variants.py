@@ -346,6 +346,12 @@ def to_speculators_config(cfg: dict[str, Any], target_cfg: dict[str, Any], verif
                                              "has no speculators equivalent; vLLM would apply the norm")
     L = (target_cfg.get("text_config") or target_cfg)["num_hidden_layers"]
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, L)
+    if list(outs) != sorted(set(outs)):
+        # vLLM keeps sorted(set(ids)) and concatenates the captured layers in that order: repeated ids
+        # make fc's input the wrong width (a shape error at the first step), unsorted ones feed fc's
+        # columns the wrong layers (silently)
+        raise UnsupportedDrafterError(where, f"aux layers {list(outs)} (as layer outputs) are not distinct and "
+                                             "ascending; vLLM captures sorted distinct layers, so it cannot serve them")
     body = layer_body(cfg)
     layer = {k: body[k] for k in _LAYER_KEYS if k in body}
     kind = "qwen3" if spec.qk_norm else "llama"

@@ -218,6 +218,61 @@ def cmd_finetune(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- engine
+
+def cmd_engine(args) -> int:
+    from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
+    from eaglelab.errors import EngineError
+
+    ok, line = engine_status()
+    if args.engine_command == "status":
+        if not ok:
+            raise EngineError("vllm", line)
+        print(line)
+        return 0
+    from eaglelab.checkpoints.preflight import check_drafter
+    from eaglelab.data.sets import measure_prompts, world_of
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.probe.plugin import measure_on_target
+
+    check_drafter(args.drafter, args.target)  # from metadata, before anything loads
+    if not ok:
+        raise EngineError("vllm", line)
+    model, tok = load_target(args.target, dtype="float32", device="cpu")
+    if tok is None:
+        from eaglelab.errors import SourceError
+
+        raise SourceError(args.target, "no tokenizer found beside the target (the prompts are its token ids)")
+    prompts = measure_prompts(tok, args.prompts, world_of(args.target))
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
+    engine = measure_in_engine(args.target, args.drafter, prompts, args.tokens, k=args.k, batch=args.batch,
+                               stop_token_ids=eos)
+    out = {"engine": engine.to_json()}
+    if args.compare:
+        workbook = measure_on_target(model, load_drafter(args.drafter), prompts, args.tokens, k=args.k)
+        out["comparison"] = compare_with_workbook(workbook, engine)
+    if args.json:
+        print_json(out)
+        return 0
+    run = engine.with_drafter
+    print(f"{run.engine} {run.version}, k = {run.k}, {len(prompts)} prompts x {args.tokens} tokens, batch {run.batch}: "
+          f"τ {run.tau:.3f}, {run.tokens_per_s:.1f} tok/s vs {engine.target_alone.tokens_per_s:.1f} alone "
+          f"({engine.speedup:.2f}x); outputs equal to the target alone: {engine.matches_target}")
+    print("per-position acceptance, vLLM's (drafts 1..i all accepted): "
+          + ", ".join(f"{x:.3f}" for x in run.position_rate))
+    print("per-position acceptance, conditional (draft i given 1..i-1): "
+          + ", ".join(f"{x:.3f}" for x in run.position_rate_conditional))
+    if args.compare:
+        c = out["comparison"]
+        print(f"the workbook's decoder on the same prompts: τ {c['tau_workbook']:.3f} ({100 * c['tau_difference']:+.1f}% "
+              f"in vLLM), conditional per position {', '.join(f'{x:.3f}' for x in c['position_conditional_workbook'])}")
+    print(f"engine warnings about the checkpoint (weights, keys, shapes): {len(run.load_warnings) or 'none'}")
+    for w in run.load_warnings:
+        print(f"  {w}")
+    return 0
+
+
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
@@ -344,6 +399,25 @@ def add_parsers(sub) -> None:
     f.add_argument("--stop-after", type=count, help=argparse_suppress())
     f.add_argument("--trust-remote-code", action="store_true")
     f.set_defaults(func=cmd_finetune)
+
+    en = sub.add_parser("engine", help="measure a drafter in vLLM itself (its own environment: make engine)",
+                        description="Run the target alone and with the drafter in vLLM (greedy, eagle3, k drafts) on "
+                                    "the same prompt token ids the workbook decodes: τ, both per-position rates, tok/s, "
+                                    "whether the outputs equal the target alone; --compare adds the workbook's own "
+                                    "decoder on the same prompts.")
+    ensub = en.add_subparsers(dest="engine_command", required=True, metavar="ACTION")
+    ensub.add_parser("status", help="is vLLM's environment there, and which version").set_defaults(func=cmd_engine)
+    em = ensub.add_parser("measure", help="measure a drafter on a target in vLLM")
+    em.add_argument("--target", required=True, help="target folder (local: vLLM loads it by path)")
+    em.add_argument("--drafter", required=True, help="drafter folder, SpecForge or speculators layout")
+    em.add_argument("--k", type=count, default=3, help="drafts per step")
+    em.add_argument("--prompts", type=count, default=8, help="held-out prompts (the target's world, else built-in)")
+    em.add_argument("--tokens", type=count, default=64, help="new tokens per prompt")
+    em.add_argument("--batch", choices=["one", "all"], default="one",
+                    help="one prompt at a time (as the workbook decodes) or all batched")
+    em.add_argument("--compare", action="store_true", help="also run the workbook's decoder on the same prompts")
+    em.add_argument("--json", action="store_true", help="machine-readable output")
+    em.set_defaults(func=cmd_engine)
 
     m = sub.add_parser("demo", help="build the offline world the workbook runs on",
                        description="Build (or reuse) the offline targets and drafters: cached, verified by a "

@@ -154,27 +154,36 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
                        res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"]))
 
 
+def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
+                      k: int = 3) -> dict:
+    """Real speculative decoding of ``drafter`` on ``model``, the drafter reading that model's embedding.
+
+    The embedding is the target's, as SGLang serves a drafter (and as an export without one is served
+    by vLLM), lent without copying (:meth:`Eagle3Drafter.serving_embedding`); the drafter is unchanged
+    afterwards.
+
+    Returns:
+        the dict of :func:`eaglelab.model.decoding.benchmark_speculation`.
+    """
+    from eaglelab.model.decoding import benchmark_speculation
+
+    target = Target.for_drafter(model, drafter.spec)
+    try:
+        with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+            return benchmark_speculation(target, drafter, prompts, max_new_tokens, k=k)
+    finally:
+        target.close()
+
+
 def measure_plugin(model_a, model_b, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
                    k: int = 3) -> dict[str, dict]:
     """Real speculative decoding of the old drafter on the old target (``"A"``) and the new (``"B"``).
 
-    On each target the drafter reads that target's embedding, as SGLang serves it, without
-    copying it (:meth:`Eagle3Drafter.serving_embedding`); the drafter is unchanged afterwards.
-
     Returns:
-        ``{"A": ..., "B": ...}``, each the dict of :func:`eaglelab.model.decoding.benchmark_speculation`.
+        ``{"A": ..., "B": ...}``, each the dict of :func:`measure_on_target`.
     """
-    from eaglelab.model.decoding import benchmark_speculation
-
-    measured = {}
-    for name, model in (("A", model_a), ("B", model_b)):
-        target = Target.for_drafter(model, drafter.spec)
-        try:
-            with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
-                measured[name] = benchmark_speculation(target, drafter, prompts, max_new_tokens, k=k)
-        finally:
-            target.close()
-    return measured
+    return {name: measure_on_target(model, drafter, prompts, max_new_tokens, k) for name, model in
+            (("A", model_a), ("B", model_b))}
 
 
 def capture_batch(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:

