@@ -127,3 +127,18 @@ def test_an_export_vllm_cannot_serve_is_refused(tmp_path):
         to_speculators_config(cfg, {"num_hidden_layers": 4, "hidden_size": 64, "vocab_size": 256}, "target")
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 2]
     assert to_speculators_config(cfg, {"num_hidden_layers": 4}, "target")["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+
+
+def test_the_engine_command_prints_both_rates(tiny_world, capsys):
+    """`eaglelab engine measure --compare` end to end, with positions no step reached printed as "-"."""
+    ok, why = engine_status()
+    if not ok:
+        pytest.skip(f"vLLM environment not installed here: {why}")
+    from eaglelab.cli import main
+
+    assert main(["engine", "measure", "--target", str(tiny_world.target_b), "--drafter", str(tiny_world.drafter_a),
+                 "--k", "5", "--prompts", "2", "--tokens", "16", "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM's (drafts 1..i all accepted)" in out and "conditional (draft i given 1..i-1)" in out
+    assert "outputs equal to the target alone: True" in out
+    assert "0.0% in vLLM)" in out  # the same τ as the workbook's decoder (printed +0.0% or -0.0%)

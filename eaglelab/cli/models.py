@@ -220,6 +220,15 @@ def cmd_finetune(args) -> int:
 
 # --------------------------------------------------------------------------- engine
 
+def _num(x, digits: int = 3) -> str:
+    """A number for a line, or "-" where there is none (no drafts; a position no step reached)."""
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def _nums(xs) -> str:
+    return ", ".join(_num(x) for x in xs or []) or "-"
+
+
 def cmd_engine(args) -> int:
     from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
     from eaglelab.errors import EngineError
@@ -257,16 +266,15 @@ def cmd_engine(args) -> int:
         return 0
     run = engine.with_drafter
     print(f"{run.engine} {run.version}, k = {run.k}, {len(prompts)} prompts x {args.tokens} tokens, batch {run.batch}: "
-          f"τ {run.tau:.3f}, {run.tokens_per_s:.1f} tok/s vs {engine.target_alone.tokens_per_s:.1f} alone "
-          f"({engine.speedup:.2f}x); outputs equal to the target alone: {engine.matches_target}")
-    print("per-position acceptance, vLLM's (drafts 1..i all accepted): "
-          + ", ".join(f"{x:.3f}" for x in run.position_rate))
-    print("per-position acceptance, conditional (draft i given 1..i-1): "
-          + ", ".join(f"{x:.3f}" for x in run.position_rate_conditional))
+          f"τ {_num(run.tau)}, {_num(run.tokens_per_s, 1)} tok/s vs {_num(engine.target_alone.tokens_per_s, 1)} alone "
+          f"({_num(engine.speedup, 2)}x); outputs equal to the target alone: {engine.matches_target}")
+    print(f"per-position acceptance, vLLM's (drafts 1..i all accepted): {_nums(run.position_rate)}")
+    print(f"per-position acceptance, conditional (draft i given 1..i-1): {_nums(run.position_rate_conditional)}")
     if args.compare:
         c = out["comparison"]
-        print(f"the workbook's decoder on the same prompts: τ {c['tau_workbook']:.3f} ({100 * c['tau_difference']:+.1f}% "
-              f"in vLLM), conditional per position {', '.join(f'{x:.3f}' for x in c['position_conditional_workbook'])}")
+        diff = "-" if c["tau_difference"] is None else f"{100 * c['tau_difference']:+.1f}%"
+        print(f"the workbook's decoder on the same prompts: τ {_num(c['tau_workbook'])} ({diff} in vLLM), conditional "
+              f"per position {_nums(c['position_conditional_workbook'])}")
     print(f"engine warnings about the checkpoint (weights, keys, shapes): {len(run.load_warnings) or 'none'}")
     for w in run.load_warnings:
         print(f"  {w}")
