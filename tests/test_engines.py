@@ -142,3 +142,14 @@ def test_the_engine_command_prints_both_rates(tiny_world, capsys):
     assert "vLLM's (drafts 1..i all accepted)" in out and "conditional (draft i given 1..i-1)" in out
     assert "outputs equal to the target alone: True" in out
     assert "0.0% in vLLM)" in out  # the same τ as the workbook's decoder (printed +0.0% or -0.0%)
+
+
+def test_the_findings_line_says_what_ran():
+    from eaglelab.engines.vllm import engine_findings
+
+    row = {"tau_engine": 1.5, "tau_workbook": 1.5, "tau_difference": 0.0, "engine_matches_target": True,
+           "engine": "vllm 0.32.0"}
+    assert engine_findings({"on A": row}, "") == ("on A: τ 1.500 in vLLM vs 1.500 in the workbook (+0.0%), outputs equal "
+                                                  "to the target alone: True (vllm 0.32.0).")
+    assert "τ - in vLLM" in engine_findings({"on B": {**row, "tau_engine": None, "tau_difference": None}}, "")
+    assert engine_findings({}, "no vLLM environment") == "not run (no vLLM environment)."

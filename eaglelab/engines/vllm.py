@@ -261,7 +261,10 @@ def engine_findings(rows: dict[str, dict[str, Any]], status_line: str) -> str:
     """One findings sentence: vLLM's τ beside the workbook's per target (or drafter), or why it was skipped."""
     if not rows:
         return f"not run ({status_line})."
-    parts = [f"{name}: τ {r['tau_engine']:.3f} in vLLM vs {r['tau_workbook']:.3f} in the workbook "
-             f"({100 * r['tau_difference']:+.1f}%), outputs equal to the target alone: {r['engine_matches_target']}"
-             for name, r in rows.items()]
+    def num(x, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    parts = [f"{name}: τ {num(r['tau_engine'], '.3f')} in vLLM vs {num(r['tau_workbook'], '.3f')} in the workbook "
+             f"({num(None if r['tau_difference'] is None else 100 * r['tau_difference'], '+.1f')}%), outputs equal to "
+             f"the target alone: {r['engine_matches_target']}" for name, r in rows.items()]
     return f"{'; '.join(parts)} ({next(iter(rows.values()))['engine']})."
