@@ -185,7 +185,9 @@ fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={CLOSED_LOOP_K}"],
                              [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
                              [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
 plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": CLOSED_LOOP_K, "prompts": CLOSED_LOOP_PROMPTS})
-display(pd.Series(loop).to_frame("closed loop"))
+display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
+if not loop["timing_ok"]:
+    display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))
 
 # %% [markdown]
 # ## 6 · The decision table: what it takes to reach the target
@@ -209,22 +211,14 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "target_tps": PL
 
 # %% [markdown]
 # ## 7 · Explore
-# Move the sliders: the figure redraws from `perf.diagnose` (called directly above, so a headless
-# run checks the same function).
+# Move the sliders: the numbers (tok/s, speedup, break-even τ, the τ each target needs) update at
+# once from `perf.diagnose` (called directly above, so a headless run checks the same function), then
+# the figure redraws; "reset to measured" returns to your scenario.
 
 # %%
 from eaglelab.workbook.widgets import perf_explorer
 
-
-def render(baseline, cycle_ms, accept_len):
-    d = perf.diagnose(baseline, cycle_ms, accept_len, TARGET_TPS)
-    f = plots.plot_tps_vs_accept_len(accept_grid, {f"cycle {cycle_ms:g} ms": perf.effective_tps(accept_grid, cycle_ms / 1e3)},
-                                     baseline, points=[(accept_len, d["effective_tps"], d["verdict"].split(":")[0])],
-                                     targets=TARGET_TPS)
-    return f
-
-
-perf_explorer(render, BASELINE_TPS, CYCLE_MS, ACCEPT_LEN)
+perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS, accept_grid)
 
 # %% [markdown]
 # ## Findings
@@ -258,6 +252,8 @@ findings = f"""
   {loop['predicted_tokens_per_s']:.0f} tok/s from τ and the cycle split, {100 * err:+.1f}% off
   {f'(within {MODEL_TOLERANCE:.0%})' if abs(err) <= MODEL_TOLERANCE else
    f'(beyond {MODEL_TOLERANCE:.0%}: prefill and the cut last cycle are outside the model)'}.
+  {'Timing: plain decoding varied {:.0%} across {} interleaved runs.'.format(loop['timing']['noise'], loop['runs'])
+   if loop['timing_ok'] else '**These timings are not to be trusted:** ' + loop['timing_note'] + '.'}
 """
 display(Markdown(findings))
 save_findings("01", {"diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"]},

@@ -46,38 +46,36 @@ from IPython.display import Markdown, display
 from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
+from eaglelab.workbook.answers import comparison_answer
+from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
+from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import build_world
 
 plots.use_style()
 SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
-DRAFTER_A = DRAFTER_A or str(world.drafter_a)
-DRAFTER_B = DRAFTER_B or str(world.drafter_b_small)
-TARGET = TARGET or str(world.target_b)
+choices = Choices("02", [Slot("DRAFTER_A", "drafter A (old)", "drafter", DRAFTER_A, str(world.drafter_a)),
+                         Slot("DRAFTER_B", "drafter B (new)", "drafter", DRAFTER_B, str(world.drafter_b_small)),
+                         Slot("TARGET", "the new target", "target", TARGET, str(world.target_b))], root=str(world.root))
+DRAFTER_A, DRAFTER_B, TARGET = choices.values().values()  # a pick made below survives Run All
 TAG = pv.tag(pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET], world.root))
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
-# The pickers list the drafters found under the world folder; type any folder or hub id instead.
-# They start at `DRAFTER_A` / `DRAFTER_B` (parameters), so a headless run needs no clicks.
+# Each picker lists the checkpoints found under the world folder and takes any folder, file or hub id
+# you type; the line under it says what it is, or what is wrong. **Compare** answers here for the new
+# choice, and the sections below read it when run (Run All keeps it). The pickers start at the
+# parameters, so a headless run needs no clicks.
 
 # %%
-from eaglelab.workbook.widgets import checkpoint_picker, find_checkpoints
-
-found = find_checkpoints(world.root)
-picker_a = checkpoint_picker(world.root, "drafter A (old)", DRAFTER_A)
-picker_b = checkpoint_picker(world.root, "drafter B (new)", DRAFTER_B)
-display(picker_a, picker_b)
-print(f"{len(found)} drafter checkpoints found under {world.root}")
+ChoicePanel(choices, lambda values: comparison_answer(values, str(world.root)), button="Compare")
 
 # %% [markdown]
 # ## 2 · Each checkpoint against its own config
-# (After picking other checkpoints above, run the cells from here on.)
 
 # %%
-DRAFTER_A, DRAFTER_B = picker_a.value or DRAFTER_A, picker_b.value or DRAFTER_B
 insp_a, insp_b = inspect_checkpoint(DRAFTER_A), inspect_checkpoint(DRAFTER_B)
 tables = pd.concat({"A": pd.DataFrame(insp_a.tensor_rows()).set_index("name"),
                     "B": pd.DataFrame(insp_b.tensor_rows()).set_index("name")}, axis=1)
@@ -97,6 +95,8 @@ comparison = compare_checkpoints(DRAFTER_A, DRAFTER_B, target=TARGET)
 report = comparison.to_json()
 display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
 print(f"verdict: {comparison.verdict.level}")
+for first, second in choices.same():
+    print(f"  note: {first} and {second} are the same checkpoint: this compares it with itself")
 for r in comparison.verdict.reasons:
     print("  -", r)
 vocab = comparison.vocab_maps  # a verdict of its own: equal shapes cannot show a regenerated map

@@ -57,28 +57,54 @@ from IPython.display import Markdown, display
 
 from eaglelab.data.sets import measure_prompts, probe_set, world_of
 from eaglelab.engines.vllm import compare_with_workbook, engine_findings, engine_status, measure_in_engine
+from eaglelab.model.decoding import timing_warning
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import load_target
 from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka, measure_plugin, run_probe
+from eaglelab.progress import progress
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
+from eaglelab.workbook.answers import probe_answer
+from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import build_world
 
 plots.use_style()
 if SMOKE:
     N_SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
-TARGET_A, TARGET_B = TARGET_A or world.target_a, TARGET_B or world.target_b
-DRAFTER = DRAFTER or world.drafter_a
+choices = Choices("03", [Slot("TARGET_A", "old target (A)", "target", TARGET_A, str(world.target_a)),
+                         Slot("TARGET_B", "new target (B)", "target", TARGET_B, str(world.target_b)),
+                         Slot("DRAFTER", "old drafter (on A)", "drafter", DRAFTER, str(world.drafter_a), fits="TARGET_A"),
+                         Slot("DATA", "data (optional)", "data", DATA, "")], root=str(world.root))
+TARGET_A, TARGET_B, DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+
+# %% [markdown]
+# ## Pick the checkpoints
+# Each picker lists what was found under the world folder and takes any folder, file or hub id you
+# type; the line under it says what it is, or what is wrong (a drafter that does not fit target A is
+# refused here, from configs and headers). **Probe** loads the two targets and answers here: the
+# verdict, τ on A and on B, and the similarity per layer, with progress. The sections below read the
+# choice when run (Run All keeps it); a headless run needs no clicks.
+
+# %%
+ChoicePanel(choices, lambda values: probe_answer(values, str(world.root), sequences=N_SEQUENCES, seq_len=SEQ_LEN,
+                                                 steps=TTT_STEPS, batch_size=BATCH_SIZE, dtype=DTYPE, device=DEVICE,
+                                                 device_map=DEVICE_MAP), button="Probe")
+
+# %% [markdown]
+# ## The targets, the drafter and the data
+
+# %%
 EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
 model_a, tok = load_target(TARGET_A, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 model_b, _ = load_target(TARGET_B, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
 drafter = load_drafter(DRAFTER).to(next(model_a.parameters()).device)
 data_world = world_of(TARGET_A)  # the world's own conversations when A is the world's target (as `eaglelab probe`)
-data = probe_set(tok, N_SEQUENCES, SEQ_LEN, data_world, DATA)
+data = probe_set(tok, N_SEQUENCES, SEQ_LEN, data_world, DATA or None)
 print(f"{data.source}; {len(data.ids)} sequences x {data.ids.shape[1]} tokens, {data.positions} positions counted; "
       f"drafter reads layer outputs {list(drafter.spec.aux_layer_ids)}")
 
@@ -119,7 +145,7 @@ display(pd.DataFrame({"on A": probe.eval_a["acc"], "on B": probe.eval_b["acc"]},
 # %%
 prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
 measured = measure_plugin(model_a, model_b, drafter, prompts, MEASURE_TOKENS, k=TTT_STEPS)
-display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy", "timing_note"]])
 
 # %% [markdown]
 # ### Measured in vLLM: the engine you serve with, on the same prompt token ids
@@ -134,7 +160,7 @@ ENGINE_OK, ENGINE_LINE = engine_status() if SERVING_ENGINE else (False, "SERVING
 engine_rows = {}
 if ENGINE_OK:
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
-    for name, target in (("A", TARGET_A), ("B", TARGET_B)):
+    for name, target in progress([("A", TARGET_A), ("B", TARGET_B)], desc="vLLM runs"):
         in_engine = measure_in_engine(target, DRAFTER, prompts, MEASURE_TOKENS, k=TTT_STEPS, engine=SERVING_ENGINE,
                                       stop_token_ids=eos)
         engine_rows[name] = compare_with_workbook(measured[name], in_engine)
@@ -182,7 +208,7 @@ findings = f"""
   first-draft accuracy {probe.eval_a['acc'][0]:.2f} → {probe.eval_b['acc'][0]:.2f}.
 - **Measured {TAG} (real speculative decoding on {next(model_b.parameters()).device.type}):** τ {measured['A']['accept_len']:.2f}
   on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical
-  to greedy: {measured['B']['matches_greedy']}).
+  to greedy: {measured['B']['matches_greedy']}){timing_warning(measured)}.
 - **Measured in vLLM {TAG}:** {engine_findings(engine_rows, ENGINE_LINE)}
 - **Verdict {TAG}: {probe.decision.action.upper()}.** {'; '.join(probe.decision.reasons)}.
 - **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}

@@ -73,7 +73,7 @@ from eaglelab.checkpoints.export import export_speculators
 from eaglelab.data.sets import finetune_set, measure_prompts, world_of
 from eaglelab.decisions import best_drafter, recommend
 from eaglelab.engines.vllm import compare_with_workbook, engine_findings, engine_status, measure_in_engine
-from eaglelab.model.decoding import benchmark_speculation
+from eaglelab.model.decoding import benchmark_drafters, timing_warning
 from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.model.targets import Target, load_target
 from eaglelab.planning import provenance as pv
@@ -82,9 +82,13 @@ from eaglelab.serving import perf
 from eaglelab.train.finetune import budget_sweep, finetune
 from eaglelab.train.recipes import ENGINES, RecipeSettings, build_recipe
 from eaglelab.train.training import TrainConfig
+from eaglelab.progress import progress
 from eaglelab.workbook import plots
+from eaglelab.workbook.answers import finetune_answer
+from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.report import save_findings, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
+from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import build_world
 
 plots.use_style()
@@ -95,7 +99,29 @@ if SMOKE:
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
-TARGET, OLD_DRAFTER = TARGET or world.target_b, OLD_DRAFTER or world.drafter_a
+choices = Choices("04", [Slot("TARGET", "new target (B)", "target", TARGET, str(world.target_b)),
+                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, str(world.drafter_a), fits="TARGET"),
+                         Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
+TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+
+# %% [markdown]
+# ## Pick the checkpoints
+# Each picker lists what was found under the world folder and takes any folder, file or hub id you
+# type (data: a .txt / .jsonl file, or empty for the world's own); the line under it says what it is,
+# or what is wrong (an old drafter that does not fit the new target is refused here). **Fine-tune**
+# answers here: held-out τ of the old drafter as is, warm-started and from scratch after `STEPS`
+# steps each, with progress. The sections below read the choice when run (Run All keeps it).
+
+# %%
+ChoicePanel(choices, lambda values: finetune_answer(
+    values, str(world.root), steps=STEPS, batch_size=BATCH_SIZE, lr=LR, ttt_steps=TTT_STEPS, seq_len=SEQ_LEN,
+    train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, loss_convention=LOSS_CONVENTION, dtype=DTYPE,
+    device=DEVICE), button="Fine-tune")
+
+# %% [markdown]
+# ## The new target and the old drafter
+
+# %%
 model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
 old = load_drafter(OLD_DRAFTER)
 data_world = world_of(TARGET)  # the world's replies of B when B is the world's target (as `eaglelab finetune`)
@@ -106,7 +132,7 @@ TAG = pv.tag(EVIDENCE)
 # ## 1 · The new target's data, captured once
 
 # %%
-data, data_source = finetune_set(model, tok, old.spec, DATA, data_world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
+data, data_source = finetune_set(model, tok, old.spec, DATA or None, data_world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
 print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 
 # %% [markdown]
@@ -135,8 +161,8 @@ display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["l
 target = Target.for_drafter(model, old.spec)
 prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
 contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
-measured = {n: benchmark_speculation(target, d.eval(), prompts, MEASURE_TOKENS, k=TTT_STEPS) for n, d in contenders.items()}
-display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy"]])
+measured = benchmark_drafters(target, {n: d.eval() for n, d in contenders.items()}, prompts, MEASURE_TOKENS, k=TTT_STEPS)
+display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy", "timing_note"]])
 
 # %% [markdown]
 # ### Measured in vLLM: the same drafters and prompt token ids in the engine you serve with
@@ -151,7 +177,7 @@ if ENGINE_OK:
     folders = {"old drafter, plugged in": OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
     alone = None  # the target's own run, once for all drafters
-    for name, folder in folders.items():
+    for name, folder in progress(list(folders.items()), desc="vLLM runs"):
         in_engine = measure_in_engine(TARGET, folder, prompts, MEASURE_TOKENS, k=TTT_STEPS, engine=SERVING_ENGINE,
                                       stop_token_ids=eos, target_alone=alone)
         engine_rows[name], alone = compare_with_workbook(measured[name], in_engine), in_engine.target_alone
@@ -230,7 +256,7 @@ bullets = [
     f"- **Measured on the new target {TAG} (k = {TTT_STEPS}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
     f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
     f"plain decoding on this {next(model.parameters()).device.type} (all outputs equal greedy: "
-    f"{all(m['matches_greedy'] for m in measured.values())}).",
+    f"{all(m['matches_greedy'] for m in measured.values())}; one plain-decoding baseline, interleaved){timing_warning(measured)}.",
     f"- **Measured in vLLM {TAG}:** {engine_findings(engine_rows, ENGINE_LINE)}",
     f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
     f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "

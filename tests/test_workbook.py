@@ -54,6 +54,9 @@ def test_notebook_runs_in_smoke_mode(nb, smoke_run):
     assert findings["bullets"] and all("{" not in b for b in findings["bullets"])
     executed = nbformat.read(run.output, as_version=4)
     assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
+    texts = [o.get("text", "") + o.get("data", {}).get("text/plain", "") for c in executed.cells for o in c.get("outputs", [])]
+    stray = [t[:120] for t in texts if "PosixPath(" in t or "Loading weights" in t]
+    assert not stray, f"cells end with stray reprs or transformers' bars: {stray}"
     if nb.name.startswith("04"):
         plan = (figures / "GAME_PLAN.md").read_text()
         assert "## 04" in plan and "![04_" in plan

@@ -70,7 +70,7 @@ def cmd_drafter_export(args) -> int:
 def cmd_speculate(args) -> int:
     from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.errors import SourceError
-    from eaglelab.model.decoding import greedy_decode, speculative_decode
+    from eaglelab.model.decoding import greedy_decode, speculative_decode, timing_trust
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import Target, load_target
 
@@ -97,12 +97,17 @@ def cmd_speculate(args) -> int:
         "position_acceptance": spec.position_acceptance(),
         "cycle_split_s": spec.time_split(),
     }
+    split = spec.time_split()  # one run each: the bound on the speedup, not the spread, is what can be checked
+    result["timing"] = timing_trust([1.0 / greedy.tokens_per_s], [result["speedup"]], spec.accept_len, result["speedup"],
+                                    1.0 / greedy.tokens_per_s, split["verify_s"], sum(split.values()))
     if args.json:
         print_json(result)
     else:
         print(result["text"])
         print(f"\naccept len {spec.accept_len:.2f} (k={args.k}), {spec.tokens_per_s:.1f} tok/s vs greedy "
               f"{greedy.tokens_per_s:.1f} ({result['speedup']:.2f}x), matches greedy: {result['matches_greedy']}")
+        if not result["timing"]["ok"]:
+            print(f"warning: {result['timing']['note']}")
     return 0
 
 
@@ -160,7 +165,8 @@ def cmd_probe(args) -> int:
           f"on B {out['plugin']['accept_len_on_b']:.2f}")
     for name, m in out.get("measured", {}).items():
         print(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
-              f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: {m['matches_greedy']}")
+              f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: {m['matches_greedy']}"
+              + ("" if m["timing_ok"] else f"\n  warning: {m['timing_note']}"))
     print(f"verdict: {result.decision.action}")
     for r in result.decision.reasons:
         print(f"  - {r}")

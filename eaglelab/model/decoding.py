@@ -202,55 +202,140 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
     return DecodeResult(tokens, time.perf_counter() - t1, prefill, cycles, k)
 
 
+NOISE_LIMIT = 0.30  # plain decoding's per-token time may vary this much (relative range) across runs and still be trusted
+BOUND_SLACK = 0.10  # a measured speedup may exceed what τ and the verify cost allow by this much (timer noise)
+
+
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
                           k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None,
-                          keep_outputs: bool = False) -> dict:
+                          keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict:
     """Speculative vs plain greedy decoding over prompts, in the same process, with the model's prediction.
 
-    Plain and speculative decoding of each prompt alternate, so drifts of a shared machine hit
-    both alike.
+    One drafter's entry of :func:`benchmark_drafters` (see there for the arguments and the dict).
+    """
+    return benchmark_drafters(target, {"drafter": drafter}, prompts, max_new_tokens, k, warmup, cpu_kernels,
+                              keep_outputs, repeats, progress)["drafter"]
+
+
+def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], prompts: list[list[int]],
+                       max_new_tokens: int, k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None,
+                       keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict[str, dict]:
+    """Each drafter's speculative decoding against one shared plain-greedy baseline, interleaved.
+
+    For every repeat and prompt, plain decoding runs first and then each drafter in turn, so drifts
+    of a shared machine hit all alike and every drafter's speedup is against the same baseline.
+    Each (repeat, prompt) pair is one timing sample: how much plain decoding's per-token time varies
+    across them says whether the machine was quiet enough to measure (:func:`timing_trust`).
 
     Args:
+        drafters: ``{name: drafter}``; the result has the same keys.
         cpu_kernels: route the target's linear layers through the small-batch CPU path for the
             run (:mod:`eaglelab.model.cpu_kernels`; plain decoding's one-row forwards are unchanged by
             it). Default: on when the target is on the CPU.
+        repeats: passes over the prompts (more samples for the spread).
+        progress: a bar over the runs.
 
     Returns:
-        dict with ``accept_len`` (emitted per cycle over all cycles), ``tokens_per_s`` and
-        ``greedy_tokens_per_s`` (decode tokens over decode seconds, all prompts),
-        ``speedup``, ``matches_greedy`` (all prompts), the mean cycle split
-        ``draft_s`` / ``verify_s`` / ``overhead_s``, ``position_acceptance``, and
-        ``predicted_tokens_per_s`` = τ / mean cycle (the performance model) with its
-        relative error against the measurement, ``cpu_kernels``, and with ``keep_outputs`` the generated
-        ids per prompt (``outputs``).
+        ``{name: dict}`` with ``accept_len`` (emitted per cycle over all cycles), ``tokens_per_s`` and
+        ``greedy_tokens_per_s`` (decode tokens over decode seconds, all runs), ``speedup``,
+        ``matches_greedy`` (all runs), the mean cycle split ``draft_s`` / ``verify_s`` /
+        ``overhead_s``, ``position_acceptance``, ``predicted_tokens_per_s`` = τ / mean cycle (the
+        performance model) with its relative error against the measurement, ``cpu_kernels``, the
+        timing check (``timing``: medians and ranges; ``timing_ok`` and ``timing_note``: "ok" or
+        what was seen), and with ``keep_outputs`` the generated ids per prompt (``outputs``).
     """
     from eaglelab.model.cpu_kernels import small_batch_kernels
+    from eaglelab.progress import progress as bar
 
     if cpu_kernels is None:
         cpu_kernels = target.device.type == "cpu"
+    greedy_runs: list[DecodeResult] = []
+    spec_runs: dict[str, list[DecodeResult]] = {name: [] for name in drafters}
     with small_batch_kernels(target.model, enabled=cpu_kernels):
         if warmup and prompts:
-            speculative_decode(target, drafter, prompts[0], 8, k)
+            for d in drafters.values():
+                speculative_decode(target, d, prompts[0], 8, k)
             greedy_decode(target, prompts[0], 8)
-        spec_runs, greedy_runs = [], []
-        for ids in prompts:
+        runs = [ids for _ in range(max(1, repeats)) for ids in prompts]
+        for ids in bar(runs, desc=f"plain vs {len(drafters)} drafter(s)", disable=not progress):
             greedy_runs.append(greedy_decode(target, ids, max_new_tokens))
-            spec_runs.append(speculative_decode(target, drafter, ids, max_new_tokens, k))
+            for name, d in drafters.items():
+                spec_runs[name].append(speculative_decode(target, d, ids, max_new_tokens, k))
+    return {name: _summary(greedy_runs, runs_, k, cpu_kernels, keep_outputs, len(prompts))
+            for name, runs_ in spec_runs.items()}
+
+
+def _tps(runs: list[DecodeResult]) -> float:
+    return sum(len(r.tokens) - 1 for r in runs) / max(sum(r.seconds for r in runs), 1e-12)
+
+
+def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: int, cpu_kernels: bool,
+             keep_outputs: bool, n_prompts: int) -> dict:
     cycles = [c for r in spec_runs for c in r.cycles]
     n_cycles = max(len(cycles), 1)
     tau = sum(c.emitted for c in cycles) / n_cycles
     split = {name: sum(getattr(c, name) for c in cycles) / n_cycles for name in ("draft_s", "verify_s", "overhead_s")}
-    spec_tps = sum(len(r.tokens) - 1 for r in spec_runs) / sum(r.seconds for r in spec_runs)
-    greedy_tps = sum(len(r.tokens) - 1 for r in greedy_runs) / sum(r.seconds for r in greedy_runs)
+    spec_tps, greedy_tps = _tps(spec_runs), _tps(greedy_runs)
     cycle_s = sum(split.values())
-    predicted = tau / cycle_s
+    predicted = tau / cycle_s if cycle_s > 0 else float("nan")
     merged = DecodeResult([], 0.0, 0.0, cycles, k)
+    step_s = [r.seconds / (len(r.tokens) - 1) for r in greedy_runs if len(r.tokens) > 1]
+    pair_speedups = [_tps([s]) / _tps([g]) for g, s in zip(greedy_runs, spec_runs) if len(g.tokens) > 1 and len(s.tokens) > 1]
+    timing = timing_trust(step_s, pair_speedups, tau, spec_tps / greedy_tps, 1.0 / greedy_tps, split["verify_s"], cycle_s)
     return {
-        "k": k, "prompts": len(prompts), "cycles": len(cycles), "accept_len": tau,
+        "k": k, "prompts": n_prompts, "runs": len(spec_runs), "cycles": len(cycles), "accept_len": tau,
         "tokens_per_s": spec_tps, "greedy_tokens_per_s": greedy_tps, "speedup": spec_tps / greedy_tps,
         "matches_greedy": all(s.tokens == g.tokens for s, g in zip(spec_runs, greedy_runs)),
         **split, "cycle_s": cycle_s, "greedy_step_s": 1.0 / greedy_tps,
         "position_acceptance": merged.position_acceptance(),
         "predicted_tokens_per_s": predicted, "prediction_error": predicted / spec_tps - 1.0,
-        "cpu_kernels": cpu_kernels, **({"outputs": [r.tokens for r in greedy_runs]} if keep_outputs else {}),
+        "cpu_kernels": cpu_kernels, "timing": timing, "timing_ok": timing["ok"], "timing_note": timing["note"],
+        **({"outputs": [r.tokens for r in greedy_runs[:n_prompts]]} if keep_outputs else {}),
     }
+
+
+def timing_trust(step_s: list[float], pair_speedups: list[float], accept_len: float, speedup: float,
+                 greedy_step_s: float, verify_s: float, cycle_s: float, noise_limit: float = NOISE_LIMIT,
+                 slack: float = BOUND_SLACK) -> dict:
+    """Whether a measured speedup deserves trust: a quiet machine, and within what τ and the verify cost allow.
+
+    A speculative cycle lasts at least its verify, so tok/s cannot exceed τ / verify time, and the
+    speedup over plain decoding cannot exceed ``τ × step / verify`` (step: plain decoding's time
+    per token). A measurement above that bound, or plain decoding whose per-token time varied by more
+    than ``noise_limit`` across interleaved runs, was disturbed by something else on the machine.
+
+    Args:
+        step_s: plain decoding's seconds per token, one per run.
+        pair_speedups: speculative over plain tok/s, one per interleaved pair of runs.
+        accept_len, speedup: the measured τ and the overall speedup.
+        greedy_step_s, verify_s, cycle_s: plain decoding's mean step, the mean verify and cycle.
+
+    Returns:
+        ``ok``, ``note`` ("ok" or what was seen, one line), ``greedy_step_ms`` and ``speedup_range``
+        ([min, median, max]), ``noise`` (relative range of the step times), ``speedup_bound``,
+        ``predicted_speedup`` (τ × step / cycle).
+    """
+    import statistics
+
+    def spread(xs: list[float], scale: float = 1.0) -> list[float]:
+        return [min(xs) * scale, statistics.median(xs) * scale, max(xs) * scale] if xs else [float("nan")] * 3
+
+    steps_ms = spread(step_s, 1e3)
+    noise = (steps_ms[2] - steps_ms[0]) / steps_ms[1] if len(step_s) > 1 and steps_ms[1] > 0 else 0.0
+    bound = accept_len * greedy_step_s / verify_s if verify_s > 0 else float("inf")
+    problems = []
+    if noise > noise_limit:
+        problems.append(f"machine too noisy to measure: plain decoding took {steps_ms[0]:.2f}-{steps_ms[2]:.2f} ms per "
+                        f"token (median {steps_ms[1]:.2f}) across {len(step_s)} interleaved runs")
+    if speedup > bound * (1 + slack):
+        problems.append(f"speedup {speedup:.2f}x is more than τ {accept_len:.2f} and the measured verify cost "
+                        f"({verify_s / greedy_step_s:.2f} plain steps) allow ({bound:.2f}x): the timing was disturbed")
+    return {"ok": not problems, "note": "; ".join(problems) or "ok", "greedy_step_ms": steps_ms,
+            "speedup_range": spread(pair_speedups), "noise": noise, "speedup_bound": bound,
+            "predicted_speedup": accept_len * greedy_step_s / cycle_s if cycle_s > 0 else float("nan")}
+
+
+def timing_warning(measured: dict[str, dict]) -> str:
+    """For a findings line: "" when every measurement's timing was trusted, else a warning naming each."""
+    bad = {name: m["timing_note"] for name, m in measured.items() if not m.get("timing_ok", True)}
+    return "; **these timings are not to be trusted**: " + "; ".join(f"{n}: {note}" for n, note in bad.items()) if bad else ""

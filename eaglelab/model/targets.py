@@ -177,11 +177,8 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
         (model, tokenizer or None).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
-    if os.environ.get("EAGLELAB_PROGRESS", "1") == "0":  # silence transformers' own loading bars too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     src = str(source)
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
         raise SourceError(src, "no such folder, and HF_HUB_OFFLINE is set so hub ids cannot be read")
@@ -190,10 +187,15 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if device_map:
         kwargs["device_map"] = device_map
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar would land mid-results; the caller shows progress
     try:
         model = AutoModelForCausalLM.from_pretrained(src, **kwargs)
     except OSError as exc:
         raise SourceError(src, f"cannot load target model: {str(exc).splitlines()[0]}") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     if not device_map:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:

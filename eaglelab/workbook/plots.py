@@ -43,24 +43,26 @@ def _panels(w: float, h: float, n: int):
     return fig, list(axes[0])
 
 
-def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping[str, Any] | None = None) -> list[Path]:
+def _integer_ticks(axis) -> None:
+    """Whole-number ticks on an axis that counts (draft positions, tokens, steps)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping[str, Any] | None = None) -> None:
     """Write ``name``.png, ``name``.pdf and a ``name``.json sidecar into ``figures_dir``, atomically.
 
-    Returns:
-        the three paths written.
+    Returns nothing, so a notebook cell that ends with it shows the figure, not a list of paths.
     """
     from eaglelab.atomic import atomic_path, write_json_atomic
 
     out = Path(figures_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
     for ext in ("png", "pdf"):
         with atomic_path(out / f"{name}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, bbox_inches="tight")
-        paths.append(out / f"{name}.{ext}")
-    sidecar = {"figure": name, "params": json.loads(json.dumps(dict(params or {}), default=str))}
-    paths.append(write_json_atomic(out / f"{name}.json", sidecar))
-    return paths
+    write_json_atomic(out / f"{name}.json", {"figure": name, "params": json.loads(json.dumps(dict(params or {}), default=str))})
 
 
 # --------------------------------------------------------------------------- notebook 01
@@ -149,6 +151,7 @@ def plot_moe_verify(tokens: np.ndarray, parts: Mapping[str, np.ndarray], measure
     ax.stackplot(tokens, *parts.values(), labels=list(parts), alpha=0.85, colors=PALETTE[: len(parts)])
     if measured_ms is not None:
         ax.axhline(measured_ms, color="black", ls="--", lw=1, label=f"measured verify ({measured_ms:g} ms)")
+    _integer_ticks(ax.xaxis)
     ax.set_xlabel("tokens in the forward (1 = decode, k+1 = verify)")
     ax.set_ylabel("ms per forward")
     ax.set_title("MoE verify cost: distinct experts + all-reduces")
@@ -263,6 +266,7 @@ def plot_position_acceptance(curves: Mapping[str, Sequence[float]], ylabel: str 
     fig, ax = _fig()
     for (label, ys), color in zip(curves.items(), PALETTE):
         ax.plot(np.arange(1, len(ys) + 1), ys, marker="o", label=label, color=color)
+    _integer_ticks(ax.xaxis)  # positions are counts: no 1.5th draft
     ax.set_xlabel("draft position")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1)
@@ -281,6 +285,7 @@ def plot_learning_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], key: s
         pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if pts:
             ax.plot(*zip(*pts), marker=".", label=label, color=color)
+    _integer_ticks(ax.xaxis)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel or key)
     ax.set_title(f"{ylabel or key} during fine-tuning")

@@ -22,10 +22,13 @@ SECTIONS = {
 }
 
 
-def save_findings(notebook: str, findings: dict[str, Any], bullets: list[str], figures_dir: str | Path) -> Path:
-    """Record a notebook's key numbers and its findings in words (``NN_findings.json``)."""
-    return write_json_atomic(Path(figures_dir) / f"{notebook}_findings.json",
-                             {"notebook": notebook, "numbers": findings, "bullets": bullets})
+def save_findings(notebook: str, findings: dict[str, Any], bullets: list[str], figures_dir: str | Path) -> None:
+    """Record a notebook's key numbers and its findings in words (``NN_findings.json``).
+
+    Returns nothing: the findings cell ends with the findings, not a path.
+    """
+    write_json_atomic(Path(figures_dir) / f"{notebook}_findings.json",
+                      {"notebook": notebook, "numbers": findings, "bullets": bullets})
 
 
 def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, title: str = "EAGLE-3 drafter game plan") -> Path:
@@ -82,11 +85,15 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
 
 def _options_figure(decision, figures_dir: Path) -> Path:
     """Draw the decision's options (``plan_options``): redrawn here, as notebook 03 / 04 evidence may change them."""
+    import matplotlib.pyplot as plt
+
     from eaglelab.workbook import plots
 
     s = decision.scenario
     fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.target_tau, s.k + 1)
-    return plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})[0]
+    plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})
+    plt.close(fig)
+    return Path(figures_dir) / "plan_options.png"
 
 
 def decision_plan(numbers: dict[str, dict]):

@@ -1,15 +1,36 @@
-"""ipywidgets wrappers around pure functions (ipywidgets is imported lazily).
+"""ipywidgets front ends over pure functions (ipywidgets is imported lazily).
 
-Each widget's logic lives in a plain function that notebooks also call directly, so a
-headless run exercises it: :func:`find_checkpoints` behind :func:`checkpoint_picker`, and
-:func:`eaglelab.serving.perf.diagnose` behind :func:`perf_explorer`.
+Each widget's logic lives in plain functions that the notebooks and the tests also call:
+:mod:`eaglelab.workbook.choices` behind :class:`ChoicePanel`, :func:`find_checkpoints` behind the
+pickers, :func:`explorer_numbers` (:func:`eaglelab.serving.perf.diagnose`) behind :func:`perf_explorer`.
 """
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
+
+LABEL_WIDTH = "11em"  # one width for every picker's label, so the boxes line up
+
+
+def _configs(root: Path, max_depth: int):
+    if not root.is_dir():
+        return
+    for cfg in sorted(root.rglob("config.json")):
+        if len(cfg.relative_to(root).parts) > max_depth + 1 or any(p.startswith(".") for p in cfg.parts):
+            continue
+        try:
+            obj = json.loads(cfg.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(obj, dict) and any(cfg.parent.glob("*.safetensors")):
+            yield cfg.parent, obj
 
 
 def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
@@ -20,57 +41,229 @@ def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
     """
     from eaglelab.checkpoints.schema import is_eagle3_config
 
+    return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth) if is_eagle3_config(cfg))
+
+
+def find_targets(root: str | Path, max_depth: int = 4) -> list[str]:
+    """Causal-LM folders under ``root`` (a ``*ForCausalLM`` config plus weights), drafters excluded."""
+    from eaglelab.checkpoints.schema import is_eagle3_config
+
+    return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth)
+                  if not is_eagle3_config(cfg) and any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []))
+
+
+def find_data(root: str | Path, max_depth: int = 3) -> list[str]:
+    """Text and JSONL files under ``root`` (candidates for a notebook's ``DATA``)."""
     root = Path(root)
-    found = []
     if not root.is_dir():
-        return found
-    for cfg in root.rglob("config.json"):
-        if len(cfg.relative_to(root).parts) > max_depth + 1 or any(p.startswith(".") for p in cfg.parts):
-            continue
-        try:
-            obj = json.loads(cfg.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(obj, dict) and is_eagle3_config(obj) and any(cfg.parent.glob("*.safetensors")):
-            found.append(str(cfg.parent))
-    return sorted(found)
+        return []
+    return sorted(str(p) for ext in ("jsonl", "txt") for p in root.rglob(f"*.{ext}")
+                  if len(p.relative_to(root).parts) <= max_depth + 1 and not any(s.startswith(".") for s in p.parts))
 
 
-def checkpoint_picker(root: str | Path, description: str, value: str = ""):
-    """A combobox of the drafters found under ``root`` that also takes a typed path or hub id."""
+_FINDERS = {DRAFTER: find_checkpoints, TARGET: find_targets, DATA: find_data}
+
+
+def checkpoint_picker(root: str | Path, description: str, value: str = "", kind: str = DRAFTER):
+    """A combobox of the checkpoints found under ``root`` that also takes a typed path or hub id.
+
+    The value is sent when the user presses Enter, leaves the box or presses a button, not at every
+    keystroke: a half-typed hub id is never looked up.
+    """
     import ipywidgets as w
 
-    options = find_checkpoints(root)
+    options = _FINDERS[kind](root) if str(root) else []  # no folder given: nothing to list (not the cwd)
     return w.Combobox(value=value or (options[0] if options else ""), options=options, description=description,
-                      placeholder="folder, .safetensors file or hub id", ensure_option=False,
-                      layout=w.Layout(width="95%"), style={"description_width": "initial"})
+                      placeholder="folder, .safetensors file or hub id" if kind != DATA else "a .txt / .jsonl file, or empty",
+                      ensure_option=False, continuous_update=False, layout=w.Layout(width="70%"),
+                      style={"description_width": LABEL_WIDTH})
 
 
-def perf_explorer(render: Callable[[float, float, float], object], baseline_tps: float, cycle_ms: float,
-                  accept_len: float):
-    """Sliders for baseline tok/s, cycle ms and accept length driving ``render(...) -> figure``.
+def check_html(check: Check) -> str:
+    """A check as one coloured line (green: usable, amber: usable but worth a look, red: the problem)."""
+    mark, colour = ("✗", "#cf222e") if not check.ok else ("⚠", "#9a6700") if check.warn else ("✓", "#1a7f37")
+    return f"<span style='color:{colour}'>{mark} {html.escape(check.line)}</span>"
+
+
+def _one_line_error(exc: BaseException) -> str:
+    from eaglelab.errors import EaglelabError
+    from eaglelab.inputs import printable
+
+    if isinstance(exc, EaglelabError):
+        return printable(str(exc))
+    return printable(f"{type(exc).__name__}: {exc}") + " (run the cells below for the full error)"
+
+
+class ChoicePanel:
+    """Pickers for a notebook's checkpoints, checked as they change, and a button that answers in place.
+
+    Each picker lists what was found under the choices' root and takes any typed folder, file or
+    hub id; its line below says what the checkpoint is or what is wrong with it (no traceback). The
+    button records the picks (Run All keeps them, :class:`~eaglelab.workbook.choices.Choices`), writes
+    them into the notebook's variables, and runs ``answer`` with progress shown in the panel.
 
     Args:
-        render: draws a figure (and may print) from the three values.
+        choices: the notebook's slots, parameters and picks.
+        answer: ``answer(values) -> list of displayable objects`` (tables, Markdown): the notebook's
+            answer for the chosen checkpoints, computed by package functions.
+        button: the button's text.
+        namespace: where the picks are written (default: the IPython user namespace, when there is one).
+    """
+
+    def __init__(self, choices: Choices, answer: Callable[[dict[str, str]], Sequence[Any]], button: str = "Recompute",
+                 namespace: dict[str, Any] | None = None):
+        import ipywidgets as w
+
+        self.choices, self.answer = choices, answer
+        self.namespace = namespace if namespace is not None else _user_namespace()
+        self.pickers = {s.name: checkpoint_picker(choices.root, s.label, choices.value(s.name), s.kind)
+                        for s in choices.slots}
+        self.lines = {name: w.HTML(layout=w.Layout(margin=f"0 0 4px {LABEL_WIDTH}")) for name in self.pickers}
+        self.button = w.Button(description=button, button_style="primary", icon="play",
+                               layout=w.Layout(width="auto"))
+        self.status = w.HTML()
+        self.output = w.Output()
+        for p in self.pickers.values():
+            p.observe(self._changed, names="value")
+        self.button.on_click(self._clicked)
+        rows = [r for name in self.pickers for r in (self.pickers[name], self.lines[name])]
+        self.widget = w.VBox([*rows, w.HBox([self.button, self.status]), self.output])
+        self._changed()
+
+    def values(self) -> dict[str, str]:
+        """The pickers' values, by the notebook variable each sets."""
+        return {name: p.value.strip() for name, p in self.pickers.items()}
+
+    def _changed(self, *_) -> dict[str, Check]:
+        checks = self.choices.check(self.values())
+        for name, c in checks.items():
+            self.lines[name].value = check_html(c)
+        ok = all(c.ok for c in checks.values())
+        self.button.disabled = not ok
+        self.status.value = "" if ok else "<i>fix the choices marked ✗ first</i>"
+        return checks
+
+    def _clicked(self, *_) -> None:
+        self.run()
+
+    def run(self) -> bool:
+        """Check, record the picks, and compute the answer into the panel. Returns whether it answered."""
+        from IPython.display import display
+
+        if not all(c.ok for c in self._changed().values()):
+            return False
+        values = self.values()
+        for name, value in values.items():
+            self.choices.pick(name, value)
+            if self.namespace is not None:
+                self.namespace[name] = self.choices.value(name)
+        self.button.disabled = True
+        self.status.value = "<i>computing…</i>"
+        start = time.perf_counter()
+        done = False
+        with self.output:
+            self.output.clear_output()
+            try:
+                for item in self.answer(values):
+                    display(item)
+                done = True
+            except Exception as exc:  # noqa: BLE001 — the widget shows one line; the cells below show the rest
+                self.status.value = check_html(Check(False, _one_line_error(exc)))
+        self.button.disabled = False
+        if done:
+            self.status.value = (f"answered in {time.perf_counter() - start:.1f} s · the cells below read this choice "
+                                 "when run (Run All keeps it)")
+        return done
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _user_namespace() -> dict[str, Any] | None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else None
+
+
+# --------------------------------------------------------------------------- the performance explorer
+
+def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, targets: Sequence[float]) -> dict[str, Any]:
+    """What the explorer prints for a point: tok/s, speedup, break-even τ and the τ each target needs.
+
+    Returns:
+        ``perf.diagnose``'s dict (``effective_tps``, ``speedup``, ``break_even_accept_len``,
+        ``required_accept_len`` {target: τ}, ``verdict``, ...).
+    """
+    from eaglelab.serving import perf
+
+    return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(targets))
+
+
+def explorer_html(numbers: dict[str, Any]) -> str:
+    """The explorer's numbers as one line of HTML."""
+    need = ", ".join(f"{t} tok/s → τ {v:.2f}" for t, v in numbers["required_accept_len"].items())
+    colour = "#1a7f37" if numbers["speedup"] > 1 else "#cf222e"
+    return (f"<b style='color:{colour}'>{numbers['effective_tps']:.1f} tok/s · {numbers['speedup']:.2f}× plain</b>"
+            f" · break-even τ {numbers['break_even_accept_len']:.2f} · needed: {need}")
+
+
+def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, targets: Sequence[float],
+                  accept_grid=None):
+    """Sliders for baseline tok/s, cycle ms and τ; prints the numbers at once, redraws the figure, resets.
+
+    Args:
+        baseline_tps, cycle_ms, accept_len: the measured point (where "reset" returns).
+        targets: throughput targets (tok/s) whose τ the explorer prints.
+        accept_grid: τ values of the figure's curve (default 1..7).
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
+    import numpy as np
     from IPython.display import display
 
-    b = w.FloatSlider(value=baseline_tps, min=5, max=max(400, 2 * baseline_tps), step=1, description="baseline tok/s")
-    c = w.FloatSlider(value=cycle_ms, min=2, max=max(100, 2 * cycle_ms), step=0.5, description="cycle ms")
-    a = w.FloatSlider(value=accept_len, min=1, max=8, step=0.05, description="accept len")
+    from eaglelab.serving import perf
+    from eaglelab.workbook import plots
+
+    grid = np.linspace(1.0, 7.0, 121) if accept_grid is None else accept_grid
+    style = {"description_width": "initial"}
+    b = w.FloatSlider(value=baseline_tps, min=5, max=max(400, 2 * baseline_tps), step=1, description="baseline tok/s",
+                      style=style, continuous_update=False)
+    c = w.FloatSlider(value=cycle_ms, min=2, max=max(100, 2 * cycle_ms), step=0.5, description="cycle ms", style=style,
+                      continuous_update=False)
+    a = w.FloatSlider(value=accept_len, min=1, max=8, step=0.05, description="accept len τ", style=style,
+                      continuous_update=False)
+    reset = w.Button(description="reset to measured", icon="undo", layout=w.Layout(width="auto"))
+    numbers = w.HTML()
     out = w.Output()
 
+    resetting = []
+
     def update(*_):
+        if resetting:
+            return
+        n = explorer_numbers(b.value, c.value, a.value, targets)
+        numbers.value = explorer_html(n)  # first: the numbers do not wait for the figure
+        fig = plots.plot_tps_vs_accept_len(grid, {f"cycle {c.value:g} ms": perf.effective_tps(grid, c.value / 1e3)},
+                                           b.value, points=[(a.value, n["effective_tps"], n["verdict"].split(":")[0])],
+                                           targets=list(targets))
         with out:
             out.clear_output(wait=True)
-            fig = render(b.value, c.value, a.value)
             display(fig)
-            plt.close(fig)
+        plt.close(fig)
+
+    def back(*_):
+        resetting.append(True)  # one redraw for the three values, not three
+        try:
+            b.value, c.value, a.value = baseline_tps, cycle_ms, accept_len
+        finally:
+            resetting.clear()
+        update()
 
     for s in (b, c, a):
-        s.style.description_width = "initial"
         s.observe(update, names="value")
+    reset.on_click(back)
     update()
-    return w.VBox([w.HBox([b, c, a]), out])
+    return w.VBox([w.HBox([b, c, a]), w.HBox([reset, numbers]), out])

@@ -1,0 +1,180 @@
+"""What a notebook reads as its checkpoints: the parameters, the world's defaults, and the user's picks.
+
+A notebook's checkpoints come from its ``parameters`` cell (papermill sets them; None means the
+world's default). A pick in a live picker must survive *Run All*, which re-runs the parameters
+cell: picks are kept per kernel, and a pick wins as long as the parameter still holds the value it
+held when the pick was made. Editing the parameter afterwards means the user chose again, in the
+cell: the parameter wins. Headless runs make no picks, so they read the parameters.
+
+Checks are the package's own metadata checks (:mod:`eaglelab.checkpoints.preflight`), one line
+each, never a traceback. No ipywidgets here: the widgets (:mod:`eaglelab.workbook.widgets`) call
+these functions, and so do the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.inputs import printable
+
+DRAFTER, TARGET, DATA = "drafter", "target", "data"
+
+# (notebook, name) -> (parameter value when picked, picked value): kept for the kernel's life
+_PICKS: dict[tuple[str, str], tuple[Any, str]] = {}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One checkpoint a notebook takes.
+
+    Args:
+        name: the notebook variable it sets (``DRAFTER_A``).
+        label: what the picker says (``drafter A (old)``).
+        kind: ``drafter``, ``target`` or ``data`` (what the check reads).
+        parameter: the parameters cell's value (None: the default).
+        default: the world's checkpoint ("" where there is none: data).
+        fits: the slot whose target this drafter must fit (checked from configs and headers).
+    """
+
+    name: str
+    label: str
+    kind: str
+    parameter: Any
+    default: str
+    fits: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A checked choice: ``ok`` and one printable line saying what it is, or what is wrong.
+
+    ``warn``: usable, but the line says something the user should know (the same checkpoint twice).
+    """
+
+    ok: bool
+    line: str
+    warn: bool = False
+
+
+@dataclass
+class Choices:
+    """The checkpoints of one notebook: parameters, defaults and picks (see the module docstring)."""
+
+    notebook: str
+    slots: list[Slot]
+    root: str = ""  # where the pickers look for checkpoints (the world)
+    picked: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for s in self.slots:
+            pick = _PICKS.get((self.notebook, s.name))
+            if pick is not None and pick[0] == s.parameter:
+                self.picked[s.name] = pick[1]
+
+    def value(self, name: str) -> str:
+        """What the notebook reads for ``name``: the pick, else the parameter, else the default."""
+        slot = self.slot(name)
+        if name in self.picked:
+            return self.picked[name]
+        return str(slot.parameter) if slot.parameter not in (None, "") else slot.default
+
+    def values(self) -> dict[str, str]:
+        """``{name: value}`` for every slot, in order."""
+        return {s.name: self.value(s.name) for s in self.slots}
+
+    def slot(self, name: str) -> Slot:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def pick(self, name: str, value: str) -> None:
+        """Record a pick for the rest of the kernel's life (Run All keeps it)."""
+        value = value.strip()
+        slot = self.slot(name)
+        if value in ("", slot.default) and slot.parameter in (None, ""):
+            self.picked.pop(name, None)  # back to the default: nothing to remember
+            _PICKS.pop((self.notebook, name), None)
+            return
+        self.picked[name] = value
+        _PICKS[(self.notebook, name)] = (slot.parameter, value)
+
+    def check(self, values: dict[str, str] | None = None) -> dict[str, Check]:
+        """Each slot's value checked from metadata (configs, headers), then the pairs, one line each."""
+        values = values or self.values()
+        checks = {s.name: check_source(s.kind, values[s.name], values.get(s.fits) if s.fits else None)
+                  for s in self.slots}
+        for first, second in self._same_pairs(values):  # the same checkpoint twice compares it with itself: say so
+            if checks[second.name].ok:
+                checks[second.name] = Check(True, f"the same checkpoint as {first.label}: this compares it with "
+                                                  f"itself ({checks[second.name].line})", warn=True)
+        return checks
+
+    def same(self, values: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        """Labels of slots of one kind that hold the same checkpoint."""
+        return [(a.label, b.label) for a, b in self._same_pairs(values or self.values())]
+
+    def _same_pairs(self, values: dict[str, str]) -> list[tuple[Slot, Slot]]:
+        return [(t, s) for i, s in enumerate(self.slots) for t in self.slots[:i]
+                if s.kind == t.kind != DATA and same_source(values[s.name], values[t.name])]
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two sources name the same checkpoint (resolved folders, or equal hub ids)."""
+    if not a or not b:
+        return False
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    if pa.exists() and pb.exists():
+        try:
+            return pa.resolve() == pb.resolve()
+        except OSError:
+            return False
+    return a.strip().rstrip("/") == b.strip().rstrip("/")
+
+
+def check_source(kind: str, value: str, target: str | None = None) -> Check:
+    """One choice checked from metadata only (no tensor loaded, no torch).
+
+    Args:
+        kind: ``drafter`` (its config and tensor table; its fit to ``target`` when given),
+            ``target`` (its config and weight headers) or ``data`` (a readable file, or empty).
+        value: a folder, ``.safetensors`` file, index, hub id or (data) a text / JSONL file.
+
+    Returns:
+        a :class:`Check`: what it is, or the typed error's message, as one printable line.
+    """
+    from eaglelab.checkpoints.preflight import check_drafter, check_target
+    from eaglelab.errors import EaglelabError
+
+    value = (value or "").strip()
+    try:
+        if kind == DATA:
+            if not value:
+                return Check(True, "the world's own data")
+            p = Path(value).expanduser()
+            if not p.is_file():
+                return Check(False, f"{value}: no such file")
+            return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")
+        if not value:
+            return Check(False, "empty: pick a checkpoint or type a folder, file or hub id")
+        if kind == TARGET:
+            cfg = check_target(value)
+            arch = (cfg.get("architectures") or ["?"])[0]
+            text = cfg.get("text_config") or cfg
+            return Check(True, f"target {arch}: {text.get('num_hidden_layers', '?')} layers, "
+                               f"hidden {text.get('hidden_size', '?')}, vocab {text.get('vocab_size', '?')}")
+        spec, _ = check_drafter(value, target or None)
+        fit = " · fits the target" if target else ""
+        return Check(True, f"drafter: hidden {spec.hidden_size}, draft vocab {spec.draft_vocab_size}, "
+                           f"reads layers {list(spec.aux_layer_ids or []) or 'the default'}{fit}")
+    except EaglelabError as e:
+        return Check(False, printable(str(e)))
+    except (OSError, ValueError) as e:  # a path the OS refuses (too long, NUL byte): still one line
+        return Check(False, printable(f"{value}: {type(e).__name__}: {e}"))
+
+
+def forget_picks() -> None:
+    """Drop every pick of this kernel (tests; a fresh start without restarting the kernel)."""
+    _PICKS.clear()
