@@ -218,7 +218,7 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "target_tps": PL
 # %%
 from eaglelab.workbook.widgets import perf_explorer
 
-perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS, accept_grid)
+perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS, accept_grid, k=DRAFT_TOKENS)
 
 # %% [markdown]
 # ## Findings

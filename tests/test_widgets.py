@@ -114,12 +114,13 @@ def test_a_failing_answer_is_one_line_in_the_panel(tiny_world):
 
 
 def test_the_explorer_prints_its_numbers_and_resets():
-    box = perf_explorer(82.0, 30.0, 2.0, [100, 150])
+    box = perf_explorer(82.0, 30.0, 2.0, [100, 150], k=3)
     tau, (reset, numbers) = box.children[0].children[2], box.children[1].children
     first = numbers.value
     expected = explorer_numbers(82.0, 30.0, 2.0, [100, 150])
     assert f"{expected['effective_tps']:.1f} tok/s" in first and f"{expected['speedup']:.2f}×" in first
-    assert f"break-even τ {expected['break_even_accept_len']:.2f}" in first and "150 tok/s → τ 4.50" in first
+    assert f"break-even τ {expected['break_even_accept_len']:.2f}" in first
+    assert "100 tok/s → τ 3.00," in first and "150 tok/s → τ 4.50 (beyond k + 1 = 4)" in first
     tau.value = 3.0
     assert "100.0 tok/s · 1.22×" in numbers.value
     reset.click()
@@ -180,3 +181,17 @@ def test_loading_a_target_shows_no_transformers_bar(tiny_world, capfd, monkeypat
         assert hf_logging.is_progress_bar_enabled()  # the user's own setting is left as it was
     finally:
         hf_logging.disable_progress_bar()
+
+
+def test_a_shared_baselines_noise_is_said_once():
+    from eaglelab.model.decoding import timing_warning
+
+    noisy = "machine too noisy to measure: plain decoding took 1-3 ms per token"
+    bound = "speedup 4.64x is more than τ 3.23 allows"
+    measured = {"plugged in": {"timing_ok": False, "timing_note": f"{noisy}; {bound}"},
+                "warm start": {"timing_ok": False, "timing_note": noisy}, "scratch": {"timing_ok": True, "timing_note": "ok"}}
+    assert timing_warning({"x": {"timing_ok": True, "timing_note": "ok"}}) == ""
+    text = timing_warning(measured)
+    assert text.count("machine too noisy") == 1 and f"plugged in: {bound}" in text
+    both = {n: {"timing_ok": False, "timing_note": noisy} for n in ("a", "b")}
+    assert timing_warning(both) == f"; **these timings are not to be trusted**: {noisy}"

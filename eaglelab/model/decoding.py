@@ -336,6 +336,16 @@ def timing_trust(step_s: list[float], pair_speedups: list[float], accept_len: fl
 
 
 def timing_warning(measured: dict[str, dict]) -> str:
-    """For a findings line: "" when every measurement's timing was trusted, else a warning naming each."""
-    bad = {name: m["timing_note"] for name, m in measured.items() if not m.get("timing_ok", True)}
-    return "; **these timings are not to be trusted**: " + "; ".join(f"{n}: {note}" for n, note in bad.items()) if bad else ""
+    """For a findings line: "" when every measurement's timing was trusted, else what was seen, once per finding.
+
+    Drafters measured against one shared baseline share its noise: that is said once, not per drafter.
+    """
+    notes: dict[str, list[str]] = {}
+    for name, m in measured.items():
+        if not m.get("timing_ok", True):
+            for note in m["timing_note"].split("; "):
+                notes.setdefault(note, []).append(name)
+    if not notes:
+        return ""
+    said = [note if len(names) == len(measured) else f"{', '.join(names)}: {note}" for note, names in notes.items()]
+    return "; **these timings are not to be trusted**: " + "; ".join(said)

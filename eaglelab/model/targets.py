@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,9 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
         raise SourceError(src, f"cannot load target model: {str(exc).splitlines()[0]}") from None
     finally:
         if bars:
-            hf_logging.enable_progress_bar()
+            with warnings.catch_warnings():  # huggingface_hub warns when its own variable keeps its bars off
+                warnings.simplefilter("ignore")
+                hf_logging.enable_progress_bar()
     if not device_map:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:

@@ -202,22 +202,24 @@ def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, ta
     return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(targets))
 
 
-def explorer_html(numbers: dict[str, Any]) -> str:
-    """The explorer's numbers as one line of HTML."""
-    need = ", ".join(f"{t} tok/s → τ {v:.2f}" for t, v in numbers["required_accept_len"].items())
+def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:
+    """The explorer's numbers as one line of HTML; with ``k``, a τ above k + 1 (no chain of k drafts gives it) is marked."""
+    need = ", ".join(f"{t} tok/s → τ {v:.2f}" + (f" (beyond k + 1 = {k + 1})" if k is not None and v > k + 1 else "")
+                     for t, v in numbers["required_accept_len"].items())
     colour = "#1a7f37" if numbers["speedup"] > 1 else "#cf222e"
     return (f"<b style='color:{colour}'>{numbers['effective_tps']:.1f} tok/s · {numbers['speedup']:.2f}× plain</b>"
             f" · break-even τ {numbers['break_even_accept_len']:.2f} · needed: {need}")
 
 
 def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, targets: Sequence[float],
-                  accept_grid=None):
+                  accept_grid=None, k: int | None = None):
     """Sliders for baseline tok/s, cycle ms and τ; prints the numbers at once, redraws the figure, resets.
 
     Args:
         baseline_tps, cycle_ms, accept_len: the measured point (where "reset" returns).
         targets: throughput targets (tok/s) whose τ the explorer prints.
         accept_grid: τ values of the figure's curve (default 1..7).
+        k: drafts per cycle: a needed τ above k + 1 is marked unreachable.
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
@@ -245,7 +247,7 @@ def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, targe
         if resetting:
             return
         n = explorer_numbers(b.value, c.value, a.value, targets)
-        numbers.value = explorer_html(n)  # first: the numbers do not wait for the figure
+        numbers.value = explorer_html(n, k)  # first: the numbers do not wait for the figure
         fig = plots.plot_tps_vs_accept_len(grid, {f"cycle {c.value:g} ms": perf.effective_tps(grid, c.value / 1e3)},
                                            b.value, points=[(a.value, n["effective_tps"], n["verdict"].split(":")[0])],
                                            targets=list(targets))
