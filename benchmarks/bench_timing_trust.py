@@ -3,9 +3,10 @@
 Measures speculative vs plain decoding on an offline world (drafter-a on target A) first on the
 machine as it is, then while ``--hogs`` other processes spin on the CPU (what a shared CI runner
 or a notebook next to a training job looks like), and prints for each: the speedup, plain
-decoding's per-token time (min / median / max over the interleaved runs), the bound τ and the
-verify cost allow, and the check's verdict (:func:`eaglelab.model.decoding.timing_trust`); then the
-loaded speedup over the quiet one.
+decoding's per-token time and the verify's cost in plain steps (min / median / max over the
+interleaved runs; the check reads the second), the bound τ and the verify cost allow, and the
+check's verdict (:func:`eaglelab.model.decoding.timing_trust`); then the loaded speedup over the
+quiet one.
 
     python benchmarks/bench_timing_trust.py [--world tiny|demo] [--prompts 8] [--tokens 48] [--hogs 3]
 """
@@ -32,10 +33,11 @@ def _measure(target, drafter, prompts, tokens: int, k: int) -> dict:
 
 def _line(label: str, m: dict) -> str:
     t = m["timing"]
-    step = t["greedy_step_ms"]
+    step, ratio = t["greedy_step_ms"], t["verify_steps"]
     return (f"{label:<8} τ {m['accept_len']:.2f}  speedup {m['speedup']:.2f}x (per-run {t['speedup_range'][0]:.2f}-"
-            f"{t['speedup_range'][2]:.2f})  plain step {step[0]:.2f}/{step[1]:.2f}/{step[2]:.2f} ms (noise "
-            f"{t['noise']:.0%})  bound {t['speedup_bound']:.2f}x  -> {'trusted' if t['ok'] else 'NOT trusted: ' + t['note']}")
+            f"{t['speedup_range'][2]:.2f})  plain step {step[0]:.2f}/{step[1]:.2f}/{step[2]:.2f} ms  verify in plain "
+            f"steps {ratio[0]:.2f}/{ratio[1]:.2f}/{ratio[2]:.2f} (noise {t['noise']:.0%})  bound {t['speedup_bound']:.2f}x"
+            f"  -> {'trusted' if t['ok'] else 'NOT trusted: ' + t['note']}")
 
 
 def main() -> None:

@@ -98,8 +98,9 @@ def cmd_speculate(args) -> int:
         "cycle_split_s": spec.time_split(),
     }
     split = spec.time_split()  # one run each: the bound on the speedup, not the spread, is what can be checked
-    result["timing"] = timing_trust([1.0 / greedy.tokens_per_s], [result["speedup"]], spec.accept_len, result["speedup"],
-                                    1.0 / greedy.tokens_per_s, split["verify_s"], sum(split.values()))
+    result["timing"] = timing_trust([1.0 / greedy.tokens_per_s], [split["verify_s"] * greedy.tokens_per_s],
+                                    [result["speedup"]], spec.accept_len, result["speedup"], 1.0 / greedy.tokens_per_s,
+                                    split["verify_s"], sum(split.values()))
     if args.json:
         print_json(result)
     else:

@@ -202,7 +202,7 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
     return DecodeResult(tokens, time.perf_counter() - t1, prefill, cycles, k)
 
 
-NOISE_LIMIT = 0.30  # plain decoding's per-token time may vary this much (relative range) across runs and still be trusted
+NOISE_LIMIT = 0.30  # how much (relative range) step time and verify cost may vary across runs and still be trusted
 BOUND_SLACK = 0.10  # a measured speedup may exceed what τ and the verify cost allow by this much (timer noise)
 
 
@@ -279,9 +279,10 @@ def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: 
     cycle_s = sum(split.values())
     predicted = tau / cycle_s if cycle_s > 0 else float("nan")
     merged = DecodeResult([], 0.0, 0.0, cycles, k)
-    step_s = [r.seconds / (len(r.tokens) - 1) for r in greedy_runs if len(r.tokens) > 1]
-    pair_speedups = [_tps([s]) / _tps([g]) for g, s in zip(greedy_runs, spec_runs) if len(g.tokens) > 1 and len(s.tokens) > 1]
-    timing = timing_trust(step_s, pair_speedups, tau, spec_tps / greedy_tps, 1.0 / greedy_tps, split["verify_s"], cycle_s)
+    pairs = [(g, s) for g, s in zip(greedy_runs, spec_runs) if len(g.tokens) > 1 and s.cycles]
+    timing = timing_trust([1.0 / _tps([g]) for g, _ in pairs], [s.time_split()["verify_s"] * _tps([g]) for g, s in pairs],
+                          [_tps([s]) / _tps([g]) for g, s in pairs], tau, spec_tps / greedy_tps, 1.0 / greedy_tps,
+                          split["verify_s"], cycle_s)
     return {
         "k": k, "prompts": n_prompts, "runs": len(spec_runs), "cycles": len(cycles), "accept_len": tau,
         "tokens_per_s": spec_tps, "greedy_tokens_per_s": greedy_tps, "speedup": spec_tps / greedy_tps,
@@ -294,44 +295,54 @@ def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: 
     }
 
 
-def timing_trust(step_s: list[float], pair_speedups: list[float], accept_len: float, speedup: float,
-                 greedy_step_s: float, verify_s: float, cycle_s: float, noise_limit: float = NOISE_LIMIT,
-                 slack: float = BOUND_SLACK) -> dict:
+def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: list[float], accept_len: float,
+                 speedup: float, greedy_step_s: float, verify_s: float, cycle_s: float,
+                 noise_limit: float = NOISE_LIMIT, slack: float = BOUND_SLACK) -> dict:
     """Whether a measured speedup deserves trust: a quiet machine, and within what τ and the verify cost allow.
 
-    A speculative cycle lasts at least its verify, so tok/s cannot exceed τ / verify time, and the
-    speedup over plain decoding cannot exceed ``τ × step / verify`` (step: plain decoding's time
-    per token). A measurement above that bound, or plain decoding whose per-token time varied by more
-    than ``noise_limit`` across interleaved runs, was disturbed by something else on the machine.
+    *Quiet*: a machine whose load changes from run to run moves two things that a quiet one keeps
+    nearly fixed: plain decoding's time per token, and the verify's cost in plain decoding steps
+    read off each interleaved pair of runs (plain, then speculative, on one prompt). The first also
+    moves with the prompt's length, the second does not (both forwards see the same context) but is
+    the ratio of two timings, so it jitters more on a model of a few milliseconds per token. The
+    machine is called too noisy when both vary by more than ``noise_limit`` (relative range).
+    *Possible*: a speculative cycle lasts at least its verify, so the speedup over plain decoding
+    cannot exceed ``τ × step / verify``.
 
     Args:
         step_s: plain decoding's seconds per token, one per run.
-        pair_speedups: speculative over plain tok/s, one per interleaved pair of runs.
+        verify_steps: mean verify time over plain decoding's step time, one per interleaved pair.
+        pair_speedups: speculative over plain tok/s, one per interleaved pair.
         accept_len, speedup: the measured τ and the overall speedup.
         greedy_step_s, verify_s, cycle_s: plain decoding's mean step, the mean verify and cycle.
 
     Returns:
-        ``ok``, ``note`` ("ok" or what was seen, one line), ``greedy_step_ms`` and ``speedup_range``
-        ([min, median, max]), ``noise`` (relative range of the step times), ``speedup_bound``,
-        ``predicted_speedup`` (τ × step / cycle).
+        ``ok``, ``note`` ("ok" or what was seen, one line), ``greedy_step_ms``, ``verify_steps`` and
+        ``speedup_range`` ([min, median, max]), ``noise`` (the smaller relative range of the two),
+        ``speedup_bound``, ``predicted_speedup`` (τ × step / cycle).
     """
     import statistics
 
     def spread(xs: list[float], scale: float = 1.0) -> list[float]:
         return [min(xs) * scale, statistics.median(xs) * scale, max(xs) * scale] if xs else [float("nan")] * 3
 
-    steps_ms = spread(step_s, 1e3)
-    noise = (steps_ms[2] - steps_ms[0]) / steps_ms[1] if len(step_s) > 1 and steps_ms[1] > 0 else 0.0
+    def rel_range(xs: list[float]) -> float:
+        lo, mid, hi = spread(xs)
+        return (hi - lo) / mid if len(xs) > 1 and mid > 0 else 0.0
+
+    steps_ms, ratios = spread(step_s, 1e3), spread(verify_steps)
+    noise = min(rel_range(step_s), rel_range(verify_steps))  # both views must agree
     bound = accept_len * greedy_step_s / verify_s if verify_s > 0 else float("inf")
     problems = []
     if noise > noise_limit:
-        problems.append(f"machine too noisy to measure: plain decoding took {steps_ms[0]:.2f}-{steps_ms[2]:.2f} ms per "
-                        f"token (median {steps_ms[1]:.2f}) across {len(step_s)} interleaved runs")
+        problems.append(f"machine too noisy to measure: across {len(verify_steps)} interleaved runs plain decoding took "
+                        f"{steps_ms[0]:.2f}-{steps_ms[2]:.2f} ms per token and a verify cost {ratios[0]:.2f}-{ratios[2]:.2f} "
+                        "plain steps (a quiet machine keeps both nearly fixed)")
     if speedup > bound * (1 + slack):
         problems.append(f"speedup {speedup:.2f}x is more than τ {accept_len:.2f} and the measured verify cost "
                         f"({verify_s / greedy_step_s:.2f} plain steps) allow ({bound:.2f}x): the timing was disturbed")
     return {"ok": not problems, "note": "; ".join(problems) or "ok", "greedy_step_ms": steps_ms,
-            "speedup_range": spread(pair_speedups), "noise": noise, "speedup_bound": bound,
+            "verify_steps": ratios, "speedup_range": spread(pair_speedups), "noise": noise, "speedup_bound": bound,
             "predicted_speedup": accept_len * greedy_step_s / cycle_s if cycle_s > 0 else float("nan")}
 
 
