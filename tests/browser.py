@@ -50,7 +50,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -560,6 +560,15 @@ def _has_class(name: str) -> str:
     return f"contains(concat(' ', normalize-space(@class), ' '), ' {name} ')"
 
 
+def _visible(loc: Any, timeout_s: float, problem: Callable[[], str]) -> Any:
+    """``loc`` once visible; else an AssertionError with ``problem()`` (what the page showed instead)."""
+    try:
+        loc.wait_for(state="visible", timeout=timeout_s * 1000)
+    except Exception as e:
+        raise AssertionError(problem()) from e
+    return loc
+
+
 def widget(page: Any, label: str, index: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """The ipywidgets widget whose description label reads ``label`` (whitespace-normalised, exact).
 
@@ -579,13 +588,9 @@ def widget(page: Any, label: str, index: int = 0, timeout_s: float = DEFAULT_TIM
     xpath = (f"//*[{_has_class('jupyter-widgets')}]"
              f"[./label[{_has_class('widget-label')} and normalize-space(.)={lit}]"
              f" or ./label/span[normalize-space(.)={lit}]]")  # Checkbox: <label><input><span>description</span></label>
-    loc = page.locator(f"xpath={xpath}").nth(index)
-    try:
-        loc.wait_for(state="visible", timeout=timeout_s * 1000)
-    except Exception as e:
-        raise AssertionError(f"no widget labelled {label!r} (#{index}) within {timeout_s:.0f} s; "
-                             f"labels shown: {widget_labels(page)}") from e
-    return loc
+    return _visible(page.locator(f"xpath={xpath}").nth(index), timeout_s,
+                    lambda: f"no widget labelled {label!r} (#{index}) within {timeout_s:.0f} s; "
+                            f"labels shown: {widget_labels(page)}")
 
 
 def widget_labels(page: Any) -> list[str]:
@@ -696,11 +701,9 @@ def click_button(page: Any, text: str, index: int = 0, timeout_s: float = DEFAUL
     """Click the Button widget whose text reads ``text`` (whitespace-normalised, exact)."""
     pattern = re.compile(r"^\s*" + r"\s+".join(map(re.escape, text.split())) + r"\s*$")
     button = page.locator("button.jupyter-button").filter(has_text=pattern).nth(index)
-    try:
-        button.wait_for(state="visible", timeout=timeout_s * 1000)
-    except Exception as e:
-        shown = [" ".join(t.split()) for t in page.locator("button.jupyter-button").all_inner_texts()]
-        raise AssertionError(f"no button {text!r} (#{index}) within {timeout_s:.0f} s; buttons shown: {shown}") from e
+    shown = page.locator("button.jupyter-button")
+    _visible(button, timeout_s, lambda: f"no button {text!r} (#{index}) within {timeout_s:.0f} s; buttons shown: "
+                                        f"{[' '.join(t.split()) for t in shown.all_inner_texts()]}")
     button.click()
 
 
@@ -747,10 +750,5 @@ def wait_for_widget_text(page: Any, expected: str | re.Pattern, timeout_s: float
     Raises:
         AssertionError: none showed it in time (with the texts that were shown).
     """
-    loc = page.locator(TEXT_WIDGETS).filter(has_text=expected).first
-    try:
-        loc.wait_for(state="visible", timeout=timeout_s * 1000)
-    except Exception as e:
-        raise AssertionError(f"no widget showed {expected!r} within {timeout_s:.0f} s; "
-                             f"widget texts: {widget_texts(page)}") from e
-    return loc
+    return _visible(page.locator(TEXT_WIDGETS).filter(has_text=expected).first, timeout_s,
+                    lambda: f"no widget showed {expected!r} within {timeout_s:.0f} s; widget texts: {widget_texts(page)}")

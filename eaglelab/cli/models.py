@@ -70,7 +70,7 @@ def cmd_drafter_export(args) -> int:
 def cmd_speculate(args) -> int:
     from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.errors import SourceError
-    from eaglelab.model.decoding import greedy_decode, speculative_decode, timing_trust
+    from eaglelab.model.decoding import greedy_decode, speculative_decode, timing_of
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import Target, load_target
 
@@ -97,10 +97,7 @@ def cmd_speculate(args) -> int:
         "position_acceptance": spec.position_acceptance(),
         "cycle_split_s": spec.time_split(),
     }
-    split = spec.time_split()  # one run each: the bound on the speedup, not the spread, is what can be checked
-    result["timing"] = timing_trust([1.0 / greedy.tokens_per_s], [split["verify_s"] * greedy.tokens_per_s],
-                                    [result["speedup"]], spec.accept_len, result["speedup"], 1.0 / greedy.tokens_per_s,
-                                    split["verify_s"], sum(split.values()))
+    result["timing"] = timing_of([greedy], [spec])  # one run each: the bound on the speedup is what can be checked
     if args.json:
         print_json(result)
     else:

@@ -224,8 +224,8 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
 
     For every repeat and prompt, plain decoding runs first and then each drafter in turn, so drifts
     of a shared machine hit all alike and every drafter's speedup is against the same baseline.
-    Each (repeat, prompt) pair is one timing sample: how much plain decoding's per-token time varies
-    across them says whether the machine was quiet enough to measure (:func:`timing_trust`).
+    Each (repeat, prompt) pair is one timing sample: how much they vary says whether the machine
+    was quiet enough to measure (:func:`timing_trust`).
 
     Args:
         drafters: ``{name: drafter}``; the result has the same keys.
@@ -279,10 +279,7 @@ def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: 
     cycle_s = sum(split.values())
     predicted = tau / cycle_s if cycle_s > 0 else float("nan")
     merged = DecodeResult([], 0.0, 0.0, cycles, k)
-    pairs = [(g, s) for g, s in zip(greedy_runs, spec_runs) if len(g.tokens) > 1 and s.cycles]
-    timing = timing_trust([1.0 / _tps([g]) for g, _ in pairs], [s.time_split()["verify_s"] * _tps([g]) for g, s in pairs],
-                          [_tps([s]) / _tps([g]) for g, s in pairs], tau, spec_tps / greedy_tps, 1.0 / greedy_tps,
-                          split["verify_s"], cycle_s)
+    timing = timing_of(greedy_runs, spec_runs)
     return {
         "k": k, "prompts": n_prompts, "runs": len(spec_runs), "cycles": len(cycles), "accept_len": tau,
         "tokens_per_s": spec_tps, "greedy_tokens_per_s": greedy_tps, "speedup": spec_tps / greedy_tps,
@@ -293,6 +290,18 @@ def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: 
         "cpu_kernels": cpu_kernels, "timing": timing, "timing_ok": timing["ok"], "timing_note": timing["note"],
         **({"outputs": [r.tokens for r in greedy_runs[:n_prompts]]} if keep_outputs else {}),
     }
+
+
+def timing_of(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult]) -> dict:
+    """:func:`timing_trust` of interleaved runs: ``greedy_runs[i]`` and ``spec_runs[i]`` decoded the same prompt."""
+    pairs = [(g, s) for g, s in zip(greedy_runs, spec_runs) if len(g.tokens) > 1 and s.cycles]
+    cycles = [c for r in spec_runs for c in r.cycles]
+    merged = DecodeResult([], 0.0, 0.0, cycles)
+    split, tau = merged.time_split(), merged.accept_len
+    spec_tps, greedy_tps = _tps(spec_runs), _tps(greedy_runs)
+    return timing_trust([1.0 / _tps([g]) for g, _ in pairs], [s.time_split()["verify_s"] * _tps([g]) for g, s in pairs],
+                        [_tps([s]) / _tps([g]) for g, s in pairs], tau, spec_tps / greedy_tps, 1.0 / greedy_tps,
+                        split["verify_s"], sum(split.values()))
 
 
 def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: list[float], accept_len: float,

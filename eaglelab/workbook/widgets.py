@@ -19,12 +19,18 @@ from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
 LABEL_WIDTH = "11em"  # one width for every picker's label, so the boxes line up
 
 
-def _configs(root: Path, max_depth: int):
+def _files(root: Path, pattern: str, max_depth: int):
+    """Files matching ``pattern`` under ``root``, at most ``max_depth`` folders down, hidden folders skipped."""
     if not root.is_dir():
         return
-    for cfg in sorted(root.rglob("config.json")):
-        if len(cfg.relative_to(root).parts) > max_depth + 1 or any(p.startswith(".") for p in cfg.parts):
-            continue
+    for p in sorted(root.rglob(pattern)):
+        if len(p.relative_to(root).parts) <= max_depth + 1 and not any(s.startswith(".") for s in p.parts):
+            yield p
+
+
+def _configs(root: Path, max_depth: int):
+    """``(folder, config)`` for every readable config.json under ``root`` that has safetensors beside it."""
+    for cfg in _files(root, "config.json", max_depth):
         try:
             obj = json.loads(cfg.read_text())
         except (OSError, ValueError):
@@ -54,11 +60,7 @@ def find_targets(root: str | Path, max_depth: int = 4) -> list[str]:
 
 def find_data(root: str | Path, max_depth: int = 3) -> list[str]:
     """Text and JSONL files under ``root`` (candidates for a notebook's ``DATA``)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(str(p) for ext in ("jsonl", "txt") for p in root.rglob(f"*.{ext}")
-                  if len(p.relative_to(root).parts) <= max_depth + 1 and not any(s.startswith(".") for s in p.parts))
+    return sorted(str(p) for ext in ("jsonl", "txt") for p in _files(Path(root), f"*.{ext}", max_depth))
 
 
 _FINDERS = {DRAFTER: find_checkpoints, TARGET: find_targets, DATA: find_data}
