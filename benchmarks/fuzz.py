@@ -1,8 +1,10 @@
-"""Hostile inputs to the metadata commands at scale (issue #13): what each category of input gets back.
+"""Hostile inputs at scale (issues #13 and #31): what each category of input gets back.
 
-Draws cases from the strategies of ``tests/fuzzing.py`` (safetensors headers, config.json fields, shard
-indexes, server logs, command-line numbers, special files), runs each through ``eaglelab.cli.main`` in this
-process under a time cap, and prints a table of categories x outcomes:
+Draws cases from the strategies of ``tests/fuzzing.py`` (the readers: safetensors headers, config.json fields,
+shard indexes, server logs, command-line numbers, special files) and ``tests/fuzzing_write.py`` (the write side
+and what is read back: ``-p`` values, ``--out`` targets, names in generated recipes, findings and run files, the
+vLLM worker's answers, a misbehaving hub, the pickers' folder trees), runs each in this process under a time cap,
+and prints a table of categories x outcomes:
 
 - ``ok``: exit 0, valid output (``--json``: strict JSON); ``error``: exit 2, one line ``eaglelab <cmd>: error: ...``;
 - failures: ``traceback`` (an exception escaped), ``hang`` (over the time cap), ``bad-output`` (non-strict JSON,
@@ -39,6 +41,12 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests import fuzzing as fz  # noqa: E402
+from tests import fuzzing_write as fw  # noqa: E402
+
+#: Every category: the readers', then the write side's (each with its own time cap where it needs one).
+ALL_CATEGORIES = fz.CATEGORIES + fw.CATEGORIES
+#: Seconds per case where a category needs more than the default cap (a hub case waits out its 1 s deadline).
+CAPS = {"hub": 4.0, "picker": 20.0}
 
 
 class Tally:
@@ -71,7 +79,16 @@ def run_category(cat: str, n: int, seed: int | None, root: Path, cap: float, tal
     if n <= 0:
         return 0
     before = tally.total(cat)
-    strategy = fz.STRATEGIES[cat](root)
+    if cat == "hub":
+        with fw.hub_for_fuzzing(root, deadline_s=1.0) as hub:
+            return _run_strategy(cat, fw.hub_cases(root, hub), n, seed, CAPS[cat], tally, keep)
+    strategy = fz.STRATEGIES[cat](root) if cat in fz.STRATEGIES else fw.STRATEGIES[cat](root)
+    return _run_strategy(cat, strategy, n, seed, max(cap, CAPS.get(cat, 0.0)), tally, keep, before)
+
+
+def _run_strategy(cat: str, strategy, n: int, seed: int | None, cap: float, tally: Tally, keep: int,
+                  before: int | None = None) -> int:
+    before = tally.total(cat) if before is None else before
 
     @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate], derandomize=seed is None,
               suppress_health_check=list(HealthCheck))
@@ -123,10 +140,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, help="hypothesis seed (default: derandomized, the same cases every run)")
     ap.add_argument("--time-cap", type=float, default=2.0, help="seconds per case before it counts as a hang (default 2)")
     ap.add_argument("--examples", type=int, default=3, help="failing examples shown per category (default 3)")
-    ap.add_argument("--only", nargs="+", choices=fz.CATEGORIES, help="categories to run (default all)")
+    ap.add_argument("--only", nargs="+", choices=ALL_CATEGORIES, help="categories to run (default all)")
     args = ap.parse_args()
 
-    cats = list(args.only or fz.CATEGORIES)
+    cats = list(args.only or ALL_CATEGORIES)
     tally = Tally()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="eaglelab-fuzz-") as tmp:
@@ -144,13 +161,14 @@ def main() -> int:
 
     import safetensors
 
-    print(f"eaglelab metadata commands under hostile inputs: {sum(tally.total(c) for c in cats)} cases in "
+    print(f"eaglelab under hostile inputs: {sum(tally.total(c) for c in cats)} cases in "
           f"{elapsed:.0f} s (time cap {args.time_cap:g} s per case, seed "
           f"{'derandomized' if args.seed is None else args.seed}, safetensors {safetensors.__version__})\n")
     print(table(tally, cats))
     failed = sum(sum(tally.counts[c][k] for k in fz.FAILURES) for c in cats)
     if not failed:
-        print("\nno traceback, hang, bad output, garbage or refusal")
+        print("\nno traceback, hang, bad output, garbage (an invalid input accepted, a user's file changed, a word "
+              "changed on its way to an engine, code run) or refusal")
         return 0
     print(f"\nfailure signatures ({len(tally.signatures)} distinct; count by category; one example each):")
     ranked = sorted(tally.signatures.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))

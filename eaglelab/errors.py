@@ -65,3 +65,7 @@ class NotebookError(EaglelabError):
 
 class OverwriteError(EaglelabError):
     """A write would replace something the user made, without being asked to."""
+
+
+class OutputError(EaglelabError):
+    """A write failed: a read-only place, a path under a file, no space left, a name the file system refuses."""

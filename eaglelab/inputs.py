@@ -215,8 +215,13 @@ def json_depth(obj: Any) -> int:
     return depth
 
 
-def loads_json(data: bytes | str, where: str, error: type[EaglelabError], max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads_json(data: bytes | str, where: str, error: type[EaglelabError], max_depth: int = MAX_JSON_DEPTH,
+               allow_nan: bool = False) -> Any:
     """Strict JSON: UTF-8, finite numbers, integers of at most 40 digits, nesting at most ``max_depth``.
+
+    ``allow_nan``: also take ``NaN`` / ``Infinity``, as Python's json writes them: only for a cache of
+    eaglelab's own whose records hold "no value reached" as NaN (the drift sweep's), never for a
+    file a user or another program hands in.
 
     Raises:
         error: naming ``where`` and the problem (never the document's bytes beyond the parser's
@@ -224,7 +229,8 @@ def loads_json(data: bytes | str, where: str, error: type[EaglelabError], max_de
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        obj = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float)
+        obj = json.loads(text, parse_constant=float if allow_nan else _reject_constant, parse_int=_parse_int,
+                         parse_float=float if allow_nan else _parse_float)
     except UnicodeDecodeError as exc:
         raise error(where, f"not valid UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -238,14 +244,15 @@ def loads_json(data: bytes | str, where: str, error: type[EaglelabError], max_de
     return obj
 
 
-def read_json_object(path: str | Path, error: type[EaglelabError], limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
+def read_json_object(path: str | Path, error: type[EaglelabError], limit: int = MAX_JSON_BYTES,
+                     allow_nan: bool = False) -> dict[str, Any]:
     """A JSON object from a regular file (configs, shard indexes, calibration files).
 
     Raises:
         error: the file cannot be read, is over ``limit`` bytes, is not strict JSON, or is not an object.
     """
     where = printable(str(path))
-    obj = loads_json(read_bytes(path, error, limit, "JSON file"), where, error)
+    obj = loads_json(read_bytes(path, error, limit, "JSON file"), where, error, allow_nan=allow_nan)
     if not isinstance(obj, dict):
         raise error(where, f"expected a JSON object, found {json_type(obj)}")
     return obj

@@ -340,6 +340,8 @@ class Case:
         fair_refusal: for ``valid``: whether an exit 2 is nevertheless fair.
         note: how the oracle was decided (for reports).
         kind: a short, groupable tag of what was done (``trailing``, ``specforge aux_ids``); default the label.
+        main: the entry point to run ``argv`` with (default :func:`eaglelab.cli.main`): function-level
+            categories of :mod:`tests.fuzzing_write` pass one that prints errors as the command line does.
     """
 
     category: str
@@ -353,6 +355,7 @@ class Case:
     fair_refusal: Callable[[Outcome], bool] | None = None
     note: str = ""
     kind: str = ""
+    main: Callable[[list[str]], int] | None = None
 
     @property
     def tag(self) -> str:
@@ -391,7 +394,7 @@ def judge(case: Case, outcome: Outcome) -> Outcome:
 
 def check(case: Case, time_cap_s: float = TIME_CAP_S) -> Outcome:
     """Run a case and judge it."""
-    return judge(case, run_cli(case.argv, time_cap_s=time_cap_s))
+    return judge(case, run_cli(case.argv, time_cap_s=time_cap_s, main=case.main))
 
 
 def describe(case: Case, outcome: Outcome) -> str:

@@ -110,8 +110,28 @@ class RequestRecord:
         return self.header_bytes + self.body_bytes
 
 
-#: A fault answer: (status, headers, body).
-Fault = tuple[int, dict[str, str], bytes]
+#: A fault answer: (status, headers, body). A body that is not bytes is an iterable of chunks, each
+#: written and flushed as it comes (a trickle, a body larger than memory); its headers then say the
+#: ``Content-Length`` (or leave it out), true or not.
+Fault = tuple[int, dict[str, str], Any]
+
+
+def trickle(data: bytes, every_s: float):
+    """A fault body sent one byte every ``every_s`` seconds (each read answers within any socket timeout)."""
+    import time
+
+    for i in range(len(data)):
+        time.sleep(every_s)
+        yield data[i:i + 1]
+
+
+def zeros(total: int, chunk: int = 1 << 20):
+    """A fault body of ``total`` bytes generated on the fly (a 1 GiB config.json without a 1 GiB file)."""
+    sent = 0
+    while sent < total:
+        n = min(chunk, total - sent)
+        yield b" " * n
+        sent += n
 
 
 class HubServer:
@@ -368,7 +388,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if hub.fault is not None and (answer := hub.fault(rec)) is not None:
             status, headers, body = answer
-            self._send(rec, status, headers, body, head)
+            if isinstance(body, (bytes, bytearray)):
+                self._send(rec, status, headers, body, head)
+            else:
+                self._stream(rec, status, headers, body, head)
             return
         if self.command == "POST":
             self._send_json(rec, 405, {"error": "this test hub answers GET and HEAD only"}, head)
@@ -488,6 +511,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._start(rec, status, {**headers, "Content-Length": str(len(body))})
         if not head and body:
             self.wfile.write(body)
+        self._finish(rec)
+
+    def _stream(self, rec, status: int, headers: dict[str, str], chunks, head: bool) -> None:
+        """Send a fault body chunk by chunk, flushed, until the client hangs up."""
+        self.close_connection = True
+        self._start(rec, status, headers)
+        if not head:
+            for block in chunks:
+                try:
+                    self.wfile.write(block)
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    break
         self._finish(rec)
 
     def _send_file(self, rec, path: Path, head: bool, headers: dict[str, str]) -> None:

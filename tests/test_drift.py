@@ -15,6 +15,7 @@ from eaglelab.cli import main
 from eaglelab.drift import engine_files as ef
 from eaglelab.drift import families as fam
 from eaglelab.drift import predictors as pr
+from eaglelab.errors import ParameterError
 
 # --------------------------------------------------------------------------- families
 
@@ -272,7 +273,7 @@ def test_prediction_band_brackets_the_estimate():
     assert p.low <= p.tau <= p.high and p.measures["agreement"] == pytest.approx(0.8375)
     wider = pr.predict_plugin([[0.7, 0.5, 0.3], [0.72, 0.52, 0.33]], cmp_, "agreement", calibration_error=0.1)
     assert wider.low < p.low and wider.high > p.high
-    with pytest.raises(ValueError):
+    with pytest.raises(ParameterError, match="engine logprobs"):
         pr.predict_plugin([[0.7]], cmp_, "conditional")
 
 

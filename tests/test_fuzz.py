@@ -144,6 +144,38 @@ def test_fuzz_special(tmp_path, data):
     assert outcome.acceptable, fz.describe(case, outcome)
 
 
+# --------------------------------------------------------------------------- the write side and files read back (#31)
+
+
+@pytest.mark.parametrize("category, examples", [("param", 60), ("out", 60), ("recipe", 60), ("readback", 60),
+                                                ("worker", 80), ("picker", 25)])
+def test_fuzz_write_side(tmp_path, category, examples):
+    from tests import fuzzing_write as fw
+
+    strategy = fw.STRATEGIES[category](tmp_path)
+
+    @settings(max_examples=examples, **FUZZ)
+    @given(data=st.data())
+    def body(data):
+        case = data.draw(strategy, label="case")
+        outcome = fz.check(case, 20 if category == "picker" else fz.TIME_CAP_S)
+        assert outcome.acceptable, fz.describe(case, outcome)
+
+    body()
+
+
+def test_fuzz_hub(tmp_path):
+    """Every way the hub misbehaves here (trickle, huge or lying bodies, garbage, errors): one line within the deadline."""
+    from tests import fuzzing_write as fw
+
+    with fw.hub_for_fuzzing(tmp_path, deadline_s=1.0) as hub:
+        for kind in fw.HUB_FAULTS:
+            case = fw.hub_case(tmp_path, hub, kind)
+            outcome = fz.check(case, 3.0)
+            assert outcome.kind == "error", fz.describe(case, outcome)
+
+
+
 # --------------------------------------------------------------------------- the starting points are clean
 
 

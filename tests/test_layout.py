@@ -74,7 +74,7 @@ def test_sub_packages_group_the_modules():
     assert subs == ["checkpoints", "cli", "data", "drift", "engines", "model", "planning", "probe", "serving", "train",
                     "workbook", "worlds"]
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "inputs", "progress"]
+    assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "inputs", "outputs", "progress"]
 
 
 def test_nothing_tracked_points_outside_the_repository():

@@ -244,7 +244,9 @@ def test_cli_plan_bad_input_is_one_line_exit_2(args, needle):
 
 
 def _findings(d, nb, numbers, bullets=("- a finding",)):
-    (d / f"{nb}_findings.json").write_text(json.dumps({"notebook": nb, "numbers": numbers, "bullets": list(bullets)}))
+    from eaglelab.workbook.report import save_findings
+
+    save_findings(nb, numbers, list(bullets), d)  # as the notebooks write them: strict JSON
 
 
 @pytest.mark.parametrize("evidence", [pv.DEMO, pv.MEASURED])

@@ -12,13 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.inspection import compare_checkpoints
 from eaglelab.errors import ConfigError, OverwriteError, ParameterError
-from eaglelab.train.recipes import HERE, RecipeSettings, build_recipe
+from eaglelab.train.recipes import RecipeSettings, build_recipe
 
 from . import engines
-
-
-def concrete(argv: list[str], here) -> list[str]:
-    return [a.replace(HERE, str(here)) for a in argv]
 
 
 def test_specforge_recipe_is_accepted_by_specforge(tiny_world, tmp_path, monkeypatch):
@@ -36,7 +32,7 @@ def test_specforge_recipe_is_accepted_by_specforge(tiny_world, tmp_path, monkeyp
     assert cfg.training.ttt_length == 7 and cfg.training.learning_rate == pytest.approx(1e-4)  # SpecForge's defaults
     parser = engines.specforge_parser()
     for name, step in (("train", by_command[("specforge", "train")]), ("export", by_command[("specforge", "export")])):
-        argv = concrete(step.argv[1:], out)
+        argv = step.concrete(out)[1:]
         assert engines.exact_flags(engines.subparser(parser, name), argv[1:]) == []
         parser.parse_args(argv)
     # SpecForge's own dry run plans the launch from the config without starting anything
@@ -65,7 +61,7 @@ def test_speculators_recipe_is_accepted_by_speculators(tiny_world, tmp_path, mon
                                                          "generate-offline-data", "train"}
     for step in checked:
         if step.engine_command[1] == "train":
-            argv = step.argv[step.argv.index("speculators.train") + 1:]
+            argv = step.words()[step.words().index("speculators.train") + 1:]
             assert not {"--draft-vocab-size", "--d2t-path", "--t2d-path", "--token-freq-path"} & set(argv)
             resolved = engines.speculators_train(argv)
             assert resolved.optimizer.lr == pytest.approx(5e-5) and resolved.trainer.epochs == 3
@@ -73,7 +69,7 @@ def test_speculators_recipe_is_accepted_by_speculators(tiny_world, tmp_path, mon
             # nothing that would replace the old map
             assert resolved.draft.draft_vocab_size is resolved.draft.d2t_path is resolved.draft.token_freq_path is None
         else:
-            engines.speculators_command(step.engine_command[1], step.argv[2:])
+            engines.speculators_command(step.engine_command[1], step.words()[2:])
     assert recipe.provenance["learning_rate"].endswith("(given)") and "default" in recipe.provenance["ttt_length"]
 
 
@@ -83,7 +79,7 @@ def test_speculators_own_converter_keeps_the_old_map(tiny_world, tmp_path):
                                          workdir=str(tmp_path / "work")))
     convert = next(st for st in recipe.steps if st.engine_command == ("speculators", "convert"))
     engines.require("speculators.cli")
-    proc = subprocess.run([sys.executable, "-m", "speculators", *convert.argv[1:]], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "speculators", *convert.words()[1:]], capture_output=True, text=True,
                           env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     converted = tmp_path / "work" / "old-drafter-for-new-target"

@@ -8,20 +8,44 @@ from eaglelab.checkpoints.schema import DEFAULT_DRAFT_VOCAB, default_aux_layer_o
 from eaglelab.errors import ConfigError
 
 
+def distinct_aux_layer_outputs(num_target_layers: int) -> list[int]:
+    """The engines' default layers [1, L//2-1, L-4], made three distinct ids for targets under 8 layers.
+
+    SGLang and vLLM compute the default as is; below 8 layers it repeats a layer ([1, 2, 2] at 6),
+    which vLLM's hidden-state capture refuses. A drafter eaglelab writes names its layers, so it
+    takes the nearest increasing ids instead ([1, 2, 3] at 6, [0, 1, 2] at 3).
+    """
+    L = num_target_layers
+    ids = list(default_aux_layer_outputs(L))
+    for i in (1, 2):
+        ids[i] = max(ids[i], ids[i - 1] + 1)
+    for i, top in ((2, L - 1), (1, L - 2), (0, L - 3)):
+        ids[i] = min(ids[i], top)
+    return ids
+
+
 def drafter_config_for_target(target_cfg: dict[str, Any], draft_vocab_size: int | None = None,
                               aux_layer_ids: list[int] | None = None, **overrides) -> dict[str, Any]:
     """SpecForge-style drafter config for a transformers target config.
 
     Copies the target's width, heads, MLP width, vocabulary, eps and RoPE; one layer; draft
-    vocabulary ``min(32000, V)`` by default; aux ids (layer outputs) default [1, L//2-1, L-4],
-    written nested under ``eagle_config`` as SGLang / SpecForge read them.
+    vocabulary ``min(32000, V)`` by default; aux ids (layer outputs) default [1, L//2-1, L-4]
+    (three distinct ids below 8 layers, :func:`distinct_aux_layer_outputs`), written nested under
+    ``eagle_config`` as SGLang / SpecForge read them.
+
+    Raises:
+        ConfigError: aux ids that are not three distinct layers of the target.
     """
     t = target_cfg.get("text_config") or target_cfg
     L = t["num_hidden_layers"]
     V = t["vocab_size"]
-    ids = list(aux_layer_ids) if aux_layer_ids is not None else list(default_aux_layer_outputs(L))
-    if len(ids) != 3 or not all(0 <= i < L for i in ids):
+    if L < 3:
+        raise ConfigError("aux_layer_ids", f"an EAGLE-3 drafter reads three distinct target layers; this target has {L}")
+    ids = list(aux_layer_ids) if aux_layer_ids is not None else distinct_aux_layer_outputs(L)
+    if len(ids) != 3 or not all(isinstance(i, int) and 0 <= i < L for i in ids):
         raise ConfigError("aux_layer_ids", f"need three layer ids in [0, {L}), got {ids}")
+    if len(set(ids)) != 3:
+        raise ConfigError("aux_layer_ids", f"the three layers must be distinct (vLLM captures each layer once), got {ids}")
     cfg = {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",

@@ -16,7 +16,7 @@ from typing import Any
 
 from eaglelab.checkpoints.schema import canonical_tensor_name, check_tensors_against_spec, drafter_spec_from_config
 from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
-from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
+from eaglelab.errors import CheckpointMismatchError, ConfigError
 
 FORMATS = ("speculators", "specforge")
 
@@ -36,7 +36,7 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
             absolute, so the export serves from any working directory (hub ids as given).
         target_embedding: [V, H] tensor written as ``embed_tokens.weight`` when the drafter has none
             (speculators models carry the embedding).
-        overwrite: replace an existing export.
+        overwrite: replace an export eaglelab wrote in ``out_dir`` (``--force``); other files are never replaced.
         num_speculative_tokens: draft length of a speculators config's default proposal method.
         drop_embedding: leave ``embed_tokens`` out, so the engine shares the target's (how SGLang
             always serves, and how the workbook measures a drafter on a target it was not trained on).
@@ -44,19 +44,16 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     Raises:
         UnsupportedDrafterError: the destination cannot express a flag of this drafter.
         CheckpointMismatchError: the source's tensors do not fit its own config.
-        OverwriteError: ``out_dir`` holds an export and ``overwrite`` is False.
+        OverwriteError: ``out_dir`` holds an export and ``overwrite`` is False, or files eaglelab did not write.
     """
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eaglelab.atomic import atomic_path, write_json_atomic
     from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
+    from eaglelab.outputs import open_output_folder
 
     if to not in FORMATS:
         raise ConfigError(str(out_dir), f"unknown export format {to!r} (choose {' or '.join(FORMATS)})")
-    out = Path(out_dir)
-    if (out / "model.safetensors").exists() and not overwrite:
-        raise OverwriteError(out, "already holds an export; pass overwrite (--force) to replace it")
     ck = load_checkpoint(str(drafter_dir))
     if ck.config is None:
         raise ConfigError(drafter_dir, "no config.json beside the weights")
@@ -85,11 +82,11 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     problems = check_tensors_against_spec(spec, {k: (tuple(v.shape), _dtype(v)) for k, v in renamed.items()})
     if problems:
         raise CheckpointMismatchError(drafter_dir, "; ".join(problems))
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "model.safetensors") as tmp:
-        save_file(renamed, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
-    write_json_atomic(out / "config.json", cfg)
-    return out
+    with open_output_folder(out_dir, "drafter", force=overwrite) as out:
+        with out.writing("model.safetensors") as tmp:
+            save_file(renamed, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
+        out.write_json("config.json", cfg)
+    return out.path
 
 
 def export_speculators(drafter_dir: str | Path, out_dir: str | Path, target_cfg: dict[str, Any], verifier: str,

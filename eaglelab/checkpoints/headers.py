@@ -203,14 +203,17 @@ def _span_bytes(shape: list[int], dtype: str, label: str, where: str) -> int:
 
 
 def validate_header_entries(header: dict[str, Any], where: str, data_size: int | None,
-                            data_start: int = 0) -> dict[str, TensorInfo]:
+                            data_start: int = 0, file: str | None = None) -> dict[str, TensorInfo]:
     """Check every entry of a decoded header, and the tiling of the data area, as safetensors does.
 
     Args:
         header: the decoded header.
-        where: file name for messages.
+        where: file name for messages (printable: control characters escaped).
         data_size: bytes in the data area, or None when unknown (a hub header read by range).
         data_start: absolute offset of the data area in the file.
+        file: the file's path as the file system knows it, kept in each TensorInfo to read it
+            later (default ``where``: a hub file name). Never the printable form: a path with a
+            tab or a non-UTF-8 byte names another file once escaped.
 
     Returns:
         name -> TensorInfo.
@@ -234,7 +237,8 @@ def validate_header_entries(header: dict[str, Any], where: str, data_size: int |
         if offsets[1] < offsets[0] or offsets[1] - offsets[0] != nbytes:
             raise HeaderError(where, f"{label}: byte span {shown(offsets)} does not hold shape {shown(shape)} x "
                                      f"{dtype} ({nbytes} bytes)")
-        tensors[name] = TensorInfo(name, tuple(shape), dtype, where, (offsets[0], offsets[1]), data_start)
+        tensors[name] = TensorInfo(name, tuple(shape), dtype, where if file is None else file,
+                                   (offsets[0], offsets[1]), data_start)
     end = 0
     for info in sorted(tensors.values(), key=lambda t: t.span):
         if info.span[0] != end:
@@ -271,7 +275,7 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, TensorInfo], di
         except OSError as exc:  # a file that stats as regular but cannot be read (/proc, a failing disk)
             raise SourceError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
     header = parse_header_json(raw, where)
-    tensors = validate_header_entries(header, where, data_size=size - 8 - n, data_start=8 + n)
+    tensors = validate_header_entries(header, where, data_size=size - 8 - n, data_start=8 + n, file=str(path))
     return tensors, dict(header.get("__metadata__") or {})
 
 

@@ -345,14 +345,13 @@ def load_target_config(target: str) -> dict[str, Any]:
         ConfigError: no such target, or a config that is not strict JSON with typed fields.
         HubError: the hub id cannot be read (offline, missing, no answer within the timeout).
     """
-    from pathlib import Path
 
     from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
-    from eaglelab.checkpoints.sources import is_hub_id
+    from eaglelab.checkpoints.sources import is_hub_id, local_path
     from eaglelab.errors import HubError
     from eaglelab.inputs import path_kind
 
-    p = Path(target)
+    p = local_path(target, ConfigError)
     kind = path_kind(p, ConfigError)
     if kind == "folder":
         return read_config(p / "config.json")

@@ -9,7 +9,6 @@ metadata commands start fast.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 from dataclasses import dataclass, field
@@ -25,7 +24,14 @@ from eaglelab.checkpoints.headers import (  # noqa: F401 (re-exported: the reade
     read_safetensors_header,
     validate_header_entries,
 )
-from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
+from eaglelab.checkpoints.hub import (
+    hub_offline,
+    hub_problem,
+    hub_timeout,
+    read_hub_config,
+    read_hub_header,
+    read_hub_index,
+)
 from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError, UnsafeFormatError
 from eaglelab.inputs import open_regular, path_kind, printable, read_json_object, shown
 
@@ -161,8 +167,16 @@ def _folder_weights(folder: Path) -> tuple[list[Path], str, dict[str, Path]]:
     raise SourceError(folder, "folder holds no weights (no model.safetensors, shard index or *.safetensors)")
 
 
+def local_path(source: str, error: type[EaglelabError] = SourceError) -> Path:
+    """A user's path as a :class:`Path`, ``~`` expanded; ``~user`` naming nobody is one line, not a traceback."""
+    try:
+        return Path(source).expanduser()
+    except RuntimeError:
+        raise error(printable(source), "names the home folder of a user this machine does not know") from None
+
+
 def _local_checkpoint(source: str) -> Checkpoint:
-    path = Path(source).expanduser()
+    path = local_path(source)
     where = printable(str(path))
     what = path_kind(path, SourceError)
     placed: dict[str, Path] = {}
@@ -206,36 +220,45 @@ def _local_checkpoint(source: str) -> Checkpoint:
 
 
 def _hub_checkpoint(repo_id: str, revision: str | None = None) -> Checkpoint:
-    """Read a hub checkpoint's config and safetensors headers only (HTTP range requests)."""
+    """Read a hub checkpoint's config and safetensors headers only (range requests, each under one deadline)."""
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
-    try:
-        from huggingface_hub import get_safetensors_metadata
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise HubError(repo_id, f"huggingface_hub is not installed ({exc})") from None
     timeout = hub_timeout()
-    # huggingface_hub < 1.x has no timeout argument here (its requests default to 10 s)
-    bounded = {"timeout": timeout} if "timeout" in inspect.signature(get_safetensors_metadata).parameters else {}
     try:
+        from huggingface_hub.errors import EntryNotFoundError
+
         config, config_path = read_hub_config(repo_id, revision, timeout)
-        meta = get_safetensors_metadata(repo_id, revision=revision, **bounded)
+        try:
+            headers = {"model.safetensors": read_hub_header(repo_id, "model.safetensors", revision, timeout)}
+        except EntryNotFoundError:  # no single file: a sharded checkpoint, or no weights at all
+            index = read_hub_index(repo_id, revision, timeout)
+            if index is None:
+                raise HubError(repo_id, "holds no model.safetensors or model.safetensors.index.json: no safetensors "
+                                        "weights to read") from None
+            weight_map = index.get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map or \
+                    not all(isinstance(f, str) and f and "/" not in f and f != ".." for f in weight_map.values()):
+                raise SourceError(f"{repo_id}/model.safetensors.index.json", "shard index has no usable weight_map "
+                                                                             "(file names beside the index)") from None
+            headers = {f: read_hub_header(repo_id, f, revision, timeout) for f in sorted(set(weight_map.values()))}
     except EaglelabError:
         raise
     except Exception as exc:  # network, auth, missing repo, revision or file: one clear line
         raise HubError(repo_id, hub_problem(exc, revision, timeout)) from None
     tensors: dict[str, TensorInfo] = {}
-    for fname, fmeta in meta.files_metadata.items():
-        header = {
-            name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": list(t.data_offsets)}
-            for name, t in fmeta.tensors.items()
-        }
-        tensors.update(validate_header_entries(header, f"{repo_id}/{fname}", data_size=None))
+    for fname, header in headers.items():
+        for name, info in validate_header_entries(header, printable(f"{repo_id}/{fname}"), data_size=None,
+                                                  file=fname).items():
+            if name in tensors:
+                raise HeaderError(printable(f"{repo_id}/{fname}"), f"tensor {printable(repr(name))} also appears in "
+                                                                   f"{printable(tensors[name].file)}")
+            tensors[name] = info
     return Checkpoint(
         source=repo_id,
         kind="hub",
         config=config,
         config_path=config_path,
-        weight_files=sorted(meta.files_metadata),
+        weight_files=sorted(headers),
         tensors=tensors,
         local=False,
     )

@@ -7,7 +7,6 @@ None of them imports torch or transformers: they start in a fraction of a second
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from eaglelab.cli.arguments import accept_len, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
@@ -18,10 +17,12 @@ def cmd_run(args) -> int:
     from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
 
     params = {name: absolutise_paths(value) for name, value in map(parse_parameter, args.param)}
-    out = Path(args.out or ("runs/smoke" if args.smoke else "runs/workbook"))
-    runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params)
+    out = args.out if args.out is not None else ("runs/smoke" if args.smoke else "runs/workbook")
+    runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params, prepare_only=args.prepare_only,
+                        progress=not args.prepare_only)
     for r in runs:
-        print(f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
+        print(f"{r.notebook.name}: prepared -> {r.output}" if args.prepare_only else
+              f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
     return 0
 
 
@@ -238,7 +239,10 @@ def add_parsers(sub) -> None:
     r.add_argument("--only", nargs="+", metavar="NN", help="notebook numbers or name parts, e.g. 01 03")
     r.add_argument("--out", help="folder for executed copies (default runs/workbook or runs/smoke)")
     r.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="papermill parameter for every notebook (repeatable)")
+                   help="a notebook parameter for every notebook (repeatable): a Python literal of JSON's types "
+                        "(numbers, strings, True / False / None, lists, dicts), else the text itself")
+    r.add_argument("--prepare-only", action="store_true",
+                   help="write the notebooks with their parameters filled in, without running them")
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser("inspect", help="tensor table and problems of one checkpoint, headers only",

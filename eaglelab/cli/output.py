@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
-
 from eaglelab.inputs import printable
 
 
 def print_json(obj) -> None:
     """Strict JSON (no ``NaN`` / ``Infinity``): a number that is not finite becomes null, and the
     object's ``non_finite`` entry says which ones and what they were (``{"summary.speedup": "inf"}``)."""
-    replaced: dict[str, str] = {}
-    clean = _finite(obj, "", replaced)
-    if replaced and isinstance(clean, dict):
-        clean["non_finite"] = {**clean.get("non_finite", {}), **replaced}
-    print(json.dumps(clean, indent=2, default=str, allow_nan=False))
+    from eaglelab.outputs import strict_json_text
 
-
-def _finite(obj, path: str, replaced: dict[str, str]):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        replaced[path or "value"] = repr(obj)
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v, f"{path}.{k}" if path else str(k), replaced) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v, f"{path}[{i}]", replaced) for i, v in enumerate(obj)]
-    return obj
+    print(strict_json_text(obj))
 
 
 def table(rows: list[list], headers: list[str]) -> str:

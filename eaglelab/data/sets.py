@@ -68,7 +68,13 @@ def world_of(checkpoint: str | Path | None) -> World | None:
     """
     if checkpoint is None:
         return None
-    folder = Path(checkpoint).expanduser()
+    from eaglelab.checkpoints.sources import local_path
+    from eaglelab.errors import SourceError
+
+    try:
+        folder = local_path(str(checkpoint))
+    except SourceError:
+        return None
     if not folder.is_dir():
         return None  # hub ids, single files
     root = folder.resolve().parent

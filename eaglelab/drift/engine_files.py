@@ -79,6 +79,19 @@ def _token(value, where: str) -> int:
     return value
 
 
+#: How far the probabilities of one position's returned tokens may sum past 1 (the engines' float rounding).
+MASS_SLACK = 1e-3
+
+
+def _distribution(dist: dict[int, float], where: str) -> dict[int, float]:
+    """A position's returned tokens, checked to be part of one distribution: their probabilities sum to at most 1."""
+    mass = sum(math.exp(lp) for lp in dist.values())
+    if mass > 1 + MASS_SLACK:
+        raise ValueError(f"{where}: the returned tokens' probabilities sum to {mass:.3f}, more than 1: not the "
+                         "log-probabilities of one distribution")
+    return dist
+
+
 def _vllm_dist(entry, where: str) -> dict[int, float] | None:
     if entry is None:
         return None
@@ -88,7 +101,7 @@ def _vllm_dist(entry, where: str) -> dict[int, float] | None:
     for key, v in entry.items():
         lp = v.get("logprob") if isinstance(v, dict) else v
         out[_token(key, where)] = _logprob(lp, where)
-    return out
+    return _distribution(out, where)
 
 
 def _sglang_pair(item, where: str) -> tuple[float | None, int]:
@@ -144,7 +157,7 @@ def parse_response(obj) -> LogprobSequence:
             if any(v is None for v in d.values()):
                 raise ValueError(f"input_top_logprobs[{i}] holds a null logprob")
             d.setdefault(tok, lp)
-            dists.append(d)
+            dists.append(_distribution(d, f"input_top_logprobs[{i}]"))
         return LogprobSequence(tokens, dists, count_from)
     raise ValueError("neither a vLLM (prompt_logprobs) nor an SGLang (meta_info.input_token_logprobs) response")
 

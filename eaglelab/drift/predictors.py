@@ -69,6 +69,10 @@ PREDICTORS = (
 )
 
 
+#: The predictors serving engines' logprobs alone can feed (``eaglelab predict --method``).
+ENGINE_METHODS = tuple(p.name for p in PREDICTORS if p.engine and p.measure != "conditional")
+
+
 def by_name(name: str) -> Predictor:
     for p in PREDICTORS:
         if p.name == name:
@@ -228,9 +232,12 @@ def predict_plugin(chains: Sequence[Sequence[float]], comparison, method: str = 
         gamma: its exponent (1 unless fitted by a drift sweep).
         calibration_error: the predictor's held-out worst relative error, widening the band.
     """
+    from eaglelab.errors import ParameterError
+
     p = by_name(method)
     if not p.engine or p.measure == "conditional":
-        raise ValueError(f"{method} needs more than engine logprobs")
+        raise ParameterError("--method", f"{method} needs more than engine logprobs (choose one of "
+                                         f"{', '.join(ENGINE_METHODS)})")
     chains = np.asarray(chains, float)
     chain = np.median(chains, axis=0)
     tau = p.predict(chain, comparison.measures(), gamma)
@@ -291,6 +298,9 @@ def load_calibration(path) -> dict:
                                     f"numbers.chosen_engine: {type(exc).__name__})") from None
     if not isinstance(fit, dict):
         raise ParameterError(where, "not a drift-sweep findings file (the chosen predictor's fit is not an object)")
+    if not by_name(chosen).engine or by_name(chosen).measure == "conditional":
+        raise ParameterError(where, f"its chosen_engine {printable(repr(chosen))} needs more than engine logprobs "
+                                    f"(choose one of {', '.join(ENGINE_METHODS)})")
     source = data.get("source") or numbers.get("evidence") or where
     return {"method": chosen, "gamma": field_number(fit, "gamma", where, ParameterError),
             "error": field_number(fit, "worst_held_out", where, ParameterError, low=0.0, low_open=False, high=0.999999),

@@ -209,9 +209,14 @@ def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEM
 
 def _cached(path: Path) -> dict | None:
     """A cached record, or None when there is none or it cannot be read (it is then recomputed and replaced)."""
+    from eaglelab.errors import ConfigError
+    from eaglelab.inputs import path_kind, read_json_object
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        if path_kind(path, ConfigError) != "file":
+            return None
+        return read_json_object(path, ConfigError, allow_nan=True)  # a rate no cycle reached is NaN
+    except ConfigError:
         return None
 
 

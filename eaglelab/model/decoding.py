@@ -204,6 +204,7 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
 
 NOISE_LIMIT = 0.30  # how much (relative range) step time and verify cost may vary across runs and still be trusted
 BOUND_SLACK = 0.10  # a measured speedup may exceed what τ and the verify cost allow by this much (timer noise)
+MIN_PAIRS = 3  # interleaved (plain, speculative) pairs needed before their spread can say whether the machine was quiet
 
 
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
@@ -306,7 +307,7 @@ def timing_of(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult]) ->
 
 def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: list[float], accept_len: float,
                  speedup: float, greedy_step_s: float, verify_s: float, cycle_s: float,
-                 noise_limit: float = NOISE_LIMIT, slack: float = BOUND_SLACK) -> dict:
+                 noise_limit: float = NOISE_LIMIT, slack: float = BOUND_SLACK, min_pairs: int = MIN_PAIRS) -> dict:
     """Whether a measured speedup deserves trust: a quiet machine, and within what τ and the verify cost allow.
 
     *Quiet*: a machine whose load changes from run to run moves two things that a quiet one keeps
@@ -316,7 +317,8 @@ def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: 
     the ratio of two timings, so it jitters more on a model of a few milliseconds per token. The
     machine is called too noisy when both vary by more than ``noise_limit`` (relative range).
     *Possible*: a speculative cycle lasts at least its verify, so the speedup over plain decoding
-    cannot exceed ``τ × step / verify``.
+    cannot exceed ``τ × step / verify``. *Enough*: below ``min_pairs`` pairs there is no spread to
+    read, so the verdict is "too few runs to judge", never "ok".
 
     Args:
         step_s: plain decoding's seconds per token, one per run.
@@ -343,6 +345,9 @@ def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: 
     noise = min(rel_range(step_s), rel_range(verify_steps))  # both views must agree
     bound = accept_len * greedy_step_s / verify_s if verify_s > 0 else float("inf")
     problems = []
+    if len(verify_steps) < min_pairs:  # one sample cannot show noise: a cold first run once read 3.69x at τ 1.00
+        problems.append(f"too few runs to judge the timing ({len(verify_steps)} interleaved pair(s) of plain and "
+                        f"speculative decoding; {min_pairs} or more show whether the machine was quiet)")
     if noise > noise_limit:
         problems.append(f"machine too noisy to measure: across {len(verify_steps)} interleaved runs plain decoding took "
                         f"{steps_ms[0]:.2f}-{steps_ms[2]:.2f} ms per token and a verify cost {ratios[0]:.2f}-{ratios[2]:.2f} "

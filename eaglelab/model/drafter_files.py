@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from eaglelab.checkpoints.schema import check_vocab_maps
-from eaglelab.errors import CheckpointMismatchError, ConfigError, OverwriteError
+from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.model.drafter import Eagle3Drafter
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -41,31 +41,36 @@ def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: b
 
     Args:
         model: the drafter.
-        out_dir: folder to write.
+        out_dir: a new or empty folder, or one holding a drafter eaglelab wrote (:mod:`eaglelab.outputs`).
         include_embedding: also save ``embed_tokens.weight`` (SGLang ignores it either way).
         dtype: ``float32`` / ``bfloat16`` / ``float16`` for the saved weights (default: as is).
-        overwrite: replace an existing checkpoint in ``out_dir``; otherwise refuse.
+        overwrite: replace what eaglelab wrote in ``out_dir`` before (``--force``); files eaglelab did
+            not write are never replaced.
         extra_config: keys merged into the written config.
 
     Raises:
-        OverwriteError: ``out_dir`` already holds a checkpoint and ``overwrite`` is False.
+        OverwriteError: ``out_dir`` holds a drafter and ``overwrite`` is False, or files eaglelab did not write.
+        OutputError: the folder cannot be written.
     """
+    from eaglelab.outputs import open_output_folder
+
+    with open_output_folder(out_dir, "drafter", force=overwrite) as out:
+        write_drafter(out, model, include_embedding, dtype, extra_config)
+    return out.path
+
+
+def write_drafter(out, model: Eagle3Drafter, include_embedding: bool = False, dtype: str | None = None,
+                  extra_config: dict | None = None) -> None:
+    """Write the drafter's two files into an open :class:`eaglelab.outputs.OutputFolder`."""
     from safetensors.torch import save_file
 
-    from eaglelab.atomic import atomic_path, write_json_atomic
-
-    out = Path(out_dir)
-    if (out / "model.safetensors").exists() and not overwrite:
-        raise OverwriteError(out, "already holds a drafter checkpoint; pass overwrite=True (--force) to replace it")
-    out.mkdir(parents=True, exist_ok=True)
     sd = drafter_state_dict(model, include_embedding, _DTYPES[dtype] if dtype else None)
-    with atomic_path(out / "model.safetensors") as tmp:
+    with out.writing("model.safetensors") as tmp:
         save_file(sd, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
     cfg = copy.deepcopy(model.config)
     cfg["torch_dtype"] = dtype or str(next(iter(v for v in sd.values() if v.is_floating_point())).dtype)[6:]
     cfg.update(extra_config or {})
-    write_json_atomic(out / "config.json", cfg)
-    return out
+    out.write_json("config.json", cfg)
 
 
 def normalise_drafter_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

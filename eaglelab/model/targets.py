@@ -174,18 +174,26 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
         device_map: ``auto`` to spread a large target over the GPUs (accelerate).
         trust_remote_code: off unless the user turns it on.
 
+    Weights are read from safetensors only (``use_safetensors=True``): a target that has only
+    ``pytorch_model.bin`` is refused with the conversion to run, never unpickled.
+
     Returns:
         (model, tokenizer or None).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from eaglelab.checkpoints.sources import load_checkpoint
+
     src = str(source)
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
         raise SourceError(src, "no such folder, and HF_HUB_OFFLINE is set so hub ids cannot be read")
+    if Path(src).exists():
+        load_checkpoint(src)  # safetensors only: a pickle-only target is refused here, as the command line refuses it
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    # never unpickle: transformers would fall back to pytorch_model.bin without this
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code, "use_safetensors": True}
     if device_map:
         kwargs["device_map"] = device_map
     bars = hf_logging.is_progress_bar_enabled()

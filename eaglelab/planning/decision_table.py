@@ -84,8 +84,12 @@ class Scenario:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ParameterError(name, f"must be a positive number, got {v!r}")
-        if self.k < 1:
-            raise ParameterError("k", f"draft tokens per cycle must be >= 1, got {self.k}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ParameterError("k", f"draft tokens per cycle must be a whole number >= 1, got {self.k!r}")
+        if self.cycle_ms / 1e3 * self.baseline_tps < 1.0:  # also catches a cycle so short its tok/s overflow
+            raise ParameterError("cycle_ms", f"a {self.cycle_ms:g} ms cycle is shorter than one plain decoding step at "
+                                             f"{self.baseline_tps:g} tok/s ({1e3 / self.baseline_tps:.3g} ms): a cycle "
+                                             "holds a verify, which costs at least a step; are both from one setup?")
         if not 1.0 < self.accept_len < self.k + 1:
             raise ParameterError("accept_len", f"τ {self.accept_len} must lie strictly between 1 and k + 1 = {self.k + 1}")
         if self.plugin_tau is not None and not 1.0 <= self.plugin_tau <= self.k + 1:

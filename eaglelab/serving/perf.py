@@ -274,7 +274,7 @@ def requirement_table(target_tps: Sequence[float], cycle_s: float, k: int | None
 
 
 def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
-             target_tps: Sequence[float] = ()) -> dict:
+             target_tps: Sequence[float] = (), strict: bool = True) -> dict:
     """The seed's whole hand calculation as one call (what ``eaglelab perf`` prints).
 
     Args:
@@ -282,10 +282,33 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         cycle_ms: measured speculative cycle (draft + verify + overhead), milliseconds.
         accept_len: measured tau (bonus token included).
         target_tps: throughputs to ask "what tau would that need?" for.
+        strict: refuse a cycle shorter than one plain decoding step (break-even τ below 1: a cycle
+            holds a verify, which costs at least a step, so the numbers are not of one setup); the
+            explorer's sliders pass False and get the note in the verdict instead.
+
+    Raises:
+        ParameterError: a result that is not a finite number (``--cycle-ms 1e-308``), or, when
+            ``strict``, a cycle shorter than a plain step.
     """
     cycle_s = cycle_ms / 1000.0
-    eff = float(effective_tps(accept_len, cycle_s))
-    be = float(break_even_accept_len(cycle_s, baseline_tps))
+    with np.errstate(all="ignore"):  # an overflow is refused below in one line, not warned about
+        eff = float(effective_tps(accept_len, cycle_s))
+        be = float(break_even_accept_len(cycle_s, baseline_tps))
+        required = {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in target_tps}
+        numbers = [eff, be, eff / baseline_tps, 1000.0 * accept_len / baseline_tps, *required.values()]
+    if not all(np.isfinite(numbers)):
+        raise ParameterError("perf", f"{baseline_tps:g} tok/s, a {cycle_ms:g} ms cycle and τ {accept_len:g} give "
+                                     "throughputs beyond a finite number: check the units (ms, tok/s)")
+    step_ms = 1000.0 / baseline_tps
+    short = be < 1.0
+    if short and strict:
+        raise ParameterError("--cycle-ms", f"a {cycle_ms:g} ms cycle is shorter than one plain decoding step at "
+                                           f"{baseline_tps:g} tok/s ({step_ms:.3g} ms): a cycle holds a verify of the "
+                                           "target, which costs at least a step; are both numbers from one setup?")
+    verdict = ("speculation pays" if eff > baseline_tps else "speculation loses") + \
+        f": {eff:.1f} vs {baseline_tps:.1f} tok/s; break-even at accept length {be:.2f}"
+    if short:
+        verdict += f" (a {cycle_ms:g} ms cycle is shorter than a plain step of {step_ms:.3g} ms: not one setup's numbers)"
     return {
         "baseline_tps": baseline_tps,
         "cycle_ms": cycle_ms,
@@ -294,9 +317,8 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         "speedup": eff / baseline_tps,
         "break_even_accept_len": be,
         "max_cycle_ms_for_break_even": 1000.0 * accept_len / baseline_tps,
-        "required_accept_len": {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in target_tps},
-        "verdict": ("speculation pays" if eff > baseline_tps else "speculation loses")
-        + f": {eff:.1f} vs {baseline_tps:.1f} tok/s; break-even at accept length {be:.2f}",
+        "required_accept_len": required,
+        "verdict": verdict,
     }
 
 

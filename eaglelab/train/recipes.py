@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
-from eaglelab.errors import ConfigError, OverwriteError, ParameterError
+from eaglelab.errors import ConfigError, ParameterError
 
 ENGINES = ("specforge", "speculators")
 #: The engine versions whose parsers and schemas the recipes are written against.
@@ -67,22 +67,65 @@ class RecipeSettings:
 
 
 @dataclass(frozen=True)
+class Var:
+    """A variable of the script itself (``$SERVER_PID``): the only word written unquoted, in double quotes."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"${self.name}"
+
+    def shell(self) -> str:
+        return f'"${self.name}"'
+
+
+@dataclass(frozen=True)
+class Here:
+    """A file of the recipe's own folder, found at run time through the script's ``$HERE``."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"$HERE/{self.name}"
+
+    def shell(self) -> str:
+        return f'"$HERE"/{shlex.quote(self.name)}'
+
+
+Word = str | Var | Here
+
+
+@dataclass(frozen=True)
 class Step:
     """One command of a recipe.
 
     Attributes:
         title: what it does, one line.
-        argv: the command (``argv[0]`` the program).
+        argv: the command (``argv[0]`` the program): strings are data, always quoted for bash;
+            :class:`Var` and :class:`Here` are the script's own variables.
         notes: comment lines printed above it (why, what to watch).
         engine_command: ``(engine, subcommand)`` whose own parser checks ``argv``, or None.
         background: start it in the background (a server the next steps talk to).
     """
 
     title: str
-    argv: list[str]
+    argv: list[Word]
     notes: list[str] = field(default_factory=list)
     engine_command: tuple[str, str] | None = None
     background: bool = False
+
+    def words(self) -> list[str]:
+        """The argv as text, the script's variables spelled ``$NAME`` (what ``recipe.json`` records)."""
+        return [str(w) for w in self.argv]
+
+    def concrete(self, here: str | Path) -> list[str]:
+        """The argv as the script runs it from the folder ``here`` (``$HERE`` filled in): for the engines' parsers."""
+        return [str(Path(here) / w.name) if isinstance(w, Here) else str(w) for w in self.argv]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "argv": self.words(), "notes": list(self.notes),
+                "engine_command": list(self.engine_command) if self.engine_command else None,
+                "background": self.background}
 
 
 @dataclass(frozen=True)
@@ -101,55 +144,56 @@ class Recipe:
         head = [
             "#!/usr/bin/env bash",
             f"# Warm start of an EAGLE-3 drafter with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe`.",
-            f"#   old drafter: {s.init}",
-            f"#   new target:  {s.target}",
-            f"#   data:        {s.data} (prompts / conversations, regenerated with the new target)",
-            f"#   work folder: {s.workdir}",
+            _comment(f"  old drafter: {s.init}"),
+            _comment(f"  new target:  {s.target}"),
+            _comment(f"  data:        {s.data} (prompts / conversations, regenerated with the new target)"),
+            _comment(f"  work folder: {s.workdir}"),
             "# Settings and where they come from:",
-            *[f"#   {k}: {v}" for k, v in self.provenance.items()],
+            *[_comment(f"  {k}: {v}") for k, v in self.provenance.items()],
             "# The old drafter's vocabulary map is kept (d2t / t2d: "
             f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
             "# a regenerated map would give every lm_head row another token to predict.",
             "set -euo pipefail",
             'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
-            f"mkdir -p {shlex.quote(s.workdir)}",
+            f"mkdir -p -- {shlex.quote(s.workdir)}",
             "",
         ]
         body = []
         for n, step in enumerate(self.steps, 1):
-            body.append(f"# --- {n}. {step.title}")
-            body += [f"# {line}" for line in step.notes]
+            body.append(_comment(f" --- {n}. {step.title}"))
+            body += [_comment(f" {line}") for line in step.notes]
             cmd = " \\\n    ".join(_quote_args(step.argv))
             body.append(f"{cmd} &\nSERVER_PID=$!\n{_wait_for_server(step)}" if step.background else cmd)
             body.append("")
         return "\n".join(head + body)
 
     def to_json(self) -> dict[str, Any]:
-        return {"settings": asdict(self.settings), "steps": [asdict(st) for st in self.steps],
+        return {"settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],
                 "files": sorted(self.files), "provenance": self.provenance, "vocab_map": self.vocab_map}
 
     def write(self, out_dir: str | Path, overwrite: bool = False) -> Path:
         """Write ``run.sh``, the config files and ``recipe.json`` into ``out_dir``, atomically.
 
         Raises:
-            OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False.
+            OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False, or files eaglelab did not write.
+            OutputError: the folder cannot be written.
         """
-        from eaglelab.atomic import write_json_atomic, write_text_atomic
+        from eaglelab.outputs import open_output_folder
 
-        out = Path(out_dir)
-        if (out / "run.sh").exists() and not overwrite:
-            raise OverwriteError(out, "already holds a recipe (run.sh); pass --force to replace it")
-        out.mkdir(parents=True, exist_ok=True)
-        script = write_text_atomic(out / "run.sh", self.script())
-        script.chmod(0o755)
-        for name, text in self.files.items():
-            write_text_atomic(out / name, text)
-        write_json_atomic(out / "recipe.json", self.to_json())
-        return out
+        with open_output_folder(out_dir, "recipe", force=overwrite) as out:
+            script = out.write_text("run.sh", self.script())
+            try:
+                script.chmod(0o755)
+            except OSError as exc:
+                from eaglelab.errors import OutputError
+                from eaglelab.outputs import os_problem, where
 
+                raise OutputError(where(script), f"cannot make it executable ({os_problem(exc)})") from None
+            for name, text in self.files.items():
+                out.write_text(name, text)
+            out.write_json("recipe.json", self.to_json())
+        return out.path
 
-#: The folder of the recipe's own files (run.sh, configs, helper scripts), as the script sees it.
-HERE = "$HERE"
 
 SAVE_VOCAB_MAP = """\
 \"\"\"Save a drafter's d2t / t2d as the torch file SpecForge's model.vocab_mapping_path reads.
@@ -188,21 +232,48 @@ with open(path, "w") as fh:
 """
 
 
-def _quote(arg: str) -> str:
-    """Quote one argument for bash; ``$NAME`` and ``$HERE/...`` keep their variable."""
-    if arg.startswith("$") and arg[1:].isidentifier():
-        return arg
-    if arg.startswith(HERE + "/"):
-        return f'"{HERE}"/' + shlex.quote(arg[len(HERE) + 1:])
-    return shlex.quote(arg)
+def script_value(name: str, value: Any) -> str:
+    """A user's value bound for the script or its configs: text without control characters, else refused.
+
+    Quoting makes any other character safe in bash (:func:`shlex.quote`), YAML (JSON-escaped double
+    quotes) and JSON; a line break, NUL or other control character would still end a comment line or
+    change a path on the way, so it is refused.
+
+    Raises:
+        ParameterError: naming the setting and the first offending character.
+    """
+    import unicodedata
+
+    if not isinstance(value, str) or not value:
+        raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")
+    for i, c in enumerate(value):
+        if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp"):
+            raise ParameterError(name, f"holds the control character {c!r} at position {i}: refused in a generated "
+                                       "script (rename the path)")
+    return value
 
 
-def _quote_args(argv: list[str]) -> list[str]:
+def _comment(text: str) -> str:
+    """One comment line of the script (its text checked: nothing in it can end the line)."""
+    return "#" + script_value("recipe comment", text)
+
+
+def _quote(arg: Word) -> str:
+    """One argument for bash: the script's own variables as such, every other word quoted as data."""
+    if isinstance(arg, (Var, Here)):
+        return arg.shell()
+    return shlex.quote(script_value("recipe argument", arg))
+
+
+def _quote_args(argv: list[Word]) -> list[str]:
     """Quote each argument for bash, pairing ``--flag value`` on one line for reading."""
+    def flag(w: Word) -> bool:
+        return isinstance(w, str) and w.startswith("--")
+
     lines, i = [], 0
     while i < len(argv):
         arg = _quote(argv[i])
-        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--") and i > 0:
+        if flag(argv[i]) and i + 1 < len(argv) and not flag(argv[i + 1]) and i > 0:
             lines.append(f"{arg} {_quote(argv[i + 1])}")
             i += 2
         else:
@@ -216,7 +287,7 @@ def _quote_args(argv: list[str]) -> list[str]:
 
 
 def _wait_for_server(step: Step) -> str:
-    port = step.argv[step.argv.index("--port") + 1]
+    port = int(step.argv[step.argv.index("--port") + 1])
     return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"
             f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 10; done  # wait until it serves")
 
@@ -242,6 +313,8 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {value}")
     if settings.learning_rate is not None and not 0 < settings.learning_rate < 1:
         raise ParameterError("--lr", f"must be in (0, 1), got {settings.learning_rate}")
+    for name in ("init", "target", "data", "workdir", "chat_template"):  # each reaches the script or its configs
+        script_value(f"--{name.replace('_', '-')}", getattr(settings, name))
     insp = inspect_checkpoint(settings.init)
     if insp.spec is None:
         raise ConfigError(settings.init, "is not an EAGLE-3 drafter (no drafter config): nothing to warm-start from")
@@ -273,21 +346,28 @@ def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
 
     Returns:
         ``{"epochs", "ttt_length", "source"}``.
+
+    Raises:
+        ConfigError: ``run.json`` is missing, not strict JSON, or holds impossible numbers.
     """
     import math
 
-    from eaglelab.checkpoints.sources import read_json
+    from eaglelab.inputs import field_int, printable, read_json_object
 
+    script_value("--from-run", str(run_dir))
     path = Path(run_dir) / "run.json"
-    run = read_json(path)
-    try:
-        cfg, n = run["config"], int(run["train_sequences"])
-        epochs = max(1, math.ceil(int(cfg["steps"]) * int(cfg["batch_size"]) / max(n, 1)))
-        ttt = int(cfg["ttt_steps"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(path, f"is not a workbook run record ({exc})") from None
-    return {"epochs": epochs, "ttt_length": ttt, "source": f"workbook run {run_dir} ({cfg['steps']} steps x "
-                                                          f"{cfg['batch_size']} over {n} sequences)"}
+    where = printable(str(path))
+    run = read_json_object(path, ConfigError)
+    cfg = run.get("config")
+    if not isinstance(cfg, dict):
+        raise ConfigError(where, "is not a workbook run record (no config object)")
+    n = field_int(run, "train_sequences", where, ConfigError, high=10**12)
+    steps = field_int(cfg, "steps", where, ConfigError, high=10**12)
+    batch = field_int(cfg, "batch_size", where, ConfigError, high=10**9)
+    ttt = field_int(cfg, "ttt_steps", where, ConfigError, high=64)
+    epochs = max(1, math.ceil(steps * batch / n))
+    return {"epochs": epochs, "ttt_length": ttt, "source": f"workbook run {run_dir} ({steps} steps x {batch} over {n} "
+                                                          "sequences)"}
 
 
 # --------------------------------------------------------------------------- recipes
@@ -341,7 +421,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     vocab_file = f"{w}/old_vocab_map.pt"
     steps.append(Step(
         "save the old drafter's vocabulary map where SpecForge reads it (model.vocab_mapping_path)",
-        ["python", f"{HERE}/save_vocab_map.py", old, vocab_file],
+        ["python", Here("save_vocab_map.py"), old, vocab_file],
         ["SpecForge loads it with torch.load(...)['d2t' / 't2d'] after the warm-start weights; without it, an",
          "offline run builds a new map from the data and overwrites the old drafter's (SpecForge issue #300)."]))
     steps.append(Step(
@@ -354,7 +434,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
          "--input-file-path", s.data, "--output-file-path", f"{w}/regenerated.jsonl"],
         ["Run from a SpecForge checkout (scripts/ of commit abd0346d, the wheel's source); the drafter then learns",
          "what the new target writes. Its flags follow that script as read: it is not in the wheel, so no test parses them."]))
-    steps.append(Step("stop the SGLang server", ["kill", "$SERVER_PID"]))
+    steps.append(Step("stop the SGLang server", ["kill", Var("SERVER_PID")]))
     steps.append(Step(
         "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
         ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
@@ -375,7 +455,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     }
     steps.append(Step(
         "train from the old drafter, keeping its vocabulary map",
-        ["specforge", "train", "--config", f"{HERE}/warm.yaml"],
+        ["specforge", "train", "--config", Here("warm.yaml")],
         ["warm.yaml (beside this script): draft_checkpoint_path loads the old weights only (no optimizer state),",
          "vocab_mapping_path keeps the old map; the embedding is the new target's."],
         engine_command=("specforge", "train")))
@@ -408,7 +488,7 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
     if vocab["speculators_format"]:
         steps.append(Step(
             "copy the old drafter and name the new target as its verifier",
-            ["python", f"{HERE}/set_verifier.py", old, start, s.target],
+            ["python", Here("set_verifier.py"), old, start, s.target],
             ["speculators 0.9.0's --from-pretrained takes the teacher (lm_head, norm) and the layer ids from the",
              "verifier named in the checkpoint's config, not from --verifier-name-or-path."]))
     else:
@@ -427,7 +507,7 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
         ["speculators", "regenerate-responses", "--endpoint", "http://127.0.0.1:8000/v1/chat/completions",
          "--model", s.target, "--dataset", s.data, "--outfile", f"{w}/regenerated.jsonl"],
         engine_command=("speculators", "regenerate-responses")))
-    steps.append(Step("stop the vLLM server", ["kill", "$SERVER_PID"]))
+    steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
     steps.append(Step(
         "tokenize the regenerated conversations",
         ["speculators", "prepare-data", "--model", s.target, "--data", f"{w}/regenerated.jsonl", "--output",
@@ -449,7 +529,7 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
         ["speculators", "generate-offline-data", "--model", s.target, "--endpoint", "http://127.0.0.1:8000/v1",
          "--preprocessed-data", f"{w}/data", "--output", f"{w}/data/hidden_states"],
         engine_command=("speculators", "generate-offline-data")))
-    steps.append(Step("stop the vLLM server", ["kill", "$SERVER_PID"]))
+    steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
     save = f"{w}/checkpoints"
     steps.append(Step(
         "train from the old drafter, keeping its vocabulary map",
@@ -479,5 +559,5 @@ def _yaml(obj: dict, indent: int = 0) -> str:
             lines.append(f"{pad}{key}:")
             lines.append(_yaml(value, indent + 1).rstrip("\n"))
         else:
-            lines.append(f"{pad}{key}: {json.dumps(value)}")
+            lines.append(f"{pad}{key}: {json.dumps(value, ensure_ascii=False)}")
     return "\n".join(lines) + "\n"

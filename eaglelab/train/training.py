@@ -11,17 +11,28 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from eaglelab.atomic import atomic_path, write_json_atomic, write_text_atomic
-from eaglelab.errors import OverwriteError, ParameterError
+from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.model.drafter import Eagle3Drafter
-from eaglelab.model.drafter_files import load_drafter, save_drafter
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.train.run_files import (
+    METRICS,
+    RECORD,
+    RUN_KIND,
+    check_resume,
+    checkpoint_dirs,
+    checkpoint_step,
+    load_training_state,
+    read_metrics,  # noqa: F401 (the metrics reader's home is run_files; tests and notebooks import it here too)
+    read_metrics_file,
+    read_run_record,
+    run_record,
+)
 from eaglelab.train.states import HiddenStates
 from eaglelab.train.ttt import (
     DEFAULT_CONVENTION,
@@ -130,52 +141,37 @@ def init_distributed() -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size())
 
 
-def _checkpoints(run_dir: Path) -> list[Path]:
-    ck = run_dir / "checkpoints"
-    found = [p for p in ck.glob("step-*") if (p / "training_state.pt").is_file() and (p / "model.safetensors").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+def _save_checkpoint(out, step: int, drafter: Eagle3Drafter, opt, cfg: TrainConfig, keep: int = 2) -> Path:
+    """``checkpoints/step-N`` written whole into a hidden folder, then renamed into place; the newest ``keep`` stay."""
+    from eaglelab.model.drafter_files import write_drafter
+    from eaglelab.outputs import OutputError, open_output_folder, os_problem, where
 
-
-def _save_checkpoint(run_dir: Path, step: int, drafter: Eagle3Drafter, opt, cfg: TrainConfig, keep: int = 2) -> Path:
-    final = run_dir / "checkpoints" / f"step-{step}"
-    tmp = run_dir / "checkpoints" / f".tmp-step-{step}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_drafter(drafter, tmp, overwrite=True)
-    with atomic_path(tmp / "training_state.pt") as p:
-        torch.save({"step": step, "optimizer": opt.state_dict(), "config": asdict(cfg)}, p)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)  # the folder appears whole or not at all
-    for old in _checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old)
-    return final
-
-
-def _append_metrics(path: Path, row: dict) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines written after the checkpoint a resumed run restarts from."""
-    if not path.exists():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    write_text_atomic(path, "".join(k + "\n" for k in keep))
+    rel, tmp_rel = f"checkpoints/step-{step}", f"checkpoints/.tmp-step-{step}"
+    with open_output_folder(out.file(tmp_rel), "training checkpoint", force=True) as tmp:
+        write_drafter(tmp, drafter)
+        with tmp.writing("training_state.pt") as p:
+            torch.save({"step": step, "optimizer": opt.state_dict(), "config": asdict(cfg)}, p)
+    out.remove(rel)  # an older copy of this step (a resumed run redoes it)
+    try:
+        os.replace(out.file(tmp_rel), out.file(rel))  # the folder appears whole or not at all
+    except OSError as exc:
+        raise OutputError(where(out.file(rel)), f"cannot move the checkpoint into place ({os_problem(exc)})") from None
+    out.record_tree(rel)
+    for old in checkpoint_dirs(out.path)[:-keep]:
+        out.remove(old.relative_to(out.path).as_posix())
+    return out.file(rel)
 
 
 @dataclass
 class TrainResult:
-    """What a run produced: the trained drafter, its folder, and the logged metrics."""
+    """What a run produced: the trained drafter, its folder, the logged metrics, and notes from a resume."""
 
     drafter: Eagle3Drafter
     final_dir: Path | None
     metrics: list[dict]
     seconds: float
     tokens: int
+    notes: list[str] = field(default_factory=list)  # what a resume changed or dropped, one line each
 
 
 def train_drafter(
@@ -200,46 +196,63 @@ def train_drafter(
         run_dir: where checkpoints, ``metrics.jsonl`` and ``final/`` go (None: in memory only).
         eval_states: held-out states for periodic evaluation.
         resume: continue from the newest checkpoint in ``run_dir``.
-        overwrite: allow replacing a finished run in ``run_dir``.
+        overwrite: start over in a ``run_dir`` that holds a run (``--force``): the files eaglelab
+            wrote there are removed, nothing else.
         progress: show a progress bar.
         stop_after: stop (as if interrupted) after this many steps of this call; for tests.
 
     Raises:
-        OverwriteError: ``run_dir`` holds a finished or started run and neither ``resume``
-            nor ``overwrite`` is set.
+        OverwriteError: ``run_dir`` holds a run and neither ``resume`` nor ``overwrite`` is set, holds
+            files eaglelab did not write, or another run is writing it.
+        ConfigError: a resume that cannot continue the stored run exactly (:func:`check_resume`).
     """
-    from eaglelab.progress import progress as progress_bar
-
     dist = init_distributed()
     run = Path(run_dir) if run_dir is not None else None
-    metrics_path = run / "metrics.jsonl" if run else None
     start_step = 0
+    notes: list[str] = []
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    if run is not None:
-        started = (run / "final").exists() or bool(_checkpoints(run)) or (metrics_path.exists() and not resume)
-        if started and not resume and not overwrite:
-            raise OverwriteError(run, "holds a training run already; pass resume=True (--resume) to continue it "
-                                      "or overwrite=True (--force) to start over")
-        if overwrite and not resume and run.exists() and dist.main:
-            for sub in ("checkpoints", "final"):
-                shutil.rmtree(run / sub, ignore_errors=True)
-            if metrics_path.exists():
-                metrics_path.unlink()
-        if resume and _checkpoints(run):
-            last = _checkpoints(run)[-1]
-            state = torch.load(last / "training_state.pt", map_location="cpu", weights_only=True)
-            # weights and vocabulary maps from the checkpoint; the embedding stays the target's
-            saved = {k: v for k, v in load_drafter(last).state_dict().items() if k != "embed_tokens.weight"}
-            drafter.load_state_dict(saved, strict=False)
-            opt.load_state_dict(state["optimizer"])
-            start_step = int(state["step"])
-        if resume and dist.main:
-            _truncate_metrics(metrics_path, start_step)  # lines logged after the checkpoint are redone
-        run.mkdir(parents=True, exist_ok=True)
-        if dist.main:  # what the run is, readable without torch (eaglelab recipe --from-run reads it)
-            write_json_atomic(run / "run.json", {"config": asdict(cfg), "train_sequences": len(train),
-                                                 "aux_layers": list(train.aux_layers or [])})
+    out = None
+    if run is not None and dist.main:  # rank 0 writes; the folder is eaglelab's, locked while the run lasts
+        from eaglelab.outputs import open_output_folder
+
+        out = open_output_folder(run, RUN_KIND, force=overwrite and not resume, resume=resume or None)
+    try:
+        if run is not None:
+            record = run_record(cfg, len(train), train.aux_layers, drafter)
+            done = checkpoint_dirs(run)
+            if resume and done:
+                last = done[-1]
+                notes += check_resume(read_run_record(run), record, run, checkpoint_step(last))
+                state = load_training_state(last / "training_state.pt")
+                # weights and vocabulary maps from the checkpoint; the embedding stays the target's
+                saved = {k: v for k, v in load_drafter(last).state_dict().items() if k != "embed_tokens.weight"}
+                drafter.load_state_dict(saved, strict=False)
+                try:
+                    opt.load_state_dict(state["optimizer"])
+                except (ValueError, KeyError, RuntimeError) as exc:
+                    raise ConfigError(str(last / "training_state.pt"), f"its optimizer state does not fit this drafter "
+                                                                       f"({type(exc).__name__})") from None
+                start_step = int(state["step"])
+            if out is not None:
+                if resume:  # lines logged after the checkpoint are redone; a torn last line is dropped
+                    rows, note = read_metrics_file(run / METRICS)
+                    notes += [note] if note else []
+                    kept = [r for r in rows if r["step"] <= start_step]
+                    if (run / METRICS).exists():
+                        out.write_text(METRICS, "".join(json.dumps(r) + "\n" for r in kept))
+                out.write_json(RECORD, record)
+        return _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress, stop_after, dist, opt,
+                           params, start_step, notes)
+    finally:
+        if out is not None:
+            out.close()
+
+
+def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress, stop_after, dist, opt, params,
+                start_step, notes) -> TrainResult:
+    from eaglelab.progress import progress as progress_bar
+
     objective = TTTObjective(drafter)
     if dist.world > 1:
         objective = torch.nn.parallel.DistributedDataParallel(objective)
@@ -256,17 +269,17 @@ def train_drafter(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         target = TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids())
-        out = objective(batch, target, cfg.ttt_steps, cfg.decay, cfg.loss_convention)
+        res = objective(batch, target, cfg.ttt_steps, cfg.decay, cfg.loss_convention)
         opt.zero_grad(set_to_none=True)
-        out.loss.backward()
+        res.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         tokens += int(batch.input_ids.numel()) * dist.world
         done = step + 1
         if done % cfg.log_every == 0 or done == cfg.steps:
-            row = {"step": done, "loss": out.loss.item(), "loss_convention": out.convention,
-                   f"acc_{out.convention}": [round(a, 5) for a in out.convention_acc],
-                   "acc": [round(a, 5) for a in out.acc], "accept_len": out.simulated_accept_len,
+            row = {"step": done, "loss": res.loss.item(), "loss_convention": res.convention,
+                   f"acc_{res.convention}": [round(a, 5) for a in res.convention_acc],
+                   "acc": [round(a, 5) for a in res.acc], "accept_len": res.simulated_accept_len,
                    "lr": lr_at(step, cfg), "grad_norm": float(grad_norm)}
             if eval_states is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
                 ev = evaluate_drafter(drafter, eval_states, target_lm_head, cfg.ttt_steps,
@@ -274,14 +287,21 @@ def train_drafter(
                 row.update(eval_loss=ev["loss"], eval_acc=ev["acc"], eval_accept_len=ev["accept_len"])
             metrics.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", tau=f"{row['accept_len']:.2f}")
-            if metrics_path is not None and dist.main:
-                _append_metrics(metrics_path, row)
-        if run is not None and dist.main and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
-            _save_checkpoint(run, done, drafter, opt, cfg)
+            if out is not None:
+                out.append_line(METRICS, json.dumps(row))
+        if out is not None and (done % cfg.checkpoint_every == 0 or done == cfg.steps):
+            _save_checkpoint(out, done, drafter, opt, cfg)
     final_dir = None
-    if run is not None and dist.main and end == cfg.steps:
-        final_dir = save_drafter(drafter, run / "final", overwrite=True)
-    return TrainResult(drafter, final_dir, metrics, time.perf_counter() - t0, tokens)
+    if out is not None and end == cfg.steps:
+        from eaglelab.model.drafter_files import write_drafter
+        from eaglelab.outputs import open_output_folder
+
+        out.remove("final")  # this run's earlier final drafter (a resumed run writes it again)
+        with open_output_folder(out.file("final"), "drafter", force=True) as final:
+            write_drafter(final, drafter)
+        out.record_tree("final")
+        final_dir = final.path
+    return TrainResult(drafter, final_dir, metrics, time.perf_counter() - t0, tokens, notes)
 
 
 def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_rows: int) -> float:
@@ -300,9 +320,3 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_rows: int) ->
     return 3 * forward + 2 * Ht * target_rows
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The metrics lines of a run folder."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

@@ -14,7 +14,6 @@ these functions, and so do the tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eaglelab.inputs import printable
@@ -125,7 +124,13 @@ def same_source(a: str, b: str) -> bool:
     """Whether two sources name the same checkpoint (resolved folders, or equal hub ids)."""
     if not a or not b:
         return False
-    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    from eaglelab.checkpoints.sources import local_path
+    from eaglelab.errors import SourceError
+
+    try:
+        pa, pb = local_path(a), local_path(b)
+    except SourceError:
+        return a.strip() == b.strip()
     if pa.exists() and pb.exists():
         try:
             return pa.resolve() == pb.resolve()
@@ -146,6 +151,7 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
         a :class:`Check`: what it is, or the typed error's message, as one printable line.
     """
     from eaglelab.checkpoints.preflight import check_drafter, check_target
+    from eaglelab.checkpoints.sources import local_path
     from eaglelab.errors import EaglelabError
 
     value = (value or "").strip()
@@ -153,7 +159,7 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
         if kind == DATA:
             if not value:
                 return Check(True, "the world's own data")
-            p = Path(value).expanduser()
+            p = local_path(value)
             if not p.is_file():
                 return Check(False, f"{value}: no such file")
             return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")

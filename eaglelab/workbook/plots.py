@@ -55,14 +55,13 @@ def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping
 
     Returns nothing, so a notebook cell that ends with it shows the figure, not a list of paths.
     """
-    from eaglelab.atomic import atomic_path, write_json_atomic
+    from eaglelab.outputs import open_output_folder
 
-    out = Path(figures_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for ext in ("png", "pdf"):
-        with atomic_path(out / f"{name}.{ext}") as tmp:
-            fig.savefig(tmp, format=ext, bbox_inches="tight")
-    write_json_atomic(out / f"{name}.json", {"figure": name, "params": json.loads(json.dumps(dict(params or {}), default=str))})
+    with open_output_folder(figures_dir, "figures", shared=True) as out:  # never over a file eaglelab did not write
+        for ext in ("png", "pdf"):
+            with out.writing(f"{name}.{ext}") as tmp:
+                fig.savefig(tmp, format=ext, bbox_inches="tight")
+        out.write_json(f"{name}.json", {"figure": name, "params": json.loads(json.dumps(dict(params or {}), default=str))})
 
 
 # --------------------------------------------------------------------------- notebook 01

@@ -46,19 +46,113 @@ def discover_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> li
     return notebooks
 
 
+#: Longest ``-p`` value read (characters): far beyond any path or list a notebook takes.
+MAX_PARAMETER_CHARS = 64 * 1024
+
+
 def parse_parameter(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` with VALUE read as a Python literal when it is one, else as a string."""
+    """``NAME=VALUE``: VALUE read as a Python literal of JSON's types when it is one, else as a string.
+
+    Tuples become lists; sets, bytes, complex numbers, non-finite numbers and dicts with non-string
+    keys are refused (a notebook's parameters are JSON data, see :func:`injected_cell`).
+
+    Raises:
+        ParameterError: not ``NAME=VALUE``, an invalid name, an over-long value, or a literal of a
+            type a parameter cannot hold; one line.
+    """
     if "=" not in text:
-        raise ParameterError(text, "parameters are NAME=VALUE")
+        raise ParameterError(f"-p {text[:40]}", "parameters are NAME=VALUE")
     name, raw = text.split("=", 1)
     name = name.strip()
     if not name.isidentifier():
-        raise ParameterError(text, f"{name!r} is not a valid parameter name")
+        raise ParameterError(f"-p {name[:40]}", "is not a valid parameter name")
+    if len(raw) > MAX_PARAMETER_CHARS:
+        raise ParameterError(f"-p {name}", f"the value is {len(raw):,} characters, over the {MAX_PARAMETER_CHARS:,} cap")
     try:
         value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        value = raw
-    return name, value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return name, raw  # not a literal: the text itself
+    return name, as_json_value(value, f"-p {name}")
+
+
+def as_json_value(value: Any, where: str) -> Any:
+    """``value`` with tuples made lists, checked to hold only JSON's types (finite numbers, string keys).
+
+    Raises:
+        ParameterError: a set, bytes, complex number, non-finite float, non-string key, or nesting
+            deeper than 32 levels.
+    """
+    import math
+
+    def walk(v: Any, depth: int) -> Any:
+        if depth > 32:
+            raise ParameterError(where, "nested deeper than 32 levels")
+        if v is None or isinstance(v, (bool, int, str)):
+            return v
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ParameterError(where, f"{v!r} is not a finite number")
+            return v
+        if isinstance(v, (list, tuple)):
+            return [walk(x, depth + 1) for x in v]
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                raise ParameterError(where, "a dict's keys must be strings")
+            return {k: walk(x, depth + 1) for k, x in v.items()}
+        raise ParameterError(where, f"a {type(v).__name__} is not a parameter value (use a list, dict, string, "
+                                    "number, True / False or None)")
+
+    return walk(value, 0)
+
+
+def injected_cell(parameters: dict[str, Any]) -> str:
+    """The source of the cell that hands ``parameters`` to the kernel: one JSON document, decoded as data.
+
+    Papermill writes each value as Python source, and its translator has no case for some types
+    (it falls back to ``str(value)`` unquoted): a value could end its literal and run. Here the
+    values travel as one JSON string inside a Python string literal made by :func:`repr`, which
+    for any text is a literal that evaluates to that same text; ``json.loads`` then gives data
+    only. Nothing a user types can become code.
+    """
+    import json
+
+    payload = json.dumps(parameters, ensure_ascii=True, allow_nan=False)
+    return ("# Parameters set by `eaglelab run` (JSON decoded as data: a value is never read as code)\n"
+            "import json as _json\n\n"
+            f"globals().update(_json.loads({payload!r}))\n"
+            "del _json\n")
+
+
+def prepare_notebook(notebook: Path, parameters: dict[str, Any]):
+    """The notebook as it will run: its parameters cell followed by :func:`injected_cell` (an nbformat node).
+
+    Raises:
+        NotebookError: the notebook has no (or several) parameters cells.
+    """
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    at = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    if len(at) != 1:
+        raise NotebookError(notebook.name, f"needs exactly one cell tagged 'parameters', found {len(at)}")
+    values = {name: as_json_value(v, f"parameter {name}") for name, v in parameters.items()}
+    if values:
+        cell = nbformat.v4.new_code_cell(injected_cell(values), metadata={"tags": ["injected-parameters"]})
+        nb.cells.insert(at[0] + 1, cell)
+    nb.metadata.setdefault("papermill", {})["parameters"] = _recordable(values)
+    return nb
+
+
+def _recordable(value: Any) -> Any:
+    """``value`` for the notebook's metadata, a record for people: a lone surrogate (a non-UTF-8 byte of a path)
+    written as its escape, since the file is UTF-8. The kernel gets the value itself (:func:`injected_cell`)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_recordable(v) for v in value]
+    if isinstance(value, dict):
+        return {_recordable(k): _recordable(v) for k, v in value.items()}
+    return value
 
 
 def notebook_parameters(notebook: Path) -> dict[str, Any]:
@@ -90,19 +184,50 @@ def notebook_parameters(notebook: Path) -> dict[str, Any]:
 
 
 def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
-    """Refuse parameter names that no selected notebook takes (a typo would silently do nothing).
+    """Refuse parameter names that no selected notebook takes, and values of another type than the default's.
+
+    A typo would silently do nothing; ``DRAFT_TOKENS=2.5`` where the notebook counts drafts would
+    fail deep inside it. The type rule, from the parameters cell's default: a boolean takes a
+    boolean, an integer an integer (not a boolean), a float any number, a string a string, a list a
+    list, a dict a dict; a default of None takes any value.
 
     Raises:
-        ParameterError: naming the unknown parameter and, when one is close, the likely intended name.
+        ParameterError: naming the parameter and, for a typo, the likely intended name.
     """
     import difflib
 
-    known = set().union(*(notebook_parameters(nb) for nb in notebooks)) if notebooks else set()
-    for name in parameters:
+    defaults = [notebook_parameters(nb) for nb in notebooks]
+    known = set().union(*defaults) if notebooks else set()
+    for name, value in parameters.items():
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; the notebooks take {', '.join(sorted(known))}"
             raise ParameterError(f"-p {name}", f"no selected notebook has a parameter {name}{hint}")
+        for nb, d in zip(notebooks, defaults):
+            if name in d and not _fits(d[name], value):
+                raise ParameterError(f"-p {name}", f"{nb.stem} takes {_kind(d[name])} (its default is "
+                                                   f"{d[name]!r:.40}), got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True or False"
+    return {int: "a whole number", float: "a number", str: "a string", list: "a list", dict: "a dict"}.get(
+        type(value), type(value).__name__)
+
+
+def _fits(default: Any, value: Any) -> bool:
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, list)
+    return isinstance(value, type(default))
 
 
 def absolutise_paths(value: Any, base: Path | None = None) -> Any:
@@ -112,8 +237,12 @@ def absolutise_paths(value: Any, base: Path | None = None) -> Any:
     and other strings that name no existing file or folder pass unchanged.
     """
     base = base or Path.cwd()
-    if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
-        return str((base / value).resolve())
+    if isinstance(value, str) and value and not Path(value).is_absolute():
+        try:
+            if (base / value).exists():
+                return str((base / value).resolve())
+        except (OSError, ValueError):  # a name too long, a NUL byte: not a path here, so the value as given
+            return value
     if isinstance(value, list):
         return [absolutise_paths(v, base) for v in value]
     return value
@@ -139,13 +268,15 @@ def run_notebook(notebook: Path, output: Path, parameters: dict[str, Any],
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
+    from eaglelab.outputs import make_folder
+
     if output.resolve() == notebook.resolve():
         raise NotebookError(output, "refusing to write an executed copy over the source notebook")
-    output.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(output.parent)
     start = time.perf_counter()
     try:
         pm.execute_notebook(
-            str(notebook), str(output), parameters=parameters, kernel_name=kernel_name,
+            prepare_notebook(notebook, parameters), str(output), kernel_name=kernel_name,
             cwd=str(notebook.parent), progress_bar=False, log_output=False,
             execution_timeout=timeout_s,
         )
@@ -189,6 +320,7 @@ def run_workbook(
     notebooks_dir: Path | None = None,
     kernel_name: str | None = None,
     progress: bool = True,
+    prepare_only: bool = False,
 ) -> list[NotebookRun]:
     """Run the numbered notebooks in order.
 
@@ -200,11 +332,14 @@ def run_workbook(
         notebooks_dir: defaults to :func:`find_notebooks_dir`.
         kernel_name: Jupyter kernel (default: the notebook's, which resolves to this Python).
         progress: show a progress bar.
+        prepare_only: write each notebook with its parameters cell filled in (:func:`prepare_notebook`),
+            without running it: what would run, to read or to open in JupyterLab.
     """
+    from eaglelab.outputs import open_output_folder, output_path, resolved
     from eaglelab.progress import progress as progress_bar
 
     notebooks_dir = notebooks_dir or find_notebooks_dir()
-    out_dir = Path(out_dir).resolve()
+    out_dir = resolved(output_path(out_dir))
     if out_dir == notebooks_dir.resolve():
         raise NotebookError(out_dir, "the output folder must not be the notebooks folder")
     params: dict[str, Any] = {}
@@ -214,8 +349,17 @@ def run_workbook(
     runs = []
     notebooks = discover_notebooks(notebooks_dir, only)
     check_parameters(notebooks, parameters or {})
-    bar = progress_bar(notebooks, desc="workbook", unit="nb", disable=not progress, leave=True)
-    for nb in bar:
-        bar.set_postfix_str(nb.stem)
-        runs.append(run_notebook(nb, out_dir / nb.name, params, kernel_name))
+    with open_output_folder(out_dir, "workbook run", shared=True) as out:
+        bar = progress_bar(notebooks, desc="workbook", unit="nb", disable=not progress, leave=True)
+        for nb in bar:
+            bar.set_postfix_str(nb.stem)
+            if prepare_only:
+                import nbformat
+
+                prepared = prepare_notebook(nb, params)
+                with out.writing(nb.name) as tmp:
+                    nbformat.write(prepared, str(tmp))
+                runs.append(NotebookRun(nb, out.file(nb.name), 0.0))
+            else:
+                runs.append(run_notebook(nb, out.claim(nb.name), params, kernel_name))
     return runs

@@ -8,7 +8,6 @@ pickers, :func:`explorer_numbers` (:func:`eaglelab.serving.perf.diagnose`) behin
 from __future__ import annotations
 
 import html
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,24 +18,61 @@ from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
 LABEL_WIDTH = "11em"  # one width for every picker's label, so the boxes line up
 
 
+#: Most folder entries a picker's search looks at: a root such as ``/`` lists nothing rather than hanging.
+MAX_ENTRIES = 20_000
+
+
 def _files(root: Path, pattern: str, max_depth: int):
-    """Files matching ``pattern`` under ``root``, at most ``max_depth`` folders down, hidden folders skipped."""
+    """Files matching ``pattern`` under ``root``, at most ``max_depth`` folders down.
+
+    A bounded walk: hidden folders skipped, symlinked folders not followed, at most
+    :data:`MAX_ENTRIES` entries looked at, unreadable folders passed over.
+    """
+    import fnmatch
+    import os
+
     if not root.is_dir():
         return
-    for p in sorted(root.rglob(pattern)):
-        if len(p.relative_to(root).parts) <= max_depth + 1 and not any(s.startswith(".") for s in p.parts):
-            yield p
+    seen = 0
+    stack = [(root, 0)]
+    found = []
+    while stack and seen < MAX_ENTRIES:
+        folder, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            seen += 1
+            if e.name.startswith("."):
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if depth < max_depth:
+                        stack.append((Path(e.path), depth + 1))
+                elif fnmatch.fnmatch(e.name, pattern):
+                    found.append(Path(e.path))
+            except OSError:
+                continue
+    yield from sorted(found)
 
 
 def _configs(root: Path, max_depth: int):
-    """``(folder, config)`` for every readable config.json under ``root`` that has safetensors beside it."""
+    """``(folder, config)`` for every readable config.json under ``root`` that has safetensors beside it.
+
+    Each config is read as hostile input (:func:`eaglelab.inputs.read_json_object`: a regular file,
+    never a blocking open, 1 MB at most): a FIFO or a huge file named config.json is passed over.
+    """
+    from eaglelab.errors import ConfigError
+    from eaglelab.inputs import read_json_object
+
     for cfg in _files(root, "config.json", max_depth):
         try:
-            obj = json.loads(cfg.read_text())
-        except (OSError, ValueError):
+            obj = read_json_object(cfg, ConfigError, limit=1 << 20)
+            if any(cfg.parent.glob("*.safetensors")):
+                yield cfg.parent, obj
+        except (ConfigError, OSError):
             continue
-        if isinstance(obj, dict) and any(cfg.parent.glob("*.safetensors")):
-            yield cfg.parent, obj
 
 
 def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
@@ -201,7 +237,7 @@ def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, ta
     """
     from eaglelab.serving import perf
 
-    return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(targets))
+    return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(targets), strict=False)
 
 
 def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:

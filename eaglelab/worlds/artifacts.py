@@ -42,18 +42,35 @@ def write_manifest(folder: Path, params: dict[str, Any], extra: dict[str, Any] |
     return manifest
 
 
-def verify_manifest(folder: Path, params: dict[str, Any]) -> tuple[bool, str]:
-    """(ok, reason): parameters equal and every file present with its recorded size and hash."""
+def read_manifest(folder: Path) -> dict | None:
+    """The folder's manifest (None when it has none or it is unreadable), read through :mod:`eaglelab.inputs`."""
+    from eaglelab.errors import ConfigError
+    from eaglelab.inputs import read_json_object
+
     path = folder / MANIFEST
     if not path.is_file():
-        return False, "no manifest"
+        return None
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        manifest = read_json_object(path, ConfigError)
+    except ConfigError:
+        return None
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(m, dict) and isinstance(m.get("size"), int)
+                                              and isinstance(m.get("sha256"), str) for m in files.values()):
+        return None
+    return manifest
+
+
+def verify_manifest(folder: Path, params: dict[str, Any]) -> tuple[bool, str]:
+    """(ok, reason): parameters equal and every file present with its recorded size and hash."""
+    if not (folder / MANIFEST).is_file():
+        return False, "no manifest"
+    manifest = read_manifest(folder)
+    if manifest is None:
         return False, "manifest unreadable"
     if json.loads(json.dumps(params)) != manifest.get("params"):
         return False, "built with other parameters"
-    for rel, meta in manifest.get("files", {}).items():
+    for rel, meta in manifest["files"].items():
         p = folder / rel
         if not p.is_file():
             return False, f"{rel} missing"
@@ -62,9 +79,46 @@ def verify_manifest(folder: Path, params: dict[str, Any]) -> tuple[bool, str]:
     return True, "ok"
 
 
+def check_replaceable(folder: Path) -> None:
+    """Refuse to replace a folder that holds files a build did not write (a user's folder given as ``--out``).
+
+    A build replaces only a folder it made: missing, empty, or with a manifest listing every file
+    in it. Anything else (a folder without a manifest, an unreadable manifest, files the manifest
+    does not list) is one line, and nothing is moved or deleted.
+
+    Raises:
+        OverwriteError: naming the folder and what in it is not the build's.
+        OutputError: the path is a file.
+    """
+    from eaglelab.errors import OutputError, OverwriteError
+    from eaglelab.outputs import PLACEHOLDERS, where
+
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if not folder.is_dir() or folder.is_symlink():
+        raise OutputError(where(folder), "exists and is not a folder eaglelab built; choose another place")
+    entries = [p for p in folder.iterdir() if p.name not in PLACEHOLDERS]
+    if not entries:
+        return
+    manifest = read_manifest(folder)
+    if manifest is None:
+        why = "its manifest is unreadable" if (folder / MANIFEST).exists() else "it has no eaglelab manifest"
+        raise OverwriteError(where(folder), f"is not empty and {why}, so it is not a build eaglelab can replace; "
+                                            "choose a new or empty folder (nothing was changed)")
+    listed = set(manifest["files"]) | {MANIFEST}
+    foreign = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                     if not p.is_dir() and p.relative_to(folder).as_posix() not in listed)
+    if foreign:
+        raise OverwriteError(where(folder), f"holds files its build did not write ({', '.join(foreign[:3])}"
+                                            f"{' ...' if len(foreign) > 3 else ''}); move them out before rebuilding")
+
+
 def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Path], dict | None],
                  force: bool = False, log: Callable[[str], None] = print) -> Path:
     """Return ``folder``, building it with ``build(tmp_folder)`` unless a valid copy exists.
+
+    A rebuild replaces only a folder eaglelab built (:func:`check_replaceable`): a user's folder is
+    never moved aside or deleted.
 
     Args:
         folder: where the artefact lives.
@@ -73,12 +127,16 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
         force: rebuild even when valid.
         log: where to say what happened.
     """
-    folder = Path(folder)
+    from eaglelab.outputs import make_folder, output_path
+
+    folder = output_path(folder)
     if not force and folder.exists():
         ok, why = verify_manifest(folder, params)
         if ok:
             return folder
         log(f"rebuilding {folder}: {why}")
+    check_replaceable(folder)
+    make_folder(folder.parent)
     _remove_abandoned_builds(folder)
     tmp = folder.with_name(f".{folder.name}.building-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -88,6 +146,7 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
         write_manifest(tmp, params, extra if isinstance(extra, dict) else None)
         old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
         if folder.exists():
+            check_replaceable(folder)  # again: nothing may have been added while it built
             os.replace(folder, old)
         os.replace(tmp, folder)
         shutil.rmtree(old, ignore_errors=True)

@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 
 from eaglelab.errors import SourceError
-from eaglelab.worlds.artifacts import cached_build, verify_manifest
+from eaglelab.worlds.artifacts import cached_build, check_replaceable, read_manifest, verify_manifest
 from eaglelab.worlds.world import World, default_world_dir
 
 DEMO_PARAMS = {
@@ -285,6 +285,7 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
     world_params = {"stages": {k: v.name for k, v in stages.items()}}
     if not force and verify_manifest(root, world_params)[0]:
         return World.at(root)  # the common case: nothing to check stage by stage
+    check_replaceable(root)  # before 25 minutes of stages: a folder that is not a world's is refused now
     prompts = demo_prompts(p["prompts_train"], p["prompts_held_out"])
     s_target_a, s_replies_a, s_drafter_a, s_target_b, s_replies_b, s_drafter_b = stages.values()
     builders = {"target-a": build_target_a, "replies-a": build_replies(s_target_a, None),
@@ -305,7 +306,7 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         for src, dst in ((s_replies_a, w.replies_a), (s_replies_b, w.replies_b)):
             _link_tree(src, dst, skip=("manifest.json",))
         write_json_atomic(w.prompts, prompts)
-        reports = {name: json.loads((stage / "manifest.json").read_text()).get("report")
+        reports = {name: (read_manifest(stage) or {}).get("report")
                    for name, stage in stages.items() if name.startswith("drafter")}
         return {"stages": {k: v.name for k, v in stages.items()}, "drafters": reports}
 

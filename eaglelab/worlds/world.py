@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,7 +45,14 @@ class World:
         return (self.replies_a / "held_out.safetensors").is_file() and (self.replies_b / "train.safetensors").is_file()
 
     def held_out_prompts(self) -> list[str]:
-        return json.loads(self.prompts.read_text())["held_out"]
+        """The world's held-out prompts, read back as hostile input (strict JSON, a list of texts)."""
+        from eaglelab.errors import ConfigError
+        from eaglelab.inputs import printable, read_json_object
+
+        held = read_json_object(self.prompts, ConfigError).get("held_out")
+        if not isinstance(held, list) or not all(isinstance(p, str) and p for p in held):
+            raise ConfigError(printable(str(self.prompts)), "its 'held_out' is not a list of prompt texts")
+        return held
 
     def to_json(self) -> dict:
         return {k: str(v) for k, v in asdict(self).items()}
