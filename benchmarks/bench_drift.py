@@ -3,7 +3,7 @@
 1. A point (:func:`eaglelab.drift.measures.measure_drift`: similarity at four layers, agreement, TV,
    KL, TV(top-k), the drafter teacher forced on A and on B', the per-token prediction) against the
    baseline of both targets' bare forwards over the same sequences, in the same process.
-2. Reading a vLLM-layout JSONL of prompt logprobs (:func:`eaglelab.drift.engine_files.read_logprob_file`,
+2. Reading a vLLM-layout JSONL of prompt logprobs (:func:`eaglelab.engines.logprob_files.read_logprob_file`,
    every number validated) against ``json.loads`` of the same lines alone.
 
     python benchmarks/bench_drift.py [--world tiny|demo] [--sequences 32] [--repeat 3]
@@ -38,8 +38,8 @@ def main() -> None:
     import torch
 
     from eaglelab.data.sets import probe_set, world_of
-    from eaglelab.drift import engine_files as ef
     from eaglelab.drift.measures import measure_drift, top_logprobs
+    from eaglelab.engines import logprob_files as ef
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
     from eaglelab.worlds.build import build_world
@@ -57,7 +57,7 @@ def main() -> None:
             b(input_ids=data.ids[i: i + 8])
 
     base = _best(forwards, args.repeat)
-    point = _best(lambda: measure_drift(a, b, drafter, data.ids, data.counted, steps=3), args.repeat)
+    point = _best(lambda: measure_drift(a, b, drafter, data.ids, data.counted, k=3), args.repeat)
     tokens = int(data.counted.sum())
     print(f"{args.world} world, {len(data.ids)} sequences ({tokens} counted positions):")
     print(f"  two bare forwards {base:.2f} s; one drift point {point:.2f} s: {point / base:.2f}x")

@@ -78,7 +78,7 @@ def timing(args) -> None:
         tb.close()
 
     def probe_full():
-        run_probe(a, b, drafter, seqs, steps=5, progress=False)
+        run_probe(a, b, drafter, seqs, k=5)
 
     bare()  # warm-up
     rows = []
@@ -103,7 +103,7 @@ def memory_child(world_dir, sequences: int, seq_len: int) -> None:
     _, a, b, tok, drafter = _setup(world_dir)
     seqs = builtin_sequences(tok, seq_len, "held_out", sequences)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run_probe(a, b, drafter, seqs, steps=5, progress=False)
+    run_probe(a, b, drafter, seqs, k=5)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"tokens": seqs.numel(), "maxrss_mb_before": before / 1024, "maxrss_mb_after": after / 1024}))
 

@@ -36,11 +36,11 @@ def matmul_peak_flops(n: int = 2048, repeat: int = 5) -> float:
     return best
 
 
-def run(name: str, steps: int, ttt_steps: int) -> dict:
+def run(name: str, steps: int, ttt_length: int) -> dict:
     import torch
 
+    from eaglelab.data.states import HiddenStates
     from eaglelab.model.drafter import Eagle3Drafter
-    from eaglelab.train.states import HiddenStates
     from eaglelab.train.training import TrainConfig, train_drafter, ttt_flops_per_token
 
     fields, vd, batch, seq = SIZES[name]
@@ -54,12 +54,12 @@ def run(name: str, steps: int, ttt_steps: int) -> dict:
                           torch.randn(n, seq, H, generator=g), target_ids=torch.roll(ids, -1, dims=1))
     lm_head = torch.nn.Linear(H, V, bias=False)
     drafter.set_embedding(torch.randn(V, H, generator=g) * 0.02)
-    warm = TrainConfig(steps=2, batch_size=batch, ttt_steps=ttt_steps, log_every=100, eval_every=0)
+    warm = TrainConfig(steps=2, batch_size=batch, ttt_length=ttt_length, log_every=100, eval_every=0)
     train_drafter(drafter, states, lm_head, warm, progress=False)
-    cfg = TrainConfig(steps=steps, batch_size=batch, ttt_steps=ttt_steps, log_every=10**6, eval_every=0)
+    cfg = TrainConfig(steps=steps, batch_size=batch, ttt_length=ttt_length, log_every=10**6, eval_every=0)
     res = train_drafter(drafter, states, lm_head, cfg, progress=False)
     tps = res.tokens / res.seconds
-    flops = ttt_flops_per_token(drafter.spec, seq, ttt_steps, vd) * tps
+    flops = ttt_flops_per_token(drafter.spec, seq, ttt_length, vd) * tps
     return {"size": name, "params_m": sum(p.numel() for p in drafter.parameters() if p.requires_grad) / 1e6,
             "tokens_per_s": tps, "gflops": flops / 1e9}
 
@@ -67,7 +67,7 @@ def run(name: str, steps: int, ttt_steps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--ttt-steps", type=int, default=7)
+    ap.add_argument("--ttt-length", type=int, default=7)
     ap.add_argument("--sizes", nargs="+", default=["tiny", "smollm2", "1b"], choices=list(SIZES))
     args = ap.parse_args()
     import torch
@@ -76,7 +76,7 @@ def main() -> None:
     print(f"matmul peak (fp32, 2048^3, {torch.get_num_threads()} threads): {peak / 1e9:.1f} GFLOP/s")
     print(f"{'size':>8} {'params M':>9} {'tok/s':>9} {'GFLOP/s':>8} {'of peak':>8}")
     for name in args.sizes:
-        r = run(name, args.steps, args.ttt_steps)
+        r = run(name, args.steps, args.ttt_length)
         print(f"{r['size']:>8} {r['params_m']:9.1f} {r['tokens_per_s']:9.1f} {r['gflops']:8.1f} "
               f"{r['gflops'] * 1e9 / peak:8.0%}")
 

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -16,10 +18,10 @@
 #
 # **Question.** Given a measured cycle time and acceptance length (and real serving logs), what
 # throughput does EAGLE-3 deliver, where is break-even, and what acceptance would a throughput
-# target demand?
+# goal demand?
 #
 # **Inputs.** Your serving scenario: plain-decoding tok/s, speculative cycle time, acceptance
-# length τ, the throughput target, the data behind the drafter and how fast you generate more
+# length τ, the throughput goal (the tok/s wanted), the data behind the drafter and how fast you generate more
 # (defaults: the founding case, Kimi-K2.5 on 8 PCIe GPUs: 82 tok/s, 30 ms, τ = 2.0, 37k samples,
 # 150 tok/s wanted); SGLang / vLLM logs (`LOG_FILES`); the offline world's target and drafter for
 # the closed-loop check.
@@ -38,17 +40,16 @@ BASELINE_TPS = 82.0  # plain decoding, tok/s
 CYCLE_MS = 30.0  # one speculative cycle: draft steps + verify + overhead
 ACCEPT_LEN = 2.0  # measured τ, bonus token included
 PER_STEP_ACCURACY = 0.64  # measured per-position acceptance
-DRAFT_TOKENS = 3  # k drafts per cycle
-RATE_K = 7  # the chain length (k) at which to ask what per-position acceptance a target needs
-TARGET_TPS = [100, 150, 200]
+K = 3  # drafts per cycle (the scenario's, and the closed loop's on the demo world)
+K_CHAIN = 7  # a longer chain (k) at which to ask what per-position acceptance each goal needs
+GOAL_TPS = [100, 150, 200]
 MEASURED_VERIFY_MS = 30.0
 LOG_FILES = ["../data/logs/sglang_kimi_k25_sample.log", "../data/logs/vllm_sample.log"]
 CLOSED_LOOP_PROMPTS = 8
 CLOSED_LOOP_TOKENS = 64
-CLOSED_LOOP_K = 3
 MODEL_TOLERANCE = 0.10  # the performance model counts as confirmed within this relative error of the measurement
-# the decision table (section 7): what it takes to reach PLAN_TARGET_TPS
-PLAN_TARGET_TPS = 150.0
+# the decision table (section 7): what it takes to reach PLAN_GOAL_TPS
+PLAN_GOAL_TPS = 150.0
 SAMPLES = 37_000  # samples of the new target's data your served drafter was trained on
 GEN_TPS = 82.0  # tok/s at which you generate training data (all streams together)
 TOKENS_PER_SAMPLE = 512
@@ -74,18 +75,18 @@ if SMOKE:
     CLOSED_LOOP_PROMPTS, CLOSED_LOOP_TOKENS = 3, 24
 figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
 scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
-                                    target_tps=PLAN_TARGET_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=DRAFT_TOKENS,
+                                    goal_tps=PLAN_GOAL_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=K,
                                     tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
                                     exponents=EXPONENTS)
-T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "target_tps")}
+T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
-# tok/s = τ / T_cycle; break-even τ* = T_cycle × baseline tok/s; required τ = target × T_cycle.
+# tok/s = τ / T_cycle; break-even τ* = T_cycle × baseline tok/s; required τ = goal × T_cycle.
 
 # %%
-diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS)
-requirements = pd.DataFrame(perf.requirement_table(TARGET_TPS, CYCLE_MS / 1e3, k=DRAFT_TOKENS))
+diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOAL_TPS)
+requirements = pd.DataFrame(perf.requirement_table(GOAL_TPS, CYCLE_MS / 1e3, k=K))
 display(pd.Series({k: v for k, v in diag.items() if k != "required_accept_len"}, name="value").to_frame())
 display(requirements.round(3))
 
@@ -93,17 +94,17 @@ display(requirements.round(3))
 accept_grid = np.linspace(1.0, 7.0, 121)
 curves = {f"cycle {ms:g} ms": perf.effective_tps(accept_grid, ms / 1e3) for ms in (CYCLE_MS / 2, CYCLE_MS, CYCLE_MS * 1.5)}
 fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
-                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], targets=TARGET_TPS)
+                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], goals=GOAL_TPS)
 plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
 
 # %%
-# your range: a third of the cycle to twice it, τ up to what the target needs (or k + 1)
+# your range: a third of the cycle to twice it, τ up to what the goal needs (or k + 1)
 cycle_grid = np.linspace(CYCLE_MS / 3, 2 * CYCLE_MS, 111)
-tau_grid = np.linspace(1.0, max(DRAFT_TOKENS + 1, scenario.target_tau) + 0.5, 121)
+tau_grid = np.linspace(1.0, max(K + 1, scenario.goal_tau) + 0.5, 121)
 speedup = perf.tokens_per_s_grid(tau_grid, cycle_grid) / BASELINE_TPS
-fig = plots.plot_speedup_map(speedup, tau_grid, cycle_grid, PLAN_TARGET_TPS / BASELINE_TPS,
+fig = plots.plot_speedup_map(speedup, tau_grid, cycle_grid, PLAN_GOAL_TPS / BASELINE_TPS,
                              points=[(ACCEPT_LEN, CYCLE_MS, f"you: τ {ACCEPT_LEN:g}, {CYCLE_MS:g} ms")])
-plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "target_tps": PLAN_TARGET_TPS})
+plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "goal_tps": PLAN_GOAL_TPS})
 
 # %% [markdown]
 # ## 2 · What acceptance can a drafter reach?
@@ -115,11 +116,11 @@ plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "target_tps"
 alphas = np.linspace(0.0, 0.95, 96)
 tau_curves = {f"chain k={k}": perf.accept_len_constant_rate(alphas, k) for k in (1, 3, 5, 7)}
 tau_curves["tree top-2, depth 3"] = np.array([perf.accept_len_tree(a, 3, 2) for a in alphas])
-tau_at_measured = float(perf.accept_len_constant_rate(PER_STEP_ACCURACY, DRAFT_TOKENS))
-rate_needed = {int(r["target_tps"]): r["required_rate"] for r in perf.requirement_table(TARGET_TPS, CYCLE_MS / 1e3, k=RATE_K)}
-fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, tau_at_measured, f"α={PER_STEP_ACCURACY}, k={DRAFT_TOKENS}")])
-plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_STEP_ACCURACY, "k": DRAFT_TOKENS})
-display(pd.DataFrame({"target tok/s": list(rate_needed), f"α needed with k={RATE_K}": list(rate_needed.values())}))
+tau_at_measured = float(perf.accept_len_constant_rate(PER_STEP_ACCURACY, K))
+rate_needed = {int(r["goal_tps"]): r["required_rate"] for r in perf.requirement_table(GOAL_TPS, CYCLE_MS / 1e3, k=K_CHAIN)}
+fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, tau_at_measured, f"α={PER_STEP_ACCURACY}, k={K}")])
+plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_STEP_ACCURACY, "k": K})
+display(pd.DataFrame({"goal tok/s": list(rate_needed), f"α needed with k={K_CHAIN}": list(rate_needed.values())}))
 
 # %% [markdown]
 # ## 3 · Why is the verify 30 ms? A MoE cost model
@@ -131,10 +132,10 @@ display(pd.DataFrame({"target tok/s": list(rate_needed), f"α needed with k={RAT
 moe = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=False)
 moe_graphs = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=True)
 tokens = np.arange(1, 17)
-verify_ms = float(moe.forward_s(DRAFT_TOKENS + 1) * 1e3)
-verify_graphs_ms = float(moe_graphs.forward_s(DRAFT_TOKENS + 1) * 1e3)
+verify_ms = float(moe.forward_s(K + 1) * 1e3)
+verify_graphs_ms = float(moe_graphs.forward_s(K + 1) * 1e3)
 decode_ms = float(moe_graphs.forward_s(1) * 1e3)
-verify_parts = moe.breakdown(DRAFT_TOKENS + 1)
+verify_parts = moe.breakdown(K + 1)
 fig = plots.plot_moe_verify(tokens, moe.parts_ms(tokens), measured_ms=MEASURED_VERIFY_MS)
 plots.savefig(fig, "01_moe_verify_cost", FIGURES_DIR, {"model": "kimi_k2_on_pcie", "gpus": 8})
 display(pd.DataFrame(verify_parts).set_index("part").round(3))
@@ -180,18 +181,18 @@ model_a, tokenizer = load_target(world.target_a, device="cpu")
 drafter_a = load_drafter(world.drafter_a)
 target_a = Target.for_drafter(model_a, drafter_a.spec)
 prompt_ids = measure_prompts(tokenizer, CLOSED_LOOP_PROMPTS, world)
-loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=CLOSED_LOOP_K)
-fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={CLOSED_LOOP_K}"],
+loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=K)
+fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"],
                              [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
                              [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
-plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": CLOSED_LOOP_K, "prompts": CLOSED_LOOP_PROMPTS})
+plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": CLOSED_LOOP_PROMPTS})
 display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
 if not loop["timing_ok"]:
     display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))
 
 # %% [markdown]
-# ## 6 · The decision table: what it takes to reach the target
-# From your numbers only: the τ break-even and the target need, then each option (serve as now,
+# ## 6 · The decision table: what it takes to reach the goal
+# From your numbers only: the τ break-even and the goal need, then each option (serve as now,
 # plug in the old drafter, warm start or scratch at growing data budgets) with its projected τ and
 # tok/s, the samples still to generate and how long that takes. How τ grows with data is a law
 # anchored at your drafter's point (τ at `SAMPLES`; the median of your logs when `LOG_FILES` are
@@ -206,19 +207,19 @@ if logs_source == pv.LOGS:  # your logs: their median τ, unless you entered ACC
 decision = plan(scenario, lever=verify_parts[0]["lever"])
 display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
-fig = plots.plot_options(rows, scenario.break_even_tau, scenario.target_tau, DRAFT_TOKENS + 1)
-plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "target_tps": PLAN_TARGET_TPS, "samples": SAMPLES})
+fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1)
+plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": PLAN_GOAL_TPS, "samples": SAMPLES})
 
 # %% [markdown]
 # ## 7 · Explore
-# Move the sliders: the numbers (tok/s, speedup, break-even τ, the τ each target needs) update at
+# Move the sliders: the numbers (tok/s, speedup, break-even τ, the τ each goal needs) update at
 # once from `perf.diagnose` (called directly above, so a headless run checks the same function), then
 # the figure redraws; "reset to measured" returns to your scenario.
 
 # %%
 from eaglelab.workbook.widgets import perf_explorer
 
-perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, TARGET_TPS, accept_grid, k=DRAFT_TOKENS)
+perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOAL_TPS, accept_grid, k=K)
 
 # %% [markdown]
 # ## Findings
@@ -233,10 +234,10 @@ findings = f"""
   {T['baseline_tps']} of plain decoding [derived].
 - **Break-even** is τ = **{diag['break_even_accept_len']:.2f}** [derived]; at τ = {ACCEPT_LEN:g} the cycle would have to
   shrink to {diag['max_cycle_ms_for_break_even']:.1f} ms [derived].
-- **Targets:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {RATE_K} that is a
+- **Goals:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {K_CHAIN} that is a
   per-position acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; a measured
-  {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {DRAFT_TOKENS}.
-- **Verify cost** (the Kimi-K2-on-PCIe cost model, order-of-magnitude inputs [assumed]): a {DRAFT_TOKENS + 1}-token verify
+  {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {K}.
+- **Verify cost** (the Kimi-K2-on-PCIe cost model, order-of-magnitude inputs [assumed]): a {K + 1}-token verify
   at {verify_ms:.1f} ms without CUDA graphs (measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}; {verify_graphs_ms:.1f} ms
   with them) and a graph-captured decode step at {decode_ms:.1f} ms. Of the verify,
   {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts)}: the largest lever is
@@ -244,8 +245,8 @@ findings = f"""
 - **Logs {logs_tag}:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
-- **Decision table** (your scenario, {PLAN_TARGET_TPS:g} tok/s wanted {T['target_tps']}): {decision.text}
-- **Closed loop [demo]** (CPU, offline world, k = {CLOSED_LOOP_K}; checks the model, not your numbers): measured
+- **Decision table** (your scenario, {PLAN_GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
+- **Closed loop [demo]** (CPU, offline world, k = {K}; checks the model, not your numbers): measured
   τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs {loop['greedy_tokens_per_s']:.1f} greedy
   ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify {loop['verify_s'] / loop['greedy_step_s']:.2f}× a
   decode step{' with the small-batch CPU kernels' if loop['cpu_kernels'] else ''}); the model predicts

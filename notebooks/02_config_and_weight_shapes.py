@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -44,6 +46,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
@@ -88,13 +91,15 @@ for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or sh
 # ## 3 · Config differences, classified, and the verdict
 # Shapes and config decide whether the tensors fit; the vocabulary maps get a verdict of their own:
 # two drafters with identical shapes but different `d2t` / `t2d` have `lm_head` rows that name
-# different tokens (what a warm start with a regenerated map produces).
+# different tokens (what a warm start with a regenerated map produces). The headline takes the
+# worst of the verdict, the maps and each drafter's fit to the target.
 
 # %%
-comparison = compare_checkpoints(DRAFTER_A, DRAFTER_B, target=TARGET)
-report = comparison.to_json()
+compared = compare_drafters(CompareSettings(DRAFTER_A, DRAFTER_B, TARGET))
+comparison, report = compared.comparison, compared.to_json()
+print(compared.headline(TAG))
 display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
-print(f"verdict: {comparison.verdict.level}")
+print(f"verdict, A vs B: {comparison.verdict.level}")
 for first, second in choices.same():
     print(f"  note: {first} and {second} are the same checkpoint: this compares it with itself")
 for r in comparison.verdict.reasons:
@@ -141,14 +146,14 @@ for r in kimi.verdict.reasons:
 # %% [markdown]
 # ## 5 · Real SpecForge configs
 # Every drafter config SpecForge ships (copied into `data/fixtures/specforge-configs`, see its
-# README) must parse into a consistent expected-tensor table (`schema.table_problems`: fc, q/k/v,
+# README) must parse into a consistent expected-tensor table (`tensor_table.table_problems`: fc, q/k/v,
 # o_proj, MLP, lm_head and vocabulary maps wired into one layer), and says whether eaglelab computes
 # it exactly as its engine does (`computed`, else the flag it refuses; `docs/EAGLE3_FORMAT.md` §1.1);
 # the EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
 from eaglelab.checkpoints.inspection import config_table
-from eaglelab.checkpoints.schema import diff_configs
+from eaglelab.checkpoints.config_diff import diff_configs
 
 rows = config_table(sorted(Path(FIXTURES_DIR).glob("*.json")))
 table = pd.DataFrame(rows).set_index("config")
@@ -163,7 +168,8 @@ display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
 # %%
 arch = [d for d in report["config_diff"] if d["category"] == "architecture"]
 findings = f"""
-- **The pair {TAG}** (`{Path(DRAFTER_A).name}` vs `{Path(DRAFTER_B).name}`): verdict **{comparison.verdict.level}**;
+- **{compared.headline(TAG)}.**
+- **The pair {TAG}** (`{DRAFTER_A}` vs `{DRAFTER_B}`, on `{TARGET}`): A vs B **{comparison.verdict.level}**;
   {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
   {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
@@ -182,5 +188,7 @@ findings = f"""
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
 display(Markdown(findings))
-save_findings("02", {"verdict": report["verdict"], "vocab_maps": report["vocab_maps"], "kimi_verdict": kimi.to_json()["verdict"]},
+save_findings("02", {"headline": report["headline"], "verdict": report["verdict"], "vocab_maps": report["vocab_maps"],
+                     "checkpoints": {"a": DRAFTER_A, "b": DRAFTER_B, "target": TARGET},
+                     "kimi_verdict": kimi.to_json()["verdict"]},
               bullets_from_markdown(findings), FIGURES_DIR)

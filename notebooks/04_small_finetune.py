@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -20,6 +22,8 @@
 #
 # **Inputs.** The new target (B), the old drafter (trained on A), data from the new target: a text /
 # JSONL file (`DATA`), else the world's own replies of B (demo world), else built-in offline text.
+# Every section runs a job of `eaglelab.jobs.finetune` on one `FinetuneSettings` built from the
+# parameters below (`eaglelab finetune` takes the same settings, with the same defaults).
 #
 # **Outputs.** Learning curves, measured τ and tok/s of both drafters on B, a data-scaling sweep
 # (held-out τ at log-spaced budgets and seeds, a fitted saturating law per start with its bootstrap
@@ -42,7 +46,8 @@ EVAL_SEQUENCES = 32
 STEPS = 60
 BATCH_SIZE = 4
 LR = 2e-3
-TTT_STEPS = 3
+TTT_LENGTH = 3  # training-time-test unroll
+K = 3  # drafts per cycle: held-out τ, plug-in τ, measured τ
 LOSS_CONVENTION = "specforge"  # whose TTT loss, mask alignment and accuracy: "specforge" or "speculators"
 BUDGETS = [4, 8, 16, 32, 64]  # training sequences per sweep point, log-spaced up to the data there is
 SEEDS = [0, 1]  # one sweep run per seed and budget
@@ -56,7 +61,7 @@ DTYPE = "float32"
 # your serving scenario (as in notebook 01), used only when this notebook runs on your checkpoints
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
-TARGET_TPS = 150.0
+GOAL_TPS = 150.0
 # the hand-over: warm-start recipes for the training engines at scale
 RECIPE_DATA = "prompts.jsonl"  # your prompts / conversations on the cluster, regenerated with the new target
 RECIPE_GPUS = 8
@@ -69,20 +74,20 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab.checkpoints.export import export_speculators
-from eaglelab.data.sets import finetune_set, measure_prompts, world_of
-from eaglelab.decisions import best_drafter, recommend
-from eaglelab.engines.vllm import compare_with_workbook, engine_findings, engine_status, measure_in_engine
-from eaglelab.model.decoding import benchmark_drafters, timing_warning
-from eaglelab.model.drafter_files import load_drafter, save_drafter
-from eaglelab.model.targets import Target, load_target
+from eaglelab.decisions import Option, best_drafter, recommend
+from eaglelab.jobs.engine import engine_beside_workbook
+from eaglelab.jobs.finetune import (
+    FinetuneSettings,
+    data_scaling,
+    export_for_serving,
+    hand_over,
+    load_inputs,
+    measure_starts,
+    warm_vs_scratch,
+)
+from eaglelab.model.decoding import timing_warning
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.scaling import fit_scaling
 from eaglelab.serving import perf
-from eaglelab.train.finetune import budget_sweep, finetune
-from eaglelab.train.recipes import ENGINES, RecipeSettings, build_recipe
-from eaglelab.train.training import TrainConfig
-from eaglelab.progress import progress
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
 from eaglelab.workbook.choices import Choices, Slot
@@ -95,7 +100,7 @@ plots.use_style()
 if SMOKE:
     TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [3, 6, 12, 24, 48], 10
     SEEDS, SWEEP_EPOCHS = [0], 1
-    BATCH_SIZE, TTT_STEPS = 8, 5
+    BATCH_SIZE, TTT_LENGTH, K = 8, 5, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
@@ -103,6 +108,10 @@ choices = Choices("04", [Slot("TARGET", "new target (B)", "target", TARGET, str(
                          Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, str(world.drafter_a), fits="TARGET"),
                          Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
 TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+settings = FinetuneSettings(TARGET, old_drafter=OLD_DRAFTER, data=DATA or None, seq_len=SEQ_LEN,
+                            train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
+                            batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
+                            measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
 
 # %% [markdown]
 # ## Pick the checkpoints
@@ -113,27 +122,16 @@ TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survi
 # steps each, with progress. The sections below read the choice when run (Run All keeps it).
 
 # %%
-ChoicePanel(choices, lambda values: finetune_answer(
-    values, str(world.root), steps=STEPS, batch_size=BATCH_SIZE, lr=LR, ttt_steps=TTT_STEPS, seq_len=SEQ_LEN,
-    train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, loss_convention=LOSS_CONVENTION, dtype=DTYPE,
-    device=DEVICE), button="Fine-tune")
+ChoicePanel(choices, lambda values: finetune_answer(settings, values, str(world.root)), button="Fine-tune")
 
 # %% [markdown]
-# ## The new target and the old drafter
+# ## 1 · The new target, the old drafter, and the new target's data, captured once
 
 # %%
-model, tok = load_target(TARGET, dtype=DTYPE, device=DEVICE)
-old = load_drafter(OLD_DRAFTER)
-data_world = world_of(TARGET)  # the world's replies of B when B is the world's target (as `eaglelab finetune`)
 EVIDENCE = pv.evidence_source([TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
-
-# %% [markdown]
-# ## 1 · The new target's data, captured once
-
-# %%
-data, data_source = finetune_set(model, tok, old.spec, DATA or None, data_world, SEQ_LEN, TRAIN_SEQUENCES, EVAL_SEQUENCES)
-print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
+inputs = load_inputs(settings)
+print(f"{inputs.source}; aux layers {list(inputs.data.aux_layer_outputs)}")
 
 # %% [markdown]
 # ## 2 · Warm start vs scratch at equal budget
@@ -141,16 +139,12 @@ print(f"{data_source}; aux layers {list(data.aux_layer_outputs)}")
 # size); the warm start keeps the old drafter's d2t / t2d, scratch builds its own from the data.
 
 # %%
-cfg = TrainConfig.for_steps(STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR, loss_convention=LOSS_CONVENTION)
-runs = {
-    "warm start (old drafter)": finetune(model, OLD_DRAFTER, data, cfg, Path(RUNS_DIR) / "warm", overwrite=True),
-    "from scratch": finetune(model, None, data, cfg, Path(RUNS_DIR) / "scratch", overwrite=True,
-                             draft_vocab_size=old.spec.draft_vocab_size),
-}
+finetuned = warm_vs_scratch(settings, inputs, RUNS_DIR)
+runs = finetuned.runs
 curves = {name: r.metrics for name, r in runs.items()}
 for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
     fig = plots.plot_learning_curves(curves, key, label)
-    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(data.train)})
+    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(inputs.data.train)})
 display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
                              "tokens/s (training)": r.tokens / r.seconds} for name, r in runs.items()}).T)
 
@@ -158,10 +152,7 @@ display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["l
 # ## 3 · Measured on the new target: real speculative decoding
 
 # %%
-target = Target.for_drafter(model, old.spec)
-prompts = measure_prompts(tok, MEASURE_PROMPTS, data_world)
-contenders = {"old drafter, plugged in": old, **{n: r.drafter for n, r in runs.items()}}
-measured = benchmark_drafters(target, {n: d.eval() for n, d in contenders.items()}, prompts, MEASURE_TOKENS, k=TTT_STEPS)
+measured = measure_starts(settings, inputs, finetuned)
 display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy", "timing_note"]])
 
 # %% [markdown]
@@ -171,19 +162,11 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # reason, where that environment is absent.
 
 # %%
-ENGINE_OK, ENGINE_LINE = engine_status() if SERVING_ENGINE else (False, "SERVING_ENGINE = None")
-engine_rows = {}
-if ENGINE_OK:
-    folders = {"old drafter, plugged in": OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
-    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
-    alone = None  # the target's own run, once for all drafters
-    for name, folder in progress(list(folders.items()), desc="vLLM runs"):
-        in_engine = measure_in_engine(TARGET, folder, prompts, MEASURE_TOKENS, k=TTT_STEPS, engine=SERVING_ENGINE,
-                                      stop_token_ids=eos, target_alone=alone)
-        engine_rows[name], alone = compare_with_workbook(measured[name], in_engine), in_engine.target_alone
-    display(pd.DataFrame(engine_rows).T)
-else:
-    print(f"vLLM section skipped: {ENGINE_LINE}")
+folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
+eos = [inputs.tokenizer.eos_token_id] if inputs.tokenizer.eos_token_id is not None else None
+engine = engine_beside_workbook({n: (TARGET, f) for n, f in folders.items()}, inputs.prompts(MEASURE_PROMPTS),
+                                MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
+display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]
 # ## 4 · How much new-target data does the warm start save? A data-scaling law
@@ -194,17 +177,15 @@ else:
 # fine-tune has to beat: on a handful of samples the warm start can fall below it.
 
 # %%
-sweep_cfg = TrainConfig(steps=SWEEP_STEPS, batch_size=BATCH_SIZE, ttt_steps=TTT_STEPS, lr=LR,
-                        loss_convention=LOSS_CONVENTION)
-points = budget_sweep(model, OLD_DRAFTER, data, BUDGETS, SEEDS, sweep_cfg, SWEEP_EPOCHS, old.spec.draft_vocab_size)
-fit = fit_scaling(points["from scratch"], points["warm start"], k=TTT_STEPS)
+points, fit = data_scaling(settings, inputs, BUDGETS, SEEDS, SWEEP_STEPS, SWEEP_EPOCHS)
 grid = np.geomspace(min(BUDGETS) / 2, 8 * max(BUDGETS), 100)  # to 8x the data there is: beyond, the band is the story
 curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, band in
           (("warm start", fit.warm), ("from scratch", fit.scratch))}
 levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in BUDGETS[1:]})  # τ that scratch reached
 lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin}
-if EVIDENCE == pv.MEASURED:  # your scenario's needs, only against your own curves
-    lines |= {"break-even τ": CYCLE_MS / 1e3 * BASELINE_TPS, f"τ for {TARGET_TPS:g} tok/s": CYCLE_MS / 1e3 * TARGET_TPS}
+if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
+    lines |= {"break-even τ": float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)),
+              f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
 fig = plots.plot_scaling(points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
 plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,
                                                "epochs": SWEEP_EPOCHS, "fit": fit.to_json()})
@@ -220,9 +201,7 @@ display(equal.round(2))
 
 # %%
 best = best_drafter({n: measured[n] for n in runs})
-sglang_dir = save_drafter(runs[best].drafter, Path(RUNS_DIR) / "export" / "sglang", dtype="bfloat16", overwrite=True)
-vllm_dir = export_speculators(sglang_dir, Path(RUNS_DIR) / "export" / "vllm", model.config.to_dict(), verifier=str(TARGET),
-                              target_embedding=model.get_input_embeddings().weight, overwrite=True, num_speculative_tokens=TTT_STEPS)
+sglang_dir, vllm_dir = export_for_serving(settings, inputs, runs[best].drafter, Path(RUNS_DIR) / "export")
 print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 
 # %% [markdown]
@@ -233,9 +212,8 @@ print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 # that the map survived, and serve. Epochs and TTT length come from the warm run above.
 
 # %%
-recipes = {engine: build_recipe(RecipeSettings(engine, str(OLD_DRAFTER), str(TARGET), data=RECIPE_DATA, gpus=RECIPE_GPUS),
-                                from_run=Path(RUNS_DIR) / "warm") for engine in ENGINES}
-recipe_dirs = {engine: r.write(Path(RUNS_DIR) / "recipes" / engine, overwrite=True) for engine, r in recipes.items()}
+handed = hand_over(settings, Path(RUNS_DIR) / "warm", Path(RUNS_DIR) / "recipes", data=RECIPE_DATA, gpus=RECIPE_GPUS)
+recipes, recipe_dirs = {e: r for e, (r, _) in handed.items()}, {e: d for e, (_, d) in handed.items()}
 display(pd.DataFrame({engine: r.provenance for engine, r in recipes.items()}))
 print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)" for engine, d in recipe_dirs.items()))
 
@@ -243,21 +221,21 @@ print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)"
 # ## Findings
 
 # %%
-warm, scratch = measured["warm start (old drafter)"], measured["from scratch"]
-plug = measured["old drafter, plugged in"]
-decision = recommend({"plug in": plug["accept_len"], "warm start": warm["accept_len"], "from scratch": scratch["accept_len"]})
+warm, scratch, plug = measured[Option.WARM_START], measured[Option.FROM_SCRATCH], measured[Option.PLUG_IN]
+decision = recommend({option: m["accept_len"] for option, m in measured.items()})
 b = fit.exponent
 top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm start's need is the least extrapolated
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
+taus = finetuned.taus
 bullets = [
-    f"- **Equal budget {TAG} ({STEPS} steps; data: {data_source}):** warm start reaches held-out τ "
-    f"{runs['warm start (old drafter)'].metrics[-1]['eval_accept_len']:.2f} vs {runs['from scratch'].metrics[-1]['eval_accept_len']:.2f} "
-    f"from scratch.",
-    f"- **Measured on the new target {TAG} (k = {TTT_STEPS}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
+    f"- **Compared {TAG}:** the old drafter `{OLD_DRAFTER}` plugged in, warm-started and from scratch on `{TARGET}`.",
+    f"- **Equal budget {TAG} ({STEPS} steps; data: {inputs.source}):** warm start reaches held-out τ "
+    f"{taus[Option.WARM_START]:.2f} vs {taus[Option.FROM_SCRATCH]:.2f} from scratch (plugged in: {taus[Option.PLUG_IN]:.2f}).",
+    f"- **Measured on the new target {TAG} (k = {K}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
     f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
-    f"plain decoding on this {next(model.parameters()).device.type} (all outputs equal greedy: "
+    f"plain decoding on this {next(inputs.model.parameters()).device.type} (all outputs equal greedy: "
     f"{all(m['matches_greedy'] for m in measured.values())}; one plain-decoding baseline, interleaved){timing_warning(measured)}.",
-    f"- **Measured in vLLM {TAG}:** {engine_findings(engine_rows, ENGINE_LINE)}",
+    f"- **Measured in vLLM {TAG}:** {engine.findings()}",
     f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
     f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
     f"b = {b[0]:.3f} ({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} warm-started; "
@@ -267,18 +245,20 @@ bullets = [
     + f": **scratch needs {top['ratio'][0]:.1f}× ({top['ratio'][1]:.1f}-{top['ratio'][2]:.1f}) the warm start's data**.",
     f"- **Fine-tune or plug in? {TAG}** {fit.plugin_text()}",
     (f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline) [derived]: "
-     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.MEASURED else
+     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.YOURS else
      "- **Your scenario:** not projected: these τ were measured on the demo world and illustrate the method; the game "
      "plan's decision table takes τ from your numbers only."),
-    f"- **Exported {TAG}** `{best}` (highest measured τ) for SGLang (`{sglang_dir}`) and vLLM (`{vllm_dir}`).",
+    f"- **Exported {TAG}** `{best}` (the trained start with the highest measured τ) for SGLang (`{sglang_dir}`) and "
+    f"vLLM (`{vllm_dir}`)" + ("; the recommendation below is to plug the old drafter in, which needs no export."
+                              if decision.action == Option.PLUG_IN else "."),
     f"- **Hand-over** (the chosen path here is **{decision.action}** {TAG}): warm-start recipes that keep the old drafter's "
     f"{recipes['specforge'].vocab_map['draft_slots']}-slot vocabulary map, "
     + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())
-    + (" (for reference: nothing to train on this evidence)." if decision.action == "plug in" else "."),
+    + (" (for reference: nothing to train on this evidence)." if decision.action == Option.PLUG_IN else "."),
 ]
 display(Markdown("\n".join(bullets) + f"\n\n**Recommendation {TAG}.** {decision.text}"))
-save_findings("04", {"measured": measured, "engine": engine_rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
-                     "data": data_source.description, "chosen": best, "recommendation": decision.to_json(),
+save_findings("04", {"measured": measured, "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+                     "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
                      "evidence": EVIDENCE, "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
               bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

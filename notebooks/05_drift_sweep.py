@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -41,8 +43,8 @@ DRAFTER = None  # None: the world's drafter-a (trained on A)
 PAIR_WORLD = "tiny"  # another world whose own A → B pair tests the predictors on a different model; None: skip
 CACHE_DIR = None  # None: data/worlds/cache/drift (each point's record, reused by reruns)
 RUNS_DIR = "../data/runs/05"  # the engine-layout JSONL files of section 4
-N_SEQUENCES = 32  # held-out conversations teacher forced at every point
-TTT_STEPS = 3  # drafts per cycle k
+SEQUENCES = 32  # held-out conversations teacher forced at every point
+K = 3  # drafts per cycle
 MEASURE_PROMPTS = 6  # real speculative decoding at the measured points
 MEASURE_TOKENS = 48
 TOP_K = 20  # logprobs per position in the engine-layout files (vLLM's default --max-logprobs)
@@ -71,10 +73,10 @@ TARGET_A, TARGET_B, DRAFTER = TARGET_A or world.target_a, TARGET_B or world.targ
 EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
 points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
-settings = SweepSettings(sequences=N_SEQUENCES, steps=TTT_STEPS, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
+settings = SweepSettings(sequences=SEQUENCES, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS)
 if SMOKE:
-    settings = SweepSettings(sequences=16, steps=TTT_STEPS, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
+    settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
                              lora_seq_len=64, lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
 pair_world = build_world(PAIR_WORLD) if PAIR_WORLD else None
@@ -108,7 +110,7 @@ fig = plots.plot_tau_vs_measures(
     analysis.MEASURE_PANELS, analysis.laws(sweep.records), tau_a)
 plots.savefig(fig, "05_tau_vs_measures", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B), "drafter": str(DRAFTER)});
 fig = plots.plot_position_vs_magnitude(analysis.magnitude_series(sweep.records))
-plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"steps": TTT_STEPS});
+plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
 
 # %% [markdown]
 # ## 3 · Predictors, chosen by held-out error
@@ -199,7 +201,7 @@ findings = f"""
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
 """
 display(Markdown(findings))
-save_findings("05", {"evidence": EVIDENCE, "steps": TTT_STEPS, "points": analysis.table_rows(sweep.records + sweep.pair),
+save_findings("05", {"evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
                      **analysis.calibration(choice), "held_out": [h.to_json() for h in choice["held_out"]],
                      "gaps_vs_measured": gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
               bullets_from_markdown(findings), FIGURES_DIR);

@@ -56,8 +56,8 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     """The tiny offline world, built once per test session (or reused from $EAGLELAB_WORLDS)."""
+    from eaglelab.data.world import default_world_dir
     from eaglelab.worlds.tiny import build_tiny_world
-    from eaglelab.worlds.world import default_world_dir
 
     root = default_world_dir("tiny") if os.environ.get("EAGLELAB_WORLDS") else tmp_path_factory.mktemp("worlds") / "tiny"
     os.environ["EAGLELAB_WORLDS"] = str(root.parent)  # notebooks executed by the tests find the same world

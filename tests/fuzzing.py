@@ -523,7 +523,8 @@ def tiny_config(fmt: str = "specforge") -> dict[str, Any]:
 
 @functools.cache
 def _tiny_tensors(fmt: str) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    from eaglelab.checkpoints.schema import drafter_spec_from_config, expected_eagle3_tensors
+    from eaglelab.checkpoints.spec import drafter_spec_from_config
+    from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
 
     spec = drafter_spec_from_config(tiny_config(fmt))
     return tuple((n, e.shape, e.dtype) for n, e in expected_eagle3_tensors(spec).items())
@@ -1372,18 +1373,18 @@ RANGE_NUMBERS = ["-1", "0", "-0", "0.5", "0.999", "1", "-2.5", "1.0001"]
 EXTREME_NUMBERS = ["1e-320", "1e-300", "1e300", "1_000", "\uff11\uff12", " 2 ", "1e308"]
 NORMAL = {
     "--baseline-tps": ["82", "50", "120.5"], "--cycle-ms": ["30", "45.5", "12"], "--accept-len": ["2.0", "1.5", "2.6"],
-    "--target-tps": ["150", "200", "90"], "--samples": ["37000", "1000"], "--gen-tps": ["82", "400"],
+    "--goal-tps": ["150", "200", "90"], "--samples": ["37000", "1000"], "--gen-tps": ["82", "400"],
     "--tokens-per-sample": ["512", "256"], "--k": ["3", "4", "2"], "--plugin-tau": ["1.8", "2.2"],
     "--old-samples": ["1400000", "5000"], "--exponent": ["0.1 0.3", "0.2 0.2"], "--transfer": ["0.1 0.5", "0.2 1"],
     "--budgets": ["100000 1000000", "500000"], "--chain": ["0.8,0.6,0.45", "0.5"],
 }
 FLAGS = {
-    "perf": ["--baseline-tps", "--cycle-ms", "--accept-len", "--target-tps"],
-    "plan": ["--baseline-tps", "--cycle-ms", "--accept-len", "--target-tps", "--samples", "--gen-tps",
+    "perf": ["--baseline-tps", "--cycle-ms", "--accept-len", "--goal-tps"],
+    "plan": ["--baseline-tps", "--cycle-ms", "--accept-len", "--goal-tps", "--samples", "--gen-tps",
              "--tokens-per-sample", "--k", "--plugin-tau", "--old-samples", "--exponent", "--transfer", "--budgets"],
     "predict": ["--accept-len", "--k", "--chain", "--cycle-ms", "--baseline-tps"],
 }
-MULTI = {("perf", "--target-tps"), ("plan", "--budgets")}  # nargs="+"
+MULTI = {("perf", "--goal-tps"), ("plan", "--budgets")}  # nargs="+"
 PAIRS = {"--exponent", "--transfer"}
 
 
@@ -1474,9 +1475,21 @@ def args_oracle(cmd: str, given: dict[str, list[str] | None], extra: list[str]) 
         if lo > hi:
             statuses["--exponent"] = "any"
     oracle = _worst(statuses.values())
+    if cmd in ("perf", "plan") and oracle != "invalid":
+        # one setup's numbers: a cycle holds a verify, so it is at least one plain decoding step (#31)
+        cycle = _num(given["--cycle-ms"][0]) if "--cycle-ms" in given else 30.0
+        base = _num(given["--baseline-tps"][0]) if "--baseline-tps" in given else 82.0
+        if cycle is not None and base is not None and cycle / 1e3 * base < 1.0:
+            return ("invalid" if oracle == "valid" and not _near_one(cycle / 1e3 * base) else "any",
+                    "a cycle shorter than one plain decoding step")
     bad = [f for f, s in statuses.items() if s == "invalid"]
     return oracle, (f"impossible or non-finite {bad}" if bad else "every value in its documented range"
                     if oracle == "valid" else "odd spellings or edge values")
+
+
+def _near_one(x: float) -> bool:
+    """A break-even τ within rounding of 1: either answer is fair."""
+    return abs(x - 1.0) < 1e-9
 
 
 def _check_numbers_finite(outcome: Outcome):

@@ -260,7 +260,7 @@ def recipe_cases(draw, root: Path) -> fz.Case:
 
 def _script_runs_as_written(out: Path, engine: str, flag: str, value: str):
     def check(outcome: fz.Outcome):
-        from eaglelab.train.recipes import RecipeSettings, build_recipe
+        from eaglelab.engines.recipes import RecipeSettings, build_recipe
 
         recipe_json = json.loads((out / "recipe.json").read_text())
         s = recipe_json["settings"]
@@ -323,7 +323,7 @@ def readback_cases(draw, root: Path) -> fz.Case:
         argv = ["report", "--figures", str(figures)]
         label = f"findings {'.'.join(map(str, path))} = {value!r}"
     else:
-        base = {"config": {"steps": 60, "batch_size": 4, "ttt_steps": 3}, "train_sequences": 64, "aux_layers": [1, 3, 4]}
+        base = {"config": {"steps": 60, "batch_size": 4, "ttt_length": 3}, "train_sequences": 64, "aux_layers": [1, 3, 4]}
         path = draw(st.sampled_from(_paths(base)))
         run = folder / "run"
         run.mkdir()

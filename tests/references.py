@@ -173,7 +173,7 @@ def speculators_ttt(folder, input_ids, aux, last_hidden, token_mask, steps):
         _, loss, metrics = model(hidden_states=aux[:, :-1], input_ids=input_ids[:, 1:],
                                  document_ids=torch.zeros(1, S - 1, dtype=torch.long),
                                  loss_mask=token_mask[:, 1:], position_ids=torch.arange(1, S)[None],
-                                 verifier_last_hidden_states=last_hidden[:, 1:], ttt_steps=steps,
+                                 verifier_last_hidden_states=last_hidden[:, 1:], ttt_length=steps,
                                  # its default KL loss, in its eager implementation (the fused one is Triton)
                                  loss_config=resolve_loss_config("kl_div", "eager"))
     hook.remove()

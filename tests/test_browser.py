@@ -162,7 +162,7 @@ def test_notebook_02_picker_answers_in_two_actions_and_run_all_keeps_it(tiny_wor
         set_text(page, "drafter B (new)", str(tiny_world.drafter_a))  # action 1: the choice
         wait_for_widget_text(page, "the same checkpoint as drafter A (old): this compares it with itself")
         click_button(page, "Compare")  # action 2: the answer, in place
-        page.get_by_text("Verdict [demo]: interchangeable").wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"INTERCHANGEABLE \[demo\]: ")).wait_for(timeout=60_000)
         wait_for_widget_text(page, "answered in")
         screenshot(page, out, "3-answered")
 
@@ -175,8 +175,8 @@ def test_notebook_02_picker_answers_in_two_actions_and_run_all_keeps_it(tiny_wor
 
 @pytest.mark.browser
 @pytest.mark.parametrize("number, label, pick, button, answer", [
-    ("03", "new target (B)", "target_a", "Probe", re.compile(r"Verdict \[demo\]: PLUG IN · τ \(teacher forced, k = 3\) "
-                                                             r"(\d\.\d\d) on A vs (\d\.\d\d) on B")),
+    ("03", "new target (B)", "target_a", "Probe", re.compile(r"Verdict \[demo\]: PLUG IN · drafter .* · τ \(teacher "
+                                                             r"forced, k = 3\) (\d\.\d\d) on A vs (\d\.\d\d) on B")),
     ("04", "old drafter", "drafter_b_small", "Fine-tune", re.compile(r"on held-out τ \(teacher forced, k = 5, 20 steps each")),
 ], ids=["03", "04"])
 def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, number, label, pick, button, answer):

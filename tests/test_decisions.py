@@ -24,7 +24,7 @@ def test_gain_kept_counts_the_gain_over_no_speculation():
     (2.0, 1.0 + PLUGIN_KEEP + 1e-6, "plug in"),        # just at the threshold kept
     (2.0, 1.95, "plug in"),
     (3.0, WARM_START_MIN_TAU + 0.2, "warm start"),      # most of the gain lost, still a useful start
-    (3.0, WARM_START_MIN_TAU - 0.01, "retrain"),
+    (3.0, WARM_START_MIN_TAU - 0.01, "from scratch"),
 ])
 def test_plugin_verdict_branches(tau_a, tau_b, action):
     d = plugin_verdict(tau_a, tau_b)

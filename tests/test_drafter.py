@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.checkpoints.schema import expected_eagle3_tensors
+from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
 from eaglelab.cli import main
 from eaglelab.errors import CheckpointMismatchError, OverwriteError
 from eaglelab.model.drafter import Eagle3Drafter
@@ -141,8 +141,8 @@ def test_head_initialised_from_the_targets_draft_rows(drafter, tiny_llama):
 
 
 def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
+    from eaglelab.data.states import HiddenStates, capture_hidden_states
     from eaglelab.model.targets import Target
-    from eaglelab.train.states import HiddenStates, capture_hidden_states
 
     d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)
     states = capture_hidden_states(Target.for_drafter(tiny_llama, d.spec), torch.randint(0, 256, (3, 10)), progress=False)
@@ -154,9 +154,9 @@ def test_captured_states_cache_to_disk_and_back(tiny_llama, tmp_path):
 
 def test_stored_greedy_ids_give_the_same_ttt_loss_as_full_logits(tiny_llama):
     """Training reads only the draft rows of lm_head when the capture kept the target's greedy ids."""
+    from eaglelab.data.states import capture_hidden_states
     from eaglelab.model.targets import Target
     from eaglelab.model.vocab import build_vocab_map, count_tokens
-    from eaglelab.train.states import capture_hidden_states
     from eaglelab.train.ttt import TargetTokens, target_logits, ttt_forward
 
     d = Eagle3Drafter.from_target_config(tiny_llama.config.to_dict(), draft_vocab_size=64)

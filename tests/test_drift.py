@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.cli import main
-from eaglelab.drift import engine_files as ef
 from eaglelab.drift import families as fam
 from eaglelab.drift import predictors as pr
+from eaglelab.engines import logprob_files as ef
 from eaglelab.errors import ParameterError
+from eaglelab.model.lora import LoRASnapshots
 
 # --------------------------------------------------------------------------- families
 
@@ -56,12 +57,12 @@ def test_lora_snapshot_equals_training_to_that_step(tiny_llama):
 
     seqs = torch.randint(0, 256, (8, 16), generator=torch.Generator().manual_seed(0))
     state = {k: v.clone() for k, v in tiny_llama.state_dict().items()}
-    lora = fam.LoRASnapshots(tiny_llama, rank=4, seed=3)
+    lora = LoRASnapshots(tiny_llama, rank=4, seed=3)
     lora.train(tiny_llama, seqs, 3, 1e-2, 2, seed=3, snapshot_at=(1, 3))
     assert all(torch.equal(v, state[k]) for k, v in tiny_llama.state_dict().items())  # training leaves W alone
     early, late = lora.merged_weights(state, 1), lora.merged_weights(state, 3)
     other = make_tiny_llama()
-    again = fam.LoRASnapshots(other, rank=4, seed=3)
+    again = LoRASnapshots(other, rank=4, seed=3)
     again.train(other, seqs, 1, 1e-2, 2, seed=3)
     again.merge()
     sd = other.state_dict()
@@ -97,10 +98,10 @@ def test_measures_of_a_against_itself_and_against_b(tiny_world):
     b, _ = load_target(tiny_world.target_b, device="cpu")
     drafter = load_drafter(tiny_world.drafter_a)
     data = probe_set(tok, 8, 32)
-    same = measure_drift(a, a, drafter, data.ids, data.counted, steps=3)
+    same = measure_drift(a, a, drafter, data.ids, data.counted, k=3)
     assert same.agreement == 1.0 and same.tv == pytest.approx(0, abs=1e-6) and same.kl == pytest.approx(0, abs=1e-6)
     assert same.on_b == same.on_a and same.conditional["chain"] == pytest.approx(same.on_a["chain"])
-    moved = measure_drift(a, b, drafter, data.ids, data.counted, steps=3)
+    moved = measure_drift(a, b, drafter, data.ids, data.counted, k=3)
     assert moved.agreement < 1 and 0 < moved.tv_topk <= moved.tv + 1e-6
     assert all(c <= o + 1e-9 for c, o in zip(moved.conditional["chain"], moved.on_a["chain"]))
     assert moved.on_a == same.on_a and moved.layers["last"]["cosine"] < 1

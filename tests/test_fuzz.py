@@ -607,8 +607,8 @@ IMPOSSIBLE_ARGS = [
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "inf"), ("--accept-len", "2")]),
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "1e309")]),
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "9" * 5000)]),
-    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--target-tps", "-150")]),
-    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--target-tps", "nan")]),
+    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--goal-tps", "-150")]),
+    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--goal-tps", "nan")]),
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30")]),
     ("plan", [("--k", "0")]), ("plan", [("--transfer", "0.1 1.5")]), ("plan", [("--exponent", "0 0.3")]),
     ("plan", [("--budgets", "-1")]), ("plan", [("--accept-len", "9")]), ("plan", [("--plugin-tau", "0.5")]),
@@ -630,7 +630,7 @@ def test_impossible_arguments(tmp_path, cmd_pairs):
 
 
 @pytest.mark.parametrize("cmd_pairs", [
-    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2.0"), ("--target-tps", "150 200")]),
+    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2.0"), ("--goal-tps", "150 200")]),
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "1")]),
     ("plan", []), ("plan", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2.0"), ("--k", "4")]),
     ("predict", [("--chain", "0.8,0.6,0.45")]), ("predict", [("--accept-len", "2.2"), ("--k", "3")]),
@@ -646,8 +646,8 @@ def test_valid_arguments_give_finite_json(tmp_path, cmd_pairs):
 @pytest.mark.parametrize("cmd_pairs", [
     ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "1e-320"), ("--accept-len", "2")]),
     ("perf", [("--baseline-tps", "1e-320"), ("--cycle-ms", "30"), ("--accept-len", "1e308")]),
-    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--target-tps", "1e308")]),
-    ("plan", [("--target-tps", "1e300")]), ("plan", [("--target-tps", "1e-300")]),
+    ("perf", [("--baseline-tps", "82"), ("--cycle-ms", "30"), ("--accept-len", "2"), ("--goal-tps", "1e308")]),
+    ("plan", [("--goal-tps", "1e300")]), ("plan", [("--goal-tps", "1e-300")]),
     ("plan", [("--samples", "1e-300"), ("--gen-tps", "1e-300")]), ("plan", [("--budgets", "1e300")]),
     ("plan", [("--exponent", "1e-300 1e300")]),
     ("predict", [("--chain", "0.5"), ("--cycle-ms", "1e-320")]),
@@ -667,7 +667,7 @@ def test_json_output_of_a_log_has_no_nan(tmp_path):
 @pytest.mark.parametrize("argv", [
     ["perf", "--bogus"], ["perf", "--accept-len"], ["perf", "--accept-len", "abc"], ["perf", "--accept-len", ""],
     [], ["nonexistent-cmd"], ["inspect"], ["compare", "a"], ["plan", "--k", "1.5"], ["predict"],
-    ["plan", "--verify-model", "x"], ["perf", "--target-tps"], ["inspect", "a", "b", "c"], ["--json"],
+    ["plan", "--verify-model", "x"], ["perf", "--goal-tps"], ["inspect", "a", "b", "c"], ["--json"],
     ["perf", "--accept-len", "-inf"], ["plan", "--exponent", "0.1"],
 ], ids=lambda a: " ".join(a) or "no-args")
 def test_argparse_error_one_line(argv):

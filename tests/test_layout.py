@@ -62,17 +62,56 @@ def test_no_import_circles_in_the_package():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
+#: The layers, bottom first: a module imports its own layer and the ones below, never one above
+#: (docs/ARCHITECTURE.md draws them). engines/vllm_worker.py runs in vLLM's environment and imports none.
+LAYERS = [
+    {"errors", "inputs", "atomic", "outputs", "progress", "decisions"},  # the base: no eaglelab sub-package
+    {"checkpoints"},  # files, headers, configs: no torch
+    {"serving"},  # the throughput model and serving logs: arithmetic
+    {"engines"},  # what the engines read and write: exports, recipes, logprob files, the vLLM driver
+    {"model"},  # the drafter, targets, decoding
+    {"data"},  # every token and state set, the world's paths
+    {"train"},  # the TTT loss, training, fine-tune runs
+    {"probe"},  # similarity and the plug-in probe
+    {"drift"},  # drift families, the sweep, the predictors
+    {"planning"},  # provenance, the data-scaling law, the decision table
+    {"worlds"},  # building the offline worlds
+    {"jobs"},  # one function per question
+    {"workbook"},  # notebooks' runner, plots, pickers, the game plan
+    {"cli", "__main__", "__init__"},  # the command line
+]
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    for i, names in enumerate(LAYERS):
+        if part in names:
+            return i
+    raise AssertionError(f"{module} is in no layer: add its sub-package to LAYERS")
+
+
+def test_imports_run_down_the_layers():
+    graph = import_graph()
+    up = [f"{a} -> {b}" for a, deps in graph.items() for b in deps if layer_of(b) > layer_of(a)]
+    assert up == [], up
+
+
+def test_no_module_is_over_about_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 520}
+    assert long == {}, long
+
+
 def test_states_sit_below_the_drafter_and_the_loss_above_it():
     graph = import_graph()
-    assert "eaglelab.model.drafter" not in graph["eaglelab.train.states"]
+    assert "eaglelab.model.drafter" not in graph["eaglelab.data.states"]
     assert "eaglelab.model.drafter" in graph["eaglelab.train.ttt"]
     assert not any(m.startswith("eaglelab.train") for m in graph["eaglelab.model.drafter"])
 
 
 def test_sub_packages_group_the_modules():
     subs = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
-    assert subs == ["checkpoints", "cli", "data", "drift", "engines", "model", "planning", "probe", "serving", "train",
-                    "workbook", "worlds"]
+    assert subs == ["checkpoints", "cli", "data", "drift", "engines", "jobs", "model", "planning", "probe", "serving",
+                    "train", "workbook", "worlds"]
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "inputs", "outputs", "progress"]
 
@@ -99,3 +138,21 @@ def test_the_format_reference_and_fixtures_ship_with_the_repository():
     assert "d2t" in doc and "eagle_aux_hidden_state_layer_ids" in doc
     fixtures = REPO / "data" / "fixtures" / "specforge-configs"
     assert len(list(fixtures.glob("*.json"))) >= 20 and "Apache" in (fixtures / "README.md").read_text()
+
+
+def test_the_readme_is_a_front_door():
+    """The first 40 lines get a newcomer from clone to a first result; every link and command in it is real."""
+    import re
+
+    from eaglelab.cli import build_parser
+
+    text = (REPO / "README.md").read_text()
+    first = "\n".join(text.splitlines()[:40])
+    assert all(word in first for word in ("make smoke", "make workbook", "make test", "GAME_PLAN.md"))
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert links and all((REPO / link).is_file() for link in links if "://" not in link), links
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    code = "\n".join(re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S))
+    used = set(re.findall(r"^eaglelab ([a-z]+)", code, flags=re.M)) | set(re.findall(r"`eaglelab ([a-z]+)", text))
+    assert used and used <= set(sub), used - set(sub)
+    assert len(text.splitlines()) < 120  # details live in docs/

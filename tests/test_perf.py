@@ -63,7 +63,7 @@ def test_invalid_parameters():
 
 def test_cli_perf_json():
     out = subprocess.run([sys.executable, "-m", "eaglelab", "perf", "--baseline-tps", "82", "--cycle-ms", "30",
-                          "--accept-len", "2.0", "--target-tps", "150", "200", "--json"],
+                          "--accept-len", "2.0", "--goal-tps", "150", "200", "--json"],
                          capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
     assert round(d["effective_tps"], 1) == 66.7 and round(d["break_even_accept_len"], 2) == 2.46

@@ -105,8 +105,8 @@ def test_evidence_source_tells_the_demo_world_from_user_checkpoints(tmp_path):
     mine = tmp_path / "my-target"
     mine.mkdir()
     assert pv.evidence_source([world / "target-b", world / "drafter-a", None], world) == pv.DEMO
-    assert pv.evidence_source([mine, world / "drafter-a"], world) == pv.MEASURED
-    assert pv.evidence_source(["org/hub-model"], world) == pv.MEASURED
+    assert pv.evidence_source([mine, world / "drafter-a"], world) == pv.YOURS
+    assert pv.evidence_source(["org/hub-model"], world) == pv.YOURS
 
 
 def test_founding_case_labels_defaults_and_entries():
@@ -141,8 +141,8 @@ def test_files_source_tells_bundled_samples_from_user_logs(tmp_path):
 def test_founding_case_none_reaches_the_target_and_names_the_cycle():
     s = Scenario.founding_case()
     p = plan(s, lever="CUDA graphs for the verify step")
-    assert s.break_even_tau == pytest.approx(2.46) and s.target_tau == pytest.approx(4.5)
-    assert not any(r.tau >= s.target_tau for r in p.rows)
+    assert s.break_even_tau == pytest.approx(2.46) and s.goal_tau == pytest.approx(4.5)
+    assert not any(r.tau >= s.goal_tau for r in p.rows)
     best = max(r.tau for r in p.rows)
     assert p.cycle_needed_ms == pytest.approx(1e3 * best / 150)
     assert "No drafter reaches 150 tok/s" in p.text and "above the 4" in p.text
@@ -154,11 +154,11 @@ def test_founding_case_none_reaches_the_target_and_names_the_cycle():
 
 
 def test_reaching_option_is_recommended_and_cheapest_wins():
-    # a fast cycle: the target needs τ 2.4; the old drafter plugged in already gives 2.6
+    # a fast cycle: the goal needs τ 2.4; the old drafter plugged in already gives 2.6
     s = Scenario.founding_case(cycle_ms=16.0, plugin_tau=2.6)
     p = plan(s)
     assert p.action == "plug in the old drafter"
-    assert "reaches the target" in p.text and "no new data to generate" in p.text
+    assert "reaches the goal" in p.text and "no new data to generate" in p.text
 
 
 def test_nothing_pays_branch():
@@ -205,7 +205,7 @@ def _plan(*args):
 
 
 def test_cli_plan_on_the_seed_numbers():
-    proc = _plan("--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2.0", "--target-tps", "150",
+    proc = _plan("--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2.0", "--goal-tps", "150",
                  "--samples", "37000", "--gen-tps", "82", "--old-samples", "1400000")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -249,19 +249,19 @@ def _findings(d, nb, numbers, bullets=("- a finding",)):
     save_findings(nb, numbers, list(bullets), d)  # as the notebooks write them: strict JSON
 
 
-@pytest.mark.parametrize("evidence", [pv.DEMO, pv.MEASURED])
+@pytest.mark.parametrize("evidence", [pv.DEMO, pv.YOURS])
 def test_game_plan_takes_the_plugin_tau_only_from_the_users_checkpoints(tmp_path, evidence):
     from eaglelab.workbook.report import write_game_plan
 
     _findings(tmp_path, "01", {"plan": plan(Scenario.founding_case()).to_json(), "lever": "CUDA graphs"})
-    _findings(tmp_path, "03", {"plugin": {"accept_len_on_a": 2.6, "accept_len_on_b": 2.3}, "steps": 3,
+    _findings(tmp_path, "03", {"plugin": {"accept_len_on_a": 2.6, "accept_len_on_b": 2.3}, "k": 3,
                                "evidence": evidence})
     _findings(tmp_path, "04", {"recommendation": {"text": "Initialise the new drafter from the old one."},
                                "evidence": evidence})
     text = write_game_plan(tmp_path).read_text()
     assert text.index("## Your decision") < text.index("## 01")
     assert all(f"**[{tag}]**" in text for tag, _ in pv.LABELS.values())  # the legend
-    if evidence == pv.MEASURED:
+    if evidence == pv.YOURS:
         assert "| old drafter's τ on the new target | 2.30 | [your checkpoints] |" in text
         assert "plug in the old drafter" in text and "demo world (an illustration)" not in text
     else:

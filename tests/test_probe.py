@@ -24,7 +24,7 @@ def models(tiny_world):
 
 def test_a_against_itself_is_identical(models):
     a, _, tok, drafter = models
-    res = run_probe(a, a, drafter, builtin_sequences(tok, 32, "held_out", 8), steps=3, progress=False)
+    res = run_probe(a, a, drafter, builtin_sequences(tok, 32, "held_out", 8), k=3)
     for layer in res.layers:
         assert layer.cosine_mean == pytest.approx(1.0, abs=1e-5) and layer.cka == pytest.approx(1.0, abs=1e-5)
     assert res.argmax_agreement == 1.0
@@ -34,7 +34,7 @@ def test_a_against_itself_is_identical(models):
 
 def test_b_moved_and_the_old_drafter_loses_acceptance(models):
     a, b, tok, drafter = models
-    res = run_probe(a, b, drafter, builtin_sequences(tok, 64, "held_out", 16), steps=4, progress=False)
+    res = run_probe(a, b, drafter, builtin_sequences(tok, 64, "held_out", 16), k=4)
     assert all(0.3 < layer.cosine_mean < 0.999 for layer in res.layers)
     assert res.eval_a["accept_len"] > res.eval_b["accept_len"] > 1.0
     assert res.decision == plugin_verdict(res.eval_a["accept_len"], res.eval_b["accept_len"])
@@ -51,11 +51,13 @@ def test_specforge_files_give_the_live_numbers(models, tmp_path):
 
 
 def test_cli_probe_json(tiny_world):
-    out = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--target-a", str(tiny_world.target_a),
-                          "--target-b", str(tiny_world.target_b), "--drafter", str(tiny_world.drafter_a),
-                          "--sequences", "8", "--seq-len", "32", "--steps", "3", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    d = json.loads(out)
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--target-a", str(tiny_world.target_a),
+                           "--target-b", str(tiny_world.target_b), "--drafter", str(tiny_world.drafter_a),
+                           "--sequences", "8", "--seq-len", "32", "--steps", "3", "--measure-prompts", "0", "--json"],
+                          capture_output=True, text=True, check=True)
+    assert "--steps is now --k" in proc.stderr  # the old spelling still works, for one release, and says so
+    d = json.loads(proc.stdout)
+    assert d["k"] == 3 and d["checkpoints"]["drafter"] == str(tiny_world.drafter_a)
     assert len(d["layers"]) == 4 and {"layer", "cosine_mean", "rel_l2", "cka"} <= set(d["layers"][0])
     assert 0 <= d["argmax_agreement"] <= 1
     assert d["plugin"]["accept_len_on_a"] >= 1 and d["plugin"]["accept_len_on_b"] >= 1

@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.inspection import compare_checkpoints
+from eaglelab.engines.recipes import RecipeSettings, build_recipe
 from eaglelab.errors import ConfigError, OverwriteError, ParameterError
-from eaglelab.train.recipes import RecipeSettings, build_recipe
 
 from . import engines
 
@@ -96,7 +96,7 @@ def test_recipe_takes_epochs_and_ttt_from_a_workbook_run(tiny_world, tmp_path):
     from eaglelab.cli import main
 
     assert main(["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a), "--steps", "12",
-                 "--batch-size", "8", "--ttt-steps", "4", "--sequences", "32", "--eval-sequences", "8",
+                 "--batch-size", "8", "--ttt-length", "4", "--sequences", "32", "--eval-sequences", "8",
                  "--seq-len", "32", "--out", str(tmp_path / "warm")]) == 0
     recipe = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_b)),
                           from_run=tmp_path / "warm")

@@ -21,10 +21,10 @@ import torch
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.variants import to_speculators_config
+from eaglelab.data.states import HiddenStates
 from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
-from eaglelab.train.states import HiddenStates
 from eaglelab.train.ttt import TargetTokens, ttt_forward
 from tests import references
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eaglelab.data.responses import Responses, capture_response_states, generate_responses, generate_training_data, response_rows
 from eaglelab.data.tokens import encode_prompts
 from eaglelab.errors import SourceError
-from eaglelab.train.responses import Responses, capture_response_states, generate_responses, generate_training_data, response_rows
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -57,8 +57,8 @@ def test_rows_mask_the_positions_that_predict_reply_tokens():
 
 
 def test_cropped_capture_keeps_the_full_prompt_states(chat_target):
+    from eaglelab.data.states import capture_hidden_states
     from eaglelab.model.targets import Target
-    from eaglelab.train.states import capture_hidden_states
 
     model, _ = chat_target
     g = torch.Generator().manual_seed(0)

@@ -10,10 +10,11 @@ import sys
 import pytest
 import torch
 
+from eaglelab.data.states import capture_data
 from eaglelab.data.tokens import builtin_sequences
 from eaglelab.errors import OverwriteError
 from eaglelab.model.targets import load_target
-from eaglelab.train.finetune import capture_data, finetune
+from eaglelab.train.finetune import finetune
 from eaglelab.train.training import TrainConfig, read_metrics
 
 
@@ -35,11 +36,11 @@ def test_loss_decreases(world_b):
     from eaglelab.train.ttt import evaluate_drafter
 
     model, data = world_b
-    cfg = TrainConfig(steps=40, batch_size=8, ttt_steps=3, log_every=5, eval_every=0)
+    cfg = TrainConfig(steps=40, batch_size=8, ttt_length=3, log_every=5, eval_every=0)
     drafter = initial_drafter(model, None, data.train.input_ids)
-    before = evaluate_drafter(drafter, data.held_out, model.lm_head, steps=3)
+    before = evaluate_drafter(drafter, data.held_out, model.lm_head, k=3)
     res = train_drafter(drafter, data.train, model.lm_head, cfg, progress=False)
-    after = evaluate_drafter(drafter, data.held_out, model.lm_head, steps=3)
+    after = evaluate_drafter(drafter, data.held_out, model.lm_head, k=3)
     losses = [m["loss"] for m in res.metrics]
     # soft cross-entropy against the target's distribution: its entropy is a floor, so look for a clear drop
     assert losses[-1] < losses[0] and after["loss"] < before["loss"] - 1.0
@@ -48,7 +49,7 @@ def test_loss_decreases(world_b):
 
 def test_resume_reproduces_the_uninterrupted_curve(world_b, tmp_path):
     model, data = world_b
-    cfg = TrainConfig(steps=24, batch_size=4, ttt_steps=3, log_every=4, eval_every=12, checkpoint_every=8)
+    cfg = TrainConfig(steps=24, batch_size=4, ttt_length=3, log_every=4, eval_every=12, checkpoint_every=8)
     finetune(model, None, data, cfg, tmp_path / "full", progress=False)
     part = finetune(model, None, data, cfg, tmp_path / "part", progress=False, stop_after=13)
     assert part.final_dir is None and (tmp_path / "part" / "checkpoints" / "step-8").is_dir()
@@ -67,7 +68,7 @@ def test_resume_reproduces_the_uninterrupted_curve(world_b, tmp_path):
 
 def test_warm_start_beats_scratch_on_the_new_target(tiny_world, world_b):
     model, data = world_b
-    cfg = TrainConfig(steps=30, batch_size=8, ttt_steps=4, log_every=30, eval_every=30)
+    cfg = TrainConfig(steps=30, batch_size=8, ttt_length=4, log_every=30, eval_every=30)
     warm = finetune(model, tiny_world.drafter_a, data, cfg, progress=False).metrics[-1]["eval_accept_len"]
     scratch = finetune(model, None, data, cfg, progress=False).metrics[-1]["eval_accept_len"]
     assert warm > scratch + 0.1
@@ -75,7 +76,7 @@ def test_warm_start_beats_scratch_on_the_new_target(tiny_world, world_b):
 
 def test_rebuilding_the_vocab_of_a_warm_start_warns(tiny_world, world_b):
     model, data = world_b
-    cfg = TrainConfig(steps=1, batch_size=2, ttt_steps=2, log_every=1, eval_every=0)
+    cfg = TrainConfig(steps=1, batch_size=2, ttt_length=2, log_every=1, eval_every=0)
     with pytest.warns(UserWarning, match="lm_head rows"):
         finetune(model, tiny_world.drafter_a, data, cfg, rebuild_vocab=True, progress=False)
 
@@ -84,7 +85,7 @@ def test_cli_finetune_writes_metrics_and_resumes(tiny_world, tmp_path):
     out = tmp_path / "run"
     base = [sys.executable, "-m", "eaglelab", "finetune", "--target", str(tiny_world.target_b), "--init",
             str(tiny_world.drafter_a), "--steps", "6", "--out", str(out), "--sequences", "16", "--eval-sequences", "8",
-            "--ttt-steps", "2", "--log-every", "2", "--eval-every", "6", "--checkpoint-every", "2", "--batch-size", "4"]
+            "--ttt-length", "2", "--log-every", "2", "--eval-every", "6", "--checkpoint-every", "2", "--batch-size", "4"]
     subprocess.run(base + ["--stop-after", "3"], check=True, capture_output=True)
     again = subprocess.run(base, capture_output=True, text=True)
     assert again.returncode == 2 and "--resume" in again.stderr
@@ -107,7 +108,7 @@ def test_ddp_two_processes_gloo(tiny_world, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m",
            "eaglelab", "finetune", "--target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out",
-           str(tmp_path / "ddp"), "--sequences", "16", "--eval-sequences", "8", "--ttt-steps", "2", "--log-every", "2",
+           str(tmp_path / "ddp"), "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--log-every", "2",
            "--eval-every", "0", "--batch-size", "4", "--device", "cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
+from eaglelab.checkpoints.config_diff import diff_configs
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.inspection import compare_checkpoints
-from eaglelab.checkpoints.schema import diff_configs, drafter_spec_from_config
+from eaglelab.checkpoints.spec import drafter_spec_from_config
 from eaglelab.checkpoints.variants import FIELDS, cautions, drafter_family, refusals, to_speculators_config
 from eaglelab.cli import main
 from eaglelab.errors import ConfigError, UnsupportedDrafterError
@@ -215,8 +216,8 @@ def test_any_flag_values_are_computed_or_refused_in_one_line(fmt, flags):
 # --------------------------------------------------------------------------- loss conventions in training
 
 def test_training_reports_its_loss_convention(tmp_path):
+    from eaglelab.data.states import HiddenStates
     from eaglelab.errors import ParameterError
-    from eaglelab.train.states import HiddenStates
     from eaglelab.train.training import TrainConfig, read_metrics, train_drafter
 
     with pytest.raises(ParameterError, match="loss_convention"):
@@ -228,7 +229,7 @@ def test_training_reports_its_loss_convention(tmp_path):
                           torch.randn(4, 12, 192, generator=gen), torch.randn(4, 12, 64, generator=gen))
     head = torch.nn.Linear(64, 256, bias=False)
     for convention in ("specforge", "speculators"):
-        cfg = TrainConfig(steps=2, batch_size=2, ttt_steps=2, log_every=1, eval_every=0, checkpoint_every=2,
+        cfg = TrainConfig(steps=2, batch_size=2, ttt_length=2, log_every=1, eval_every=0, checkpoint_every=2,
                           loss_convention=convention)
         train_drafter(d, states, head, cfg, run_dir=tmp_path / convention, progress=False)
         rows = read_metrics(tmp_path / convention)

@@ -118,9 +118,9 @@ def test_a_hostile_parameter_reaches_a_real_kernel_as_the_same_text(tmp_path):
 
 
 def test_a_parameter_of_another_type_than_its_default_is_refused(capsys, tmp_path):
-    assert main(["run", "--only", "01", "--prepare-only", "--out", str(tmp_path), "-p", "DRAFT_TOKENS=2.5"]) == 2
-    assert "DRAFT_TOKENS" in error_line(capsys)
-    assert main(["run", "--only", "01", "--prepare-only", "--out", str(tmp_path), "-p", "DRAFT_TOKENS=4",
+    assert main(["run", "--only", "01", "--prepare-only", "--out", str(tmp_path), "-p", "K=2.5"]) == 2
+    assert "K" in error_line(capsys)
+    assert main(["run", "--only", "01", "--prepare-only", "--out", str(tmp_path), "-p", "K=4",
                  "-p", "EXPONENTS=(0.1, 0.2)"]) == 0
 
 
@@ -141,7 +141,7 @@ def test_every_hostile_name_reaches_the_engines_as_the_same_word(tiny_world, tmp
     """The generated run.sh, run by bash with the engines replaced by recorders: each value arrives whole, nothing else runs."""
     import yaml
 
-    from eaglelab.train.recipes import RecipeSettings, build_recipe
+    from eaglelab.engines.recipes import RecipeSettings, build_recipe
 
     for n, name in enumerate(HOSTILE_NAMES):
         drafter, target = _hostile_recipe_inputs(tiny_world, tmp_path / f"in-{n}", name)
@@ -266,7 +266,7 @@ FINDINGS_CASES = {
     "scenario wrong types": json.dumps({"numbers": {"plan": {"scenario": {"baseline_tps": "82"}, "sources": {}}}}).encode(),
     "unknown field": json.dumps({"numbers": {"plan": {"scenario": {"nope": 1}, "sources": {}}}}).encode(),
     "impossible tau": json.dumps({"numbers": {"plan": {"scenario": {
-        "baseline_tps": 82, "cycle_ms": 30, "accept_len": 0.5, "target_tps": 150, "samples": 1, "gen_tps": 1},
+        "baseline_tps": 82, "cycle_ms": 30, "accept_len": 0.5, "goal_tps": 150, "samples": 1, "gen_tps": 1},
         "sources": {}}}}).encode(),
     "NaN": b'{"numbers": {"x": NaN}}',
 }
@@ -280,10 +280,10 @@ def test_report_on_a_malformed_findings_file_is_one_line(tmp_path, capsys, case)
 
 
 @pytest.mark.parametrize("record", [
-    {"config": {"steps": -5, "batch_size": 8, "ttt_steps": 3}, "train_sequences": 10},
-    {"config": {"steps": 10, "batch_size": 8, "ttt_steps": 3}, "train_sequences": 0},
-    {"config": {"steps": 10, "batch_size": 8, "ttt_steps": 1e9}, "train_sequences": 10},
-    {"config": "x", "train_sequences": 10}, {"config": {"steps": True, "batch_size": 8, "ttt_steps": 3},
+    {"config": {"steps": -5, "batch_size": 8, "ttt_length": 3}, "train_sequences": 10},
+    {"config": {"steps": 10, "batch_size": 8, "ttt_length": 3}, "train_sequences": 0},
+    {"config": {"steps": 10, "batch_size": 8, "ttt_length": 1e9}, "train_sequences": 10},
+    {"config": "x", "train_sequences": 10}, {"config": {"steps": True, "batch_size": 8, "ttt_length": 3},
                                              "train_sequences": 10},
 ])
 def test_recipe_from_a_run_with_impossible_numbers_is_one_line(tiny_world, tmp_path, capsys, record):
@@ -337,7 +337,7 @@ def test_pickers_pass_over_fifos_huge_and_broken_configs(tiny_world, tmp_path):
 
 def _finetune(tiny_world, out: Path, *extra: str, steps: int = 6) -> list[str]:
     return ["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a), "--steps", str(steps),
-            "--out", str(out), "--sequences", "16", "--eval-sequences", "8", "--ttt-steps", "2", "--log-every", "2",
+            "--out", str(out), "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--log-every", "2",
             "--eval-every", "6", "--checkpoint-every", "2", "--batch-size", "4", *extra]
 
 
@@ -377,7 +377,7 @@ def test_a_torn_line_in_the_middle_of_the_metrics_is_one_line(tmp_path):
 def test_resume_with_another_vocabulary_is_one_line(tiny_world, tmp_path, capsys):
     out = tmp_path / "run"
     base = ["finetune", "--target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out", str(out),
-            "--sequences", "16", "--eval-sequences", "8", "--ttt-steps", "2", "--checkpoint-every", "2",
+            "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--checkpoint-every", "2",
             "--batch-size", "4"]
     assert main(base + ["--draft-vocab", "64", "--stop-after", "2"]) == 0
     assert main(base + ["--draft-vocab", "96", "--resume"]) == 2

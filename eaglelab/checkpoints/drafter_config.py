@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.schema import DEFAULT_DRAFT_VOCAB, default_aux_layer_outputs
+from eaglelab.checkpoints.spec import DEFAULT_DRAFT_VOCAB, default_aux_layer_outputs
 from eaglelab.errors import ConfigError
 
 

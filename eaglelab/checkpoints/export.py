@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.schema import canonical_tensor_name, check_tensors_against_spec, drafter_spec_from_config
+from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
 from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 
@@ -23,7 +24,7 @@ FORMATS = ("speculators", "specforge")
 
 def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "speculators",
                    target_cfg: dict[str, Any] | None = None, verifier: str | None = None,
-                   target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3,
+                   target_embedding=None, overwrite: bool = False, k: int = 3,
                    drop_embedding: bool = False) -> Path:
     """Write a drafter checkpoint in another format: the same model, every tensor carried over.
 
@@ -37,7 +38,7 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
         target_embedding: [V, H] tensor written as ``embed_tokens.weight`` when the drafter has none
             (speculators models carry the embedding).
         overwrite: replace an export eaglelab wrote in ``out_dir`` (``--force``); other files are never replaced.
-        num_speculative_tokens: draft length of a speculators config's default proposal method.
+        k: drafts per cycle of a speculators config's default proposal method (its ``num_speculative_tokens``).
         drop_embedding: leave ``embed_tokens`` out, so the engine shares the target's (how SGLang
             always serves, and how the workbook measures a drafter on a target it was not trained on).
 
@@ -63,7 +64,7 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     if to == "speculators":
         if target_cfg is None:
             raise ConfigError(where, "a speculators export needs the target's config (--target)")
-        cfg = to_speculators_config(ck.config, target_cfg, verifier or "", num_speculative_tokens, where)
+        cfg = to_speculators_config(ck.config, target_cfg, verifier or "", k, where)
     else:
         cfg = to_specforge_config(ck.config, where)
     spec = drafter_spec_from_config(cfg, where)
@@ -87,13 +88,6 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
             save_file(renamed, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
         out.write_json("config.json", cfg)
     return out.path
-
-
-def export_speculators(drafter_dir: str | Path, out_dir: str | Path, target_cfg: dict[str, Any], verifier: str,
-                       target_embedding=None, overwrite: bool = False, num_speculative_tokens: int = 3) -> Path:
-    """Write the vLLM / speculators folder for a drafter checkpoint (:func:`export_drafter` ``to="speculators"``)."""
-    return export_drafter(drafter_dir, out_dir, "speculators", target_cfg, verifier, target_embedding, overwrite,
-                          num_speculative_tokens)
 
 
 def _dtype(t) -> str:

@@ -1,7 +1,9 @@
 """Inspect one drafter checkpoint, or compare two, from metadata only.
 
-Joins :mod:`eaglelab.checkpoints.sources` (files, headers) and :mod:`eaglelab.checkpoints.schema` (what EAGLE-3
-expects). Used by notebook 02 and by ``eaglelab inspect`` / ``eaglelab compare``.
+Joins :mod:`eaglelab.checkpoints.sources` (files, headers) with what EAGLE-3 expects: the spec
+(:mod:`~eaglelab.checkpoints.spec`), the tensor table (:mod:`~eaglelab.checkpoints.tensor_table`), the
+config diff (:mod:`~eaglelab.checkpoints.config_diff`) and the verdicts (:mod:`~eaglelab.checkpoints.verdicts`).
+Used by notebook 02 and by ``eaglelab inspect`` / ``eaglelab compare``.
 """
 
 from __future__ import annotations
@@ -9,22 +11,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eaglelab.checkpoints.schema import (
-    ConfigDiff,
-    DrafterSpec,
-    Verdict,
+from eaglelab.checkpoints.config_diff import ConfigDiff, diff_configs
+from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
+from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.tensor_table import (
     canonical_tensor_name,
     check_tensors_against_spec,
     check_vocab_maps,
-    diff_configs,
-    drafter_spec_from_config,
-    drafter_verdict,
-    drafter_vs_target,
     expected_eagle3_tensors,
     strip_prefix,
 )
-from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
+from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target
 from eaglelab.errors import ConfigError, EaglelabError
 
 
@@ -310,14 +308,14 @@ def compare_vocab_maps(a: Inspection, b: Inspection, same_shapes: bool) -> Vocab
 
 def config_table(paths) -> list[dict[str, Any]]:
     """One summary row per drafter config file: sizes, aux ids, tensor count, parameters without embedding,
-    and whether its expected-tensor table is consistent (:func:`eaglelab.checkpoints.schema.table_problems`).
+    and whether its expected-tensor table is consistent (:func:`eaglelab.checkpoints.tensor_table.table_problems`).
 
     Raises:
         SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
     """
     from pathlib import Path
 
-    from eaglelab.checkpoints.schema import expected_parameters, table_problems
+    from eaglelab.checkpoints.tensor_table import expected_parameters, table_problems
     from eaglelab.errors import SourceError
 
     paths = list(paths)

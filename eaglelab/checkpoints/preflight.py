@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from eaglelab.checkpoints.inspection import load_target_config
-from eaglelab.checkpoints.schema import DrafterSpec, drafter_spec_from_config, drafter_vs_target, target_layer_count
 from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
+from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.variants import check_computed
+from eaglelab.checkpoints.verdicts import drafter_vs_target, target_layer_count
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 
 
@@ -51,7 +52,7 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
             run on the target (hidden size, vocabulary, aux layers outside it).
         SourceError, HeaderError: the target's files (see :func:`check_target`).
     """
-    from eaglelab.checkpoints.schema import check_tensors_against_spec
+    from eaglelab.checkpoints.tensor_table import check_tensors_against_spec
 
     ck = load_checkpoint(source)
     if ck.config is None:
@@ -93,3 +94,18 @@ def check_target_pair(a: str, cfg_a: dict[str, Any], b: str, cfg_b: dict[str, An
     if target_layer_count(cfg_a) != target_layer_count(cfg_b):
         raise CheckpointMismatchError(f"{a} vs {b}", f"{target_layer_count(cfg_a)} vs {target_layer_count(cfg_b)} "
                                                      "layers: the drafter's aux layers mean different depths")
+
+
+def check_context(tokens: int, flag: str, *targets: tuple[str, dict]) -> None:
+    """Refuse a sequence longer than a target's context: past it, positions extrapolate and the verdict drifts.
+
+    Raises:
+        ParameterError: naming ``flag``, the target and its ``max_position_embeddings``.
+    """
+    from eaglelab.errors import ParameterError
+
+    for name, cfg in targets:
+        text = cfg.get("text_config") or cfg
+        ctx = text.get("max_position_embeddings")
+        if isinstance(ctx, int) and tokens > ctx:
+            raise ParameterError(flag, f"{tokens} tokens exceed the context of {name} ({ctx}, max_position_embeddings)")

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.atomic import atomic_path, write_json_atomic
-from eaglelab.checkpoints.schema import drafter_spec_from_config, expected_eagle3_tensors
 from eaglelab.checkpoints.sources import DTYPE_SIZES
+from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
 
 #: The Kimi-K2 EAGLE-3 drafter's shape (``docs/EAGLE3_FORMAT.md``), SpecForge style.
 KIMI_K2_DRAFTER_CONFIG: dict[str, Any] = {

@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.schema import (
+from eaglelab.checkpoints.config_diff import comparison_view
+from eaglelab.checkpoints.spec import (
     SPECFORGE,
     SPECULATORS,
     aux_ids_as_layer_outputs,
-    comparison_view,
     config_format,
     drafter_spec_from_config,
     eagle_config,
@@ -326,14 +326,14 @@ _LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_k
 
 
 def to_speculators_config(cfg: dict[str, Any], target_cfg: dict[str, Any], verifier: str,
-                          num_speculative_tokens: int = 3, where: str = "config.json") -> dict[str, Any]:
+                          k: int = 3, where: str = "config.json") -> dict[str, Any]:
     """The speculators / vLLM config of a drafter: the same model, every flag in speculators' meaning.
 
     Args:
         cfg: the drafter config, either format (a speculators config gets its verifier updated).
         target_cfg: the target's config (its layer count and architectures).
         verifier: the target's name or path, recorded for vLLM.
-        num_speculative_tokens: draft length of the default proposal method.
+        k: drafts per cycle of the default proposal method (its ``speculative_tokens``).
 
     Raises:
         UnsupportedDrafterError: a flag speculators cannot express (SpecForge ``norm_output: false``:
@@ -372,7 +372,7 @@ def to_speculators_config(cfg: dict[str, Any], target_cfg: dict[str, Any], verif
         "transformer_layer_config": layer,
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": num_speculative_tokens,
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
                                   "verifier_accept_k": 1, "accept_tolerance": 0.0}],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": verifier,

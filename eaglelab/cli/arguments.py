@@ -71,3 +71,26 @@ def numbers(text: str) -> list[float]:
     """A comma-separated list of finite numbers."""
     return [_number(x) for x in text.split(",")]
 
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: stores into the new flag's destination and says, once, what it is now called.
+
+    For one release after a rename (``--steps`` → ``--k`` on ``probe``, ``--target-tps`` → ``--goal-tps``):
+    the note goes to stderr and the command runs as with the new spelling.
+    """
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"note: {option_string} is now {self.new}; the old spelling goes in the next release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
+    """Register ``old`` as a deprecated spelling of ``new`` (same ``dest`` and type), hidden from ``--help``."""
+    parser.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS, **kwargs)

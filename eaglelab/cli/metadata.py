@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from eaglelab.cli.arguments import accept_len, count, fraction, numbers, positive
+from eaglelab.cli.arguments import accept_len, alias, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
 
 # --------------------------------------------------------------------------- run
@@ -52,13 +52,14 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from eaglelab.checkpoints.inspection import compare_checkpoints
+    from eaglelab.jobs.compare import CompareSettings, compare_drafters
 
-    cmp_ = compare_checkpoints(args.a, args.b, target=args.target)
+    report = compare_drafters(CompareSettings(args.a, args.b, args.target))
+    cmp_ = report.comparison
     if args.json:
-        print_json(cmp_.to_json())
+        print_json(report.to_json())
         return 0
-    print(f"A: {args.a}\nB: {args.b}\n")
+    print(f"{report.headline()}\n")
     if cmp_.config_diff:
         print(table([[d.key, json.dumps(d.a), json.dumps(d.b), d.category, d.why[:60]] for d in cmp_.config_diff],
                      ["config key", "A", "B", "category", "why"]))
@@ -69,7 +70,7 @@ def cmd_compare(args) -> int:
     if changed:
         print(table([[t.name, t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
                      ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
-    print(f"\nverdict: {cmp_.verdict.level.upper()}")
+    print(f"\nverdict (A vs B): {cmp_.verdict.level.upper()}")
     for r in cmp_.verdict.reasons:
         print(f"  - {r}")
     if cmp_.vocab_maps is not None:
@@ -106,7 +107,7 @@ def cmd_perf(args) -> int:
         raise ParameterError("perf", "give --log FILE, or all of --baseline-tps, --cycle-ms and --accept-len")
     from eaglelab.serving.perf import diagnose
 
-    out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.target_tps or [])
+    out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [])
     if args.json:
         print_json(out)
         return 0
@@ -159,7 +160,7 @@ def cmd_plan(args) -> int:
 
 
 #: Scenario fields the ``plan`` flags set (flag = field with dashes).
-PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "target_tps", "samples", "gen_tps", "tokens_per_sample",
+PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "goal_tps", "samples", "gen_tps", "tokens_per_sample",
                "k", "plugin_tau", "old_samples")
 
 
@@ -212,11 +213,11 @@ def cmd_report(args) -> int:
 
 
 def cmd_recipe(args) -> int:
-    from eaglelab.train.recipes import RecipeSettings, build_recipe
+    from eaglelab.engines.recipes import RecipeSettings, build_recipe
 
     settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data,
                               workdir=args.workdir, gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
-                              ttt_length=args.ttt_length, speculative_tokens=args.k, max_length=args.max_length,
+                              ttt_length=args.ttt_length, k=args.k, max_length=args.max_length,
                               chat_template=args.chat_template)
     recipe = build_recipe(settings, from_run=args.from_run)
     out = recipe.write(args.out, overwrite=args.force)
@@ -267,7 +268,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s")
     f.add_argument("--cycle-ms", type=positive, help="speculative cycle time in ms (draft + verify + overhead)")
     f.add_argument("--accept-len", type=accept_len, help="acceptance length tau (bonus token included)")
-    f.add_argument("--target-tps", type=positive, nargs="+", help="throughputs to compute the required tau for")
+    f.add_argument("--goal-tps", type=positive, nargs="+", help="throughputs wanted: the τ each needs")
+    alias(f, "--target-tps", "--goal-tps", "goal_tps", type=positive, nargs="+")
     f.add_argument("--log", help="SGLang or vLLM server log to parse instead")
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_perf)
@@ -281,7 +283,8 @@ def add_parsers(sub) -> None:
     pl.add_argument("--cycle-ms", type=positive, help="speculative cycle, ms: draft + verify + overhead (default 30)")
     pl.add_argument("--accept-len", type=accept_len, help="τ of the drafter you serve now, bonus included (default 2.0)")
     pl.add_argument("--log", help="SGLang / vLLM log: take the served τ as the median of its metrics lines")
-    pl.add_argument("--target-tps", type=positive, help="the throughput you want (default 150)")
+    pl.add_argument("--goal-tps", type=positive, help="the throughput you want (default 150)")
+    alias(pl, "--target-tps", "--goal-tps", "goal_tps", type=positive)
     pl.add_argument("--samples", type=positive,
                     help="samples of the new target's data the served drafter was trained on (default 37000)")
     pl.add_argument("--gen-tps", type=positive, help="tok/s at which you generate training data, all streams (default 82)")
@@ -306,7 +309,7 @@ def add_parsers(sub) -> None:
                                     "there: from its acceptance on the old target (a server log, or given) and both "
                                     "targets' prompt logprobs on the same teacher-forced text, as vLLM "
                                     "(prompt_logprobs) or SGLang (return_logprob) return them, one response per line "
-                                    "(layouts: eaglelab/drift/engine_files.py). Prints τ with its band and the "
+                                    "(layouts: eaglelab/engines/logprob_files.py). Prints τ with its band and the "
                                     "projected tok/s.")
     pr.add_argument("--old", required=True, help="JSONL of the old target's responses")
     pr.add_argument("--new", required=True, help="JSONL of the new target's responses on the same texts, same order")

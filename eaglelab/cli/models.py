@@ -4,19 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglelab.cli.arguments import count, count0, positive
+from eaglelab.cli.arguments import alias, count, count0, positive
 from eaglelab.cli.output import print_json
-
-
-def check_context(tokens: int, flag: str, *targets: tuple[str, dict]) -> None:
-    """Refuse a sequence longer than a target's context: past it, positions extrapolate and the verdict drifts."""
-    from eaglelab.errors import ParameterError
-
-    for name, cfg in targets:
-        text = cfg.get("text_config") or cfg
-        ctx = text.get("max_position_embeddings")
-        if isinstance(ctx, int) and tokens > ctx:
-            raise ParameterError(flag, f"{tokens} tokens exceed the context of {name} ({ctx}, max_position_embeddings)")
 
 
 def _target_config(target: str) -> dict:
@@ -71,7 +60,7 @@ def cmd_drafter_export(args) -> int:
         model, _ = load_target(args.target, device="cpu")
         embedding = model.get_input_embeddings().weight
     out = export_drafter(args.source, args.out, args.to, tcfg, verifier=args.target, target_embedding=embedding,
-                         overwrite=args.force, num_speculative_tokens=args.k)
+                         overwrite=args.force, k=args.k)
     print(f"wrote {out} ({'speculators / vLLM' if args.to == 'speculators' else 'SpecForge / SGLang'} format)")
     return 0
 
@@ -129,80 +118,45 @@ def cmd_speculate(args) -> int:
 
 # --------------------------------------------------------------------------- probe
 
-def _data_world(args, checkpoint):
-    """The world whose conversations the data layer uses: ``--world``, else the one ``checkpoint`` lies in."""
-    from eaglelab.data.sets import world_of
-    from eaglelab.errors import ParameterError
-    from eaglelab.worlds.world import World
+def probe_settings(args):
+    """The command line's :class:`~eaglelab.jobs.probe.ProbeSettings` (its flags' defaults are the dataclass's)."""
+    from eaglelab.jobs.probe import ProbeSettings
 
-    if args.world:
-        world = World.at(args.world)
-        if not world.root.is_dir():
-            raise ParameterError("--world", f"{args.world} is not a folder")
-        return world
-    return world_of(checkpoint)
+    return ProbeSettings(args.target_a, args.target_b, args.drafter, data=args.data, world_dir=args.world_dir,
+                         sequences=args.sequences, seq_len=args.seq_len, k=args.k, batch_size=args.batch_size,
+                         measure_prompts=args.measure_prompts, measure_tokens=args.measure_tokens, dtype=args.dtype,
+                         device=args.device, device_map=args.device_map, trust_remote_code=args.trust_remote_code)
 
 
 def cmd_probe(args) -> int:
-    from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
-    from eaglelab.data.sets import measure_prompts, probe_set
-    from eaglelab.errors import SourceError
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.targets import load_target
-    from eaglelab.probe.plugin import measure_plugin, run_probe
+    from eaglelab.jobs.probe import probe_checkpoints
 
-    _, cfg_a = check_drafter(args.drafter, args.target_a)  # from metadata, before anything loads
-    cfg_b = _target_config(args.target_b)
-    check_target_pair(args.target_a, cfg_a, args.target_b, cfg_b)
-    check_context(args.seq_len, "--seq-len", (args.target_a, cfg_a), (args.target_b, cfg_b))
-    drafter = load_drafter(args.drafter)
-    model_a, tok = load_target(args.target_a, dtype=args.dtype, device=args.device, device_map=args.device_map,
-                               trust_remote_code=args.trust_remote_code)
-    model_b, _ = load_target(args.target_b, dtype=args.dtype, device=args.device, device_map=args.device_map,
-                             trust_remote_code=args.trust_remote_code)
-    if tok is None:
-        raise SourceError(args.target_a, "no tokenizer found beside the target")
-    drafter = drafter.to(next(model_a.parameters()).device)
-    world = _data_world(args, args.target_a)
-    data = probe_set(tok, args.sequences, args.seq_len, world, args.data)
-    result = run_probe(model_a, model_b, drafter, data.ids, steps=args.steps, batch_size=args.batch_size,
-                       progress=not args.json, loss_mask=data.counted)
-    out = {**result.to_json(), "data": {"kind": data.source.kind, "description": data.source.description,
-                                        "positions": data.positions}}
-    if args.measure_prompts:
-        prompts = measure_prompts(tok, args.measure_prompts, world)
-        out["measured"] = measure_plugin(model_a, model_b, drafter, prompts, args.measure_tokens, k=args.steps)
+    report = probe_checkpoints(probe_settings(args), progress=not args.json)
     if args.json:
-        print_json(out)
+        print_json(report.to_json())
         return 0
-    print(f"data: {data.source}; {result.tokens} positions counted; next-token agreement {result.argmax_agreement:.3f}")
-    for layer in out["layers"]:
-        print(f"  {layer['layer']:<10} cosine {layer['cosine_mean']:.4f}  rel L2 {layer['rel_l2']:.3f}  "
-              f"norm ratio {layer['norm_ratio']:.3f}  CKA {layer['cka']:.4f}")
-    print(f"drafter accept len (teacher forced, k={args.steps}): on A {out['plugin']['accept_len_on_a']:.2f}, "
-          f"on B {out['plugin']['accept_len_on_b']:.2f}")
-    for name, m in out.get("measured", {}).items():
-        print(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
-              f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: {m['matches_greedy']}"
-              + ("" if m["timing_ok"] else f"\n  warning: {m['timing_note']}"))
-    print(f"verdict: {result.decision.action}")
-    for r in result.decision.reasons:
-        print(f"  - {r}")
+    print("\n".join(report.lines()))
     return 0
 
 
 # --------------------------------------------------------------------------- finetune
 
+def finetune_settings(args):
+    """The command line's :class:`~eaglelab.jobs.finetune.FinetuneSettings` (its flags' defaults are the dataclass's)."""
+    from eaglelab.jobs.finetune import FinetuneSettings
+
+    return FinetuneSettings(args.target, old_drafter=args.init, data=args.data, world_dir=args.world_dir, seq_len=args.seq_len,
+                            train_sequences=args.sequences, eval_sequences=args.eval_sequences, steps=args.steps,
+                            batch_size=args.batch_size, lr=args.lr, ttt_length=args.ttt_length, k=args.k,
+                            loss_convention=args.loss_convention, seed=args.seed, draft_vocab_size=args.draft_vocab,
+                            dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code)
+
+
 def cmd_finetune(args) -> int:
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-    from eaglelab.checkpoints.preflight import check_drafter
-    from eaglelab.checkpoints.schema import drafter_spec_from_config
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.data.sets import finetune_set
-    from eaglelab.errors import ParameterError, SourceError
-    from eaglelab.model.targets import load_target
-    from eaglelab.train.finetune import finetune
-    from eaglelab.train.training import TrainConfig, init_distributed
+    from eaglelab.decisions import Option
+    from eaglelab.errors import ParameterError
+    from eaglelab.jobs.finetune import check_finetune, load_inputs, train_one
+    from eaglelab.train.training import init_distributed
 
     if bool(args.init) == bool(args.scratch):
         raise ParameterError("finetune", "give exactly one of --init DRAFTER or --scratch")
@@ -210,32 +164,17 @@ def cmd_finetune(args) -> int:
         raise ParameterError("finetune", "give --resume (continue the run) or --force (start over), not both")
     import torch
 
-    init_cfg = None
-    if args.init:  # everything checked from metadata before the target loads
-        _, tcfg = check_drafter(args.init, args.target)
-        init_cfg = load_checkpoint(args.init).config
-    else:
-        tcfg = _target_config(args.target)
-    check_context(args.seq_len, "--seq-len", (args.target, tcfg))
+    settings = finetune_settings(args)
+    check_finetune(settings)  # everything from metadata before the target loads
     dist = init_distributed()
     device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
-    model, tok = load_target(args.target, dtype=args.dtype, device=device, trust_remote_code=args.trust_remote_code)
-    if tok is None:
-        raise SourceError(args.target, "no tokenizer found beside the target")
-    # the layers to capture: those the warm-start drafter reads, or a fresh drafter's defaults
-    cfg_dict = init_cfg if args.init else drafter_config_for_target(model.config.to_dict(), args.draft_vocab)
-    spec = drafter_spec_from_config(cfg_dict, args.init or "scratch drafter")
-    data, source = finetune_set(model, tok, spec, args.data, _data_world(args, args.target), args.seq_len,
-                                args.sequences, args.eval_sequences, progress=dist.main)
-    cfg = TrainConfig.for_steps(args.steps, batch_size=args.batch_size, ttt_steps=args.ttt_steps, lr=args.lr,
-                                log_every=args.log_every, eval_every=args.eval_every,
-                                checkpoint_every=args.checkpoint_every, seed=args.seed,
-                                loss_convention=args.loss_convention)
+    inputs = load_inputs(settings, device=device, progress=dist.main)
     if dist.main:
-        print(f"data: {source}")
-    result = finetune(model, args.init, data, cfg, run_dir=args.out, resume=args.resume, overwrite=args.force,
-                      rebuild_vocab=args.rebuild_vocab, draft_vocab_size=args.draft_vocab, progress=dist.main,
-                      stop_after=args.stop_after)
+        print(f"data: {inputs.source}")
+    result = train_one(settings, inputs, Option.WARM_START if args.init else Option.FROM_SCRATCH, args.out,
+                       resume=args.resume, force=args.force, rebuild_vocab=args.rebuild_vocab, progress=dist.main,
+                       stop_after=args.stop_after, log_every=args.log_every, eval_every=args.eval_every,
+                       checkpoint_every=args.checkpoint_every)
     if dist.main:
         for note in result.notes:
             print(f"note: {note}")
@@ -313,8 +252,8 @@ def cmd_engine(args) -> int:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
+    from eaglelab.data.world import default_world_dir
     from eaglelab.worlds.build import build_world
-    from eaglelab.worlds.world import default_world_dir
 
     root = Path(args.out) if args.out else default_world_dir(args.world)
     world = build_world(args.world, root, force=args.force)
@@ -332,7 +271,10 @@ def argparse_suppress():
 
 
 def add_parsers(sub) -> None:
-    """Register the model subcommands on the ``eaglelab`` subparsers."""
+    """Register the model subcommands on the ``eaglelab`` subparsers (defaults: the jobs' settings dataclasses)."""
+    from eaglelab.jobs.finetune import FinetuneSettings
+    from eaglelab.jobs.probe import DTYPES, ProbeSettings
+
     d = sub.add_parser("drafter", help="create or export drafter checkpoints",
                        description="Create a fresh drafter for a target, or export one for vLLM.")
     dsub = d.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")
@@ -383,22 +325,28 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("probe", help="similarity of two targets and the old drafter's plug-in acceptance",
                        description="Capture targets A and B on the same tokens, compare their hidden states at the "
                                    "drafter's layers, and measure the drafter's acceptance on both.")
+    d = ProbeSettings.__dataclass_fields__
     p.add_argument("--target-a", required=True, help="old target (the drafter was trained on it)")
     p.add_argument("--target-b", required=True, help="new target")
     p.add_argument("--drafter", required=True, help="the old drafter")
     p.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
-    p.add_argument("--world", help="world folder whose held-out conversations to probe on (default: the world "
-                                   "--target-a lies in, if any)")
-    p.add_argument("--sequences", type=count, default=24, help="sequences (conversations, or rows of --seq-len tokens)")
-    p.add_argument("--seq-len", type=count, default=64, help="tokens per row of packed text")
-    p.add_argument("--steps", type=count, default=3, help="drafts per cycle (k) for the acceptance")
-    p.add_argument("--measure-prompts", type=count0, default=0,
-                   help="also measure real speculative decoding on A and B over this many held-out prompts")
-    p.add_argument("--measure-tokens", type=count, default=48, help="new tokens per measured prompt")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--world-dir", help="world folder whose held-out conversations to probe on (default: the world "
+                                       "--target-a lies in, if any)")
+    alias(p, "--world", "--world-dir", "world_dir")
+    p.add_argument("--sequences", type=count, default=d["sequences"].default,
+                   help="sequences (conversations, or rows of --seq-len tokens)")
+    p.add_argument("--seq-len", type=count, default=d["seq_len"].default, help="tokens per row of packed text")
+    p.add_argument("--k", type=count, default=d["k"].default, help="drafts per cycle, for the acceptance")
+    alias(p, "--steps", "--k", "k", type=count)
+    p.add_argument("--measure-prompts", type=count0, default=d["measure_prompts"].default,
+                   help="held-out prompts decoded for real on A and B (0: none)")
+    p.add_argument("--measure-tokens", type=count, default=d["measure_tokens"].default,
+                   help="new tokens per measured prompt")
+    p.add_argument("--dtype", choices=list(DTYPES), default=d["dtype"].default)
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     p.add_argument("--device-map", choices=["auto"], help="spread each target over all GPUs (needs accelerate)")
-    p.add_argument("--batch-size", type=count, default=8, help="sequences per forward (memory is bounded by this)")
+    p.add_argument("--batch-size", type=count, default=d["batch_size"].default,
+                   help="sequences per forward (memory is bounded by this)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
@@ -407,33 +355,39 @@ def add_parsers(sub) -> None:
                        description="EAGLE-3 training-time test on the target's own states. Writes checkpoints and "
                                    "metrics.jsonl under --out; --resume continues an interrupted run. Runs under "
                                    "torchrun for DDP.")
+    t = FinetuneSettings.__dataclass_fields__
     f.add_argument("--target", required=True, help="the (new) target folder or hub id")
     g = f.add_mutually_exclusive_group()
     g.add_argument("--init", help="warm start from this drafter (its d2t / t2d are kept)")
     g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
-    f.add_argument("--steps", type=count, required=True, help="total optimizer steps")
+    f.add_argument("--steps", type=count, default=t["steps"].default, help="total optimizer steps")
     f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
     f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
-    f.add_argument("--force", action="store_true", help="start over, replacing a run in --out")
+    f.add_argument("--force", action="store_true", help="start over, replacing the run eaglelab wrote in --out")
     f.add_argument("--data", help="text or JSONL file (default: the world's replies of the target, else built-in text)")
-    f.add_argument("--world", help="world folder whose target-B replies to train on (default: the world --target "
-                                   "lies in, if any)")
-    f.add_argument("--sequences", type=count, default=128, help="training sequences (at most)")
-    f.add_argument("--eval-sequences", type=count, default=32, help="held-out sequences (at most)")
-    f.add_argument("--seq-len", type=count, default=64)
-    f.add_argument("--batch-size", type=count, default=8)
-    f.add_argument("--ttt-steps", type=count, default=7, help="TTT unroll (SpecForge default 7)")
-    f.add_argument("--lr", type=positive, default=3e-3)
-    f.add_argument("--loss-convention", choices=["specforge", "speculators"], default="specforge",
+    f.add_argument("--world-dir", help="world folder whose target-B replies to train on (default: the world --target "
+                                       "lies in, if any)")
+    alias(f, "--world", "--world-dir", "world_dir")
+    f.add_argument("--sequences", type=count, default=t["train_sequences"].default, help="training sequences (at most)")
+    f.add_argument("--eval-sequences", type=count, default=t["eval_sequences"].default,
+                   help="held-out sequences (at most)")
+    f.add_argument("--seq-len", type=count, default=t["seq_len"].default)
+    f.add_argument("--batch-size", type=count, default=t["batch_size"].default)
+    f.add_argument("--ttt-length", type=count, default=t["ttt_length"].default,
+                   help="training-time-test unroll (SpecForge's ttt_length)")
+    alias(f, "--ttt-steps", "--ttt-length", "ttt_length", type=count)
+    f.add_argument("--k", type=count, default=t["k"].default, help="drafts per cycle of the held-out τ")
+    f.add_argument("--lr", type=positive, default=t["lr"].default)
+    f.add_argument("--loss-convention", choices=["specforge", "speculators"], default=t["loss_convention"].default,
                    help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
     f.add_argument("--log-every", type=count0, help="metrics line every N steps (default steps/12)")
     f.add_argument("--eval-every", type=count0, help="held-out evaluation every N steps (default steps/6)")
     f.add_argument("--checkpoint-every", type=count0, help="resumable checkpoint every N steps (default steps/2)")
     f.add_argument("--draft-vocab", type=count, help="draft vocabulary size for --scratch")
     f.add_argument("--rebuild-vocab", action="store_true", help="warm start but rebuild d2t / t2d from the data")
-    f.add_argument("--seed", type=count0, default=0)
+    f.add_argument("--seed", type=count0, default=t["seed"].default)
     f.add_argument("--device", help="cpu or cuda (default: cuda when available, one GPU per rank)")
-    f.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+    f.add_argument("--dtype", choices=list(DTYPES), default=t["dtype"].default,
                    help="the target's dtype (its states are stored in float32)")
     f.add_argument("--stop-after", type=count, help=argparse_suppress())
     f.add_argument("--trust-remote-code", action="store_true")

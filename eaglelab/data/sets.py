@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
+from eaglelab.data.responses import Responses, response_rows
+from eaglelab.data.states import FinetuneData, capture_data
 from eaglelab.data.tokens import builtin_sequences, encode_prompts, sequences_from_file
-from eaglelab.train.finetune import FinetuneData, capture_data
-from eaglelab.train.responses import Responses, response_rows
-from eaglelab.worlds.world import World
+from eaglelab.data.world import World
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""How the old drafter's acceptance survives a target that moves: drift families, measures, predictors, engine files."""
+"""How the old drafter's acceptance survives a target that moves: drift families, measures, the sweep, predictors."""

@@ -68,7 +68,7 @@ def tv_top_k(logp: torch.Tensor, logq: torch.Tensor, text: torch.Tensor, k: int)
     Each engine returns its top k plus the text's next token; on the tokens both returned (C) the
     distributions are compared exactly, everything else is lumped into one "rest" outcome:
     ``½ (Σ_C |p - q| + |p(rest) - q(rest)|)``, a lower bound of the true TV
-    (:func:`eaglelab.drift.engine_files.compare_targets` computes the same from the files).
+    (:func:`eaglelab.engines.logprob_files.compare_targets` computes the same from the files).
 
     Args:
         logp, logq: [N, V] log-probabilities of A and B'.
@@ -122,9 +122,9 @@ class CycleWalk:
 class _ChainCounter:
     """Running count of the per-token conditional prediction: chain hits on A kept where A and B' agree."""
 
-    def __init__(self, steps: int):
-        self.hits = [0] * steps
-        self.n = [0] * steps
+    def __init__(self, k: int):
+        self.hits = [0] * k
+        self.n = [0] * k
 
     def add(self, hits_a: list[torch.Tensor], agree: torch.Tensor, counted: list[int]) -> None:
         """hits_a[i]: [B, S] chain hits of draft i on A; agree: [B, S] argmax agreement; counted: valid per draft."""
@@ -142,20 +142,20 @@ class _ChainCounter:
 
 @torch.no_grad()
 def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor,
-                  steps: int = 3, batch_size: int = 8, top_k: int = 20, progress: bool = False) -> DriftMeasures:
+                  k: int = 3, batch_size: int = 8, top_k: int = 20, progress: bool = False) -> DriftMeasures:
     """Measure B' (``model_b``) against A (``model_a``) and the old drafter on both, streamed over batches.
 
     Args:
         sequences: [N, S] teacher-forced token ids (held-out conversations).
         counted: [N, S] bool, positions whose next token counts (replies).
-        steps: drafts per cycle (k) of the teacher-forced acceptance.
+        k: drafts per cycle of the teacher-forced acceptance.
         top_k: logprobs per position an engine would return (for ``tv_topk``).
     """
     from eaglelab.progress import progress as bar
 
     ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
     sim = SimilarityAccumulator(layer_labels(ta.aux_layer_outputs))
-    tally_a, tally_b, cond = AcceptanceTally(steps), AcceptanceTally(steps), _ChainCounter(steps)
+    tally_a, tally_b, cond = AcceptanceTally(k), AcceptanceTally(k), _ChainCounter(k)
     walk_a, walk_b = CycleWalk(), CycleWalk()
     dtype = drafter.fc.weight.dtype
     tv = kl = tv_k = 0.0
@@ -172,9 +172,9 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
             text = shift_mask(ids, 1).to(m.device)[m]  # the text's next token (where it has one)
             tv_k += float(tv_top_k(logp, logq, text, top_k).sum())
             with drafter.serving_embedding(model_a.get_input_embeddings().weight.detach().to(dtype)):
-                out_a = evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=la)
+                out_a = evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=la)
             with drafter.serving_embedding(model_b.get_input_embeddings().weight.detach().to(dtype)):
-                out_b = evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=lb)
+                out_b = evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=lb)
             cond.add(out_a.chain_hits, (greedy_a == greedy_b), out_a.counted)
             walk_a.add(out_a.chain_hits, mask)
             walk_b.add(out_b.chain_hits, mask)
@@ -193,7 +193,7 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
 
 
 @torch.no_grad()
-def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, steps: int = 3,
+def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = 3,
                    batch_size: int = 8) -> dict:
     """The drafter teacher forced on one target over ``sequences`` [N, S] at ``counted`` [N, S] positions.
 
@@ -201,13 +201,13 @@ def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, count
         ``acc``, ``chain`` (per draft), ``accept_len`` and ``walk_accept_len`` (:class:`CycleWalk`).
     """
     target = Target.for_drafter(model, drafter.spec)
-    tally, walk = AcceptanceTally(steps), CycleWalk()
+    tally, walk = AcceptanceTally(k), CycleWalk()
     try:
         with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
             for i in range(0, len(sequences), batch_size):
                 mask = counted[i: i + batch_size]
                 states, logits = capture_batch(target, sequences[i: i + batch_size], mask)
-                walk.add(evaluate_batch(drafter, states, model.lm_head, steps, tally, t_logits=logits).chain_hits, mask)
+                walk.add(evaluate_batch(drafter, states, model.lm_head, k, tally, t_logits=logits).chain_hits, mask)
     finally:
         target.close()
     return {**{k: tally.result()[k] for k in ("acc", "chain", "accept_len")}, "walk_accept_len": walk.value()}
@@ -250,7 +250,7 @@ def write_engine_file(source, sequences: torch.Tensor, counted: torch.Tensor, pa
     Args:
         layout: ``vllm`` (OpenAI-server ``prompt_logprobs``) or ``sglang`` (``/generate`` with ``return_logprob``).
     """
-    from eaglelab.drift.engine_files import sglang_response, vllm_response, write_jsonl
+    from eaglelab.engines.logprob_files import sglang_response, vllm_response, write_jsonl
     from eaglelab.model.targets import load_target
 
     model, _ = load_target(source)

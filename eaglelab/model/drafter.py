@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.schema import DrafterSpec, check_vocab_maps, drafter_spec_from_config
+from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.tensor_table import check_vocab_maps
 from eaglelab.checkpoints.variants import Rope, check_computed, layer_body, rope_of
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.model.vocab import identity_vocab_map

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.checkpoints.schema import check_vocab_maps
+from eaglelab.checkpoints.tensor_table import check_vocab_maps
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.model.drafter import Eagle3Drafter
 

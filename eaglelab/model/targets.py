@@ -1,7 +1,7 @@
 """Target models: load a transformers causal LM and capture what the drafter reads.
 
 Layer ids here are 0-based decoder-layer *outputs* (SGLang's convention); convert vLLM-style
-ids (layer inputs) with :func:`eaglelab.checkpoints.schema.aux_ids_as_layer_outputs`. Capture uses
+ids (layer inputs) with :func:`eaglelab.checkpoints.spec.aux_ids_as_layer_outputs`. Capture uses
 forward hooks on the three decoder layers, so memory holds three states, not all L + 1.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.errors import ConfigError, SourceError
 
 

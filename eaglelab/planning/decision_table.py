@@ -3,7 +3,7 @@
 Options: keep the drafter served now, plug the old drafter in, warm-start it on N new samples, or
 train from scratch on N. For each: projected τ and tok/s with a band, the samples still to
 generate and how long that takes at the user's generation speed; then a recommendation that
-follows from the table, including "none reaches the target: the cycle must shrink to X ms".
+follows from the table, including "none reaches the goal: the cycle must shrink to X ms".
 
 τ in the user's scenario comes from the user's own evidence (what they entered, their logs, the
 workbook run on their checkpoints); how τ grows with data is a law anchored at their point
@@ -16,9 +16,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from eaglelab.decisions import Option
 from eaglelab.errors import ParameterError
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
+from eaglelab.serving import perf
 
 #: Default range of the data exponent b (the per-position miss rate falls as N^-b) when the user
 #: has not measured it: an assumption, wide on purpose; a warm-start sweep on their data narrows it.
@@ -35,13 +37,13 @@ DEFAULT_TOKENS_PER_SAMPLE = 512
 #: The founding case: Kimi-K2.5 on 8 PCIe GPUs served at 82 tok/s plain and τ 2.0 over a 30 ms cycle
 #: by a drafter trained on 37k samples; 150 tok/s wanted; data generated at 82 tok/s; a community
 #: drafter for the previous target trained on 1.4M samples.
-FOUNDING_CASE = {"baseline_tps": 82.0, "cycle_ms": 30.0, "accept_len": 2.0, "target_tps": 150.0, "samples": 37_000,
+FOUNDING_CASE = {"baseline_tps": 82.0, "cycle_ms": 30.0, "accept_len": 2.0, "goal_tps": 150.0, "samples": 37_000,
                  "gen_tps": 82.0, "k": 3, "old_samples": 1_400_000, "tokens_per_sample": DEFAULT_TOKENS_PER_SAMPLE,
                  "exponents": DEFAULT_EXPONENTS, "transfer_fraction": DEFAULT_TRANSFER}
 #: Fields whose defaults are assumptions of the model rather than the founding case's numbers.
 ASSUMPTIONS = ("tokens_per_sample", "exponents", "transfer_fraction")
 #: Option kinds, cheapest first: the order that breaks ties.
-KINDS = ("serve as now", "plug in", "warm start", "from scratch")
+KINDS = tuple(Option)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Scenario:
         baseline_tps: plain decoding tok/s.
         cycle_ms: one speculative cycle (draft + verify + overhead), ms.
         accept_len: τ of the drafter served now (bonus included).
-        target_tps: the throughput the team wants.
+        goal_tps: the throughput the team wants.
         samples: samples of the new target's data the drafter served now was trained on (from
             scratch); they count towards every budget.
         gen_tps: tok/s at which the team can generate new training data (all streams together).
@@ -68,7 +70,7 @@ class Scenario:
     baseline_tps: float
     cycle_ms: float
     accept_len: float
-    target_tps: float
+    goal_tps: float
     samples: float
     gen_tps: float
     tokens_per_sample: float = DEFAULT_TOKENS_PER_SAMPLE
@@ -80,13 +82,13 @@ class Scenario:
     sources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("baseline_tps", "cycle_ms", "target_tps", "samples", "gen_tps", "tokens_per_sample"):
+        for name in ("baseline_tps", "cycle_ms", "goal_tps", "samples", "gen_tps", "tokens_per_sample"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ParameterError(name, f"must be a positive number, got {v!r}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ParameterError("k", f"draft tokens per cycle must be a whole number >= 1, got {self.k!r}")
-        if self.cycle_ms / 1e3 * self.baseline_tps < 1.0:  # also catches a cycle so short its tok/s overflow
+        if self.break_even_tau < 1.0:  # also catches a cycle so short its tok/s overflow
             raise ParameterError("cycle_ms", f"a {self.cycle_ms:g} ms cycle is shorter than one plain decoding step at "
                                              f"{self.baseline_tps:g} tok/s ({1e3 / self.baseline_tps:.3g} ms): a cycle "
                                              "holds a verify, which costs at least a step; are both from one setup?")
@@ -139,11 +141,11 @@ class Scenario:
 
     @property
     def break_even_tau(self) -> float:
-        return self.cycle_ms / 1e3 * self.baseline_tps
+        return float(perf.break_even_accept_len(self.cycle_ms / 1e3, self.baseline_tps))
 
     @property
-    def target_tau(self) -> float:
-        return self.cycle_ms / 1e3 * self.target_tps
+    def goal_tau(self) -> float:
+        return float(perf.required_accept_len(self.goal_tps, self.cycle_ms / 1e3))
 
     def tps(self, tau: float) -> float:
         return tau / (self.cycle_ms / 1e3)
@@ -229,10 +231,10 @@ class Plan:
     Attributes:
         scenario: the inputs.
         rows: one per option and budget.
-        needs: samples each start needs for break-even and for the target.
+        needs: samples each start needs for break-even and for the goal (the throughput wanted).
         action: the recommended option (a row's ``option``), or ``"shrink the cycle"``.
         text: the recommendation in words, numbers formatted in.
-        cycle_needed_ms: the cycle at which the best option reaches the target.
+        cycle_needed_ms: the cycle at which the best option reaches the goal.
         lever: what shrinks the cycle (from a verify cost model), if one was given.
         bands: start -> what its τ band is (``assumed range`` or ``bootstrap 90%``).
     """
@@ -249,7 +251,7 @@ class Plan:
     def to_json(self) -> dict:
         s = asdict(self.scenario)
         return {"scenario": {k: v for k, v in s.items() if k != "sources"}, "sources": self.scenario.sources,
-                "break_even_tau": self.scenario.break_even_tau, "target_tau": self.scenario.target_tau,
+                "break_even_tau": self.scenario.break_even_tau, "goal_tau": self.scenario.goal_tau,
                 "max_tau": self.scenario.k + 1, "rows": [r.to_json() for r in self.rows],
                 "needs": [n.to_json() for n in self.needs], "action": self.action, "text": self.text,
                 "cycle_needed_ms": self.cycle_needed_ms, "lever": self.lever, "bands": self.bands}
@@ -286,7 +288,7 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
     Args:
         s: the scenario and the evidence.
         budgets: total new-target samples per trained option (default :func:`default_budgets`).
-        lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the target).
+        lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the goal).
     """
     budgets = sorted(float(b) for b in (budgets or default_budgets(s.samples)))
     if not budgets or budgets[0] <= 0 or budgets[-1] > MAX_SAMPLES:
@@ -316,7 +318,7 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
     for start, band in (("warm start", warm), ("from scratch", scratch)):
         if band is None:
             continue
-        for goal, tau in (("break-even", s.break_even_tau), ("target", s.target_tau)):
+        for goal, tau in (("break-even", s.break_even_tau), ("goal", s.goal_tau)):
             got = band.samples_for(tau)
             to_gen = tuple(max(v - s.samples, 0.0) for v in got)
             needs.append(Need(start, goal, tau, got, tuple(s.generation_hours(v) for v in to_gen)))
@@ -327,27 +329,27 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
 
 def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, float]:
     """The cheapest option (fewest samples to generate, then :data:`KINDS` order) that reaches the
-    target; else the cheapest that pays, with the cycle the target needs."""
+    goal; else the cheapest that pays, with the cycle the goal needs."""
     def cost(r: Row):
         return (r.to_generate, KINDS.index(r.kind))
 
-    reach = sorted((r for r in rows if r.tau >= s.target_tau), key=cost)
+    reach = sorted((r for r in rows if r.tau >= s.goal_tau), key=cost)
     best = max(rows, key=lambda r: (r.tau, -cost(r)[0]))
-    cycle_needed = 1e3 * best.tau / s.target_tps
+    cycle_needed = 1e3 * best.tau / s.goal_tps
     if reach:
         r = reach[0]
         return r.option, (f"{r.option.capitalize()}: {_tau_text(r)} reaches the "
-                          f"target's τ {s.target_tau:.2f}, {r.tps:.0f} tok/s; {_gen_text(s, r)}."), cycle_needed
+                          f"goal's τ {s.goal_tau:.2f}, {r.tps:.0f} tok/s; {_gen_text(s, r)}."), cycle_needed
     lines = []
-    if s.target_tau > s.k + 1:
-        lines.append(f"No drafter reaches {s.target_tps:g} tok/s at a {s.cycle_ms:g} ms cycle: it needs τ {s.target_tau:.2f}, "
+    if s.goal_tau > s.k + 1:
+        lines.append(f"No drafter reaches {s.goal_tps:g} tok/s at a {s.cycle_ms:g} ms cycle: it needs τ {s.goal_tau:.2f}, "
                      f"above the {s.k + 1} that {s.k} drafts give with every draft accepted.")
     else:
-        lines.append(f"No option in the table reaches {s.target_tps:g} tok/s (τ {s.target_tau:.2f}); the best, "
+        lines.append(f"No option in the table reaches {s.goal_tps:g} tok/s (τ {s.goal_tau:.2f}); the best, "
                      f"{best.option}, projects τ {best.tau:.2f} ({best.tps:.0f} tok/s).")
-    lines.append(f"The target needs the cycle to shrink from {s.cycle_ms:g} ms to {cycle_needed:.1f} ms at τ {best.tau:.2f}"
-                 + (f" (or to {1e3 * (s.k + 1) / s.target_tps:.1f} ms if every draft were accepted, τ {s.k + 1})"
-                    if s.target_tau > s.k + 1 else "")
+    lines.append(f"The goal needs the cycle to shrink from {s.cycle_ms:g} ms to {cycle_needed:.1f} ms at τ {best.tau:.2f}"
+                 + (f" (or to {1e3 * (s.k + 1) / s.goal_tps:.1f} ms if every draft were accepted, τ {s.k + 1})"
+                    if s.goal_tau > s.k + 1 else "")
                  + (f"; the verify cost model's largest lever: {lever} [assumed]." if lever else "."))
     pays = sorted((r for r in rows if r.tau >= s.break_even_tau), key=cost)
     if pays:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-MEASURED = "measured"  # notebooks 03 / 04 or the CLI run on the user's checkpoints
+YOURS = "yours"  # the workbook or the CLI run on the user's own checkpoints (not "measured": that is real decoding)
 LOGS = "logs"  # parsed from the user's SGLang / vLLM logs
 ENTERED = "entered"  # typed in by the user (a notebook parameter or a CLI flag)
 DEFAULT = "default"  # a parameter left at its default: the founding case's numbers
@@ -21,7 +21,7 @@ DERIVED = "derived"  # computed from numbers with the labels above
 
 #: The label printed next to a number, and what it means (the game plan's legend).
 LABELS = {
-    MEASURED: ("your checkpoints", "measured by the workbook on your checkpoints"),
+    YOURS: ("your checkpoints", "computed by the workbook on your checkpoints"),
     LOGS: ("your logs", "parsed from your SGLang / vLLM serving logs"),
     ENTERED: ("entered", "entered by you (a notebook parameter or a command-line flag)"),
     DEFAULT: ("default", "left at its default: the founding case's numbers (Kimi-K2.5 on 8 PCIe GPUs); "
@@ -47,7 +47,7 @@ def legend(sources: Iterable[str] | None = None) -> list[str]:
 
 
 def evidence_source(paths: Iterable[str | Path | None], world_dir: str | Path) -> str:
-    """:data:`DEMO` when every given checkpoint lies inside the offline world, else :data:`MEASURED`.
+    """:data:`DEMO` when every given checkpoint lies inside the offline world, else :data:`YOURS`.
 
     Args:
         paths: the targets and drafters a notebook ran on (None entries are skipped).
@@ -56,7 +56,7 @@ def evidence_source(paths: Iterable[str | Path | None], world_dir: str | Path) -
     world = Path(world_dir).resolve()
     given = [Path(p) for p in paths if p is not None]
     inside = [p.exists() and world in p.resolve().parents for p in given]
-    return DEMO if given and all(inside) else MEASURED
+    return DEMO if given and all(inside) else YOURS
 
 
 def parameter_source(value, default) -> str:

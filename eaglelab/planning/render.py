@@ -12,7 +12,7 @@ _SCENARIO_FIELDS = (
     ("cycle_ms", "speculative cycle", "{:g} ms"),
     ("accept_len", "τ of the drafter served now", "{:.2f}"),
     ("samples", "its training samples (new target)", None),
-    ("target_tps", "throughput target", "{:g} tok/s"),
+    ("goal_tps", "throughput wanted (the goal)", "{:g} tok/s"),
     ("k", "draft tokens per cycle", "{}"),
     ("gen_tps", "data generation speed", "{:g} tok/s"),
     ("tokens_per_sample", "tokens per sample", "{:g}"),
@@ -37,13 +37,13 @@ def scenario_lines(p: Plan) -> list[tuple[str, str, str]]:
                     s.tag("transfer_fraction")))
     derived = pv.LABELS[pv.DERIVED][0]
     out += [("τ for break-even (cycle × baseline)", f"{s.break_even_tau:.2f}", derived),
-            (f"τ for {s.target_tps:g} tok/s (cycle × target)", f"{s.target_tau:.2f}", derived),
+            (f"τ for {s.goal_tps:g} tok/s (cycle × goal)", f"{s.goal_tau:.2f}", derived),
             (f"most τ with {s.k} drafts", f"{s.k + 1}", derived)]
     return out
 
 
 def row_cells(p: Plan) -> list[list[str]]:
-    """The table's rows as strings: option, τ [band], tok/s [band], speedup, to generate, time, pays, target."""
+    """The table's rows as strings: option, τ [band], tok/s [band], speedup, to generate, time, pays, goal."""
     s = p.scenario
     cells = []
     for r in p.rows:
@@ -55,11 +55,11 @@ def row_cells(p: Plan) -> list[list[str]]:
                       _count(r.to_generate) if r.to_generate else "0",
                       _duration(r.generation_h) if r.to_generate else "-",
                       "yes" if r.tau >= s.break_even_tau else "no",
-                      "yes" if r.tau >= s.target_tau else "no"])
+                      "yes" if r.tau >= s.goal_tau else "no"])
     return cells
 
 
-ROW_HEADERS = ["option", "τ", "tok/s", "vs plain", "to generate", "generation", "pays", "target"]
+ROW_HEADERS = ["option", "τ", "tok/s", "vs plain", "to generate", "generation", "pays", "goal"]
 
 
 def need_cells(p: Plan) -> list[list[str]]:

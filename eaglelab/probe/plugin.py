@@ -7,7 +7,7 @@ Two kinds of evidence, on the same token sequences:
 2. *plug-in acceptance*: the drafter trained on A, teacher-forced on A's and on B's states
    (per-position accuracy, simulated τ), and measured speculative decoding on B.
 
-A verdict (plug in / warm start / retrain, :func:`eaglelab.decisions.plugin_verdict`) follows from
+A verdict (plug in / warm start / from scratch, :func:`eaglelab.decisions.plugin_verdict`) follows from
 the acceptance numbers.
 """
 
@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from eaglelab.data.states import HiddenStates
 from eaglelab.decisions import Decision, plugin_verdict
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target
 from eaglelab.probe.similarity import SimilarityAccumulator
-from eaglelab.train.states import HiddenStates
 
 
 @dataclass
@@ -93,7 +93,7 @@ def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, 
     """
     from pathlib import Path
 
-    from eaglelab.train.states import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
+    from eaglelab.data.states import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
 
     live, files = {}, {}
     for name, model in (("a", model_a), ("b", model_b)):
@@ -109,8 +109,9 @@ def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, 
 
 
 @torch.no_grad()
-def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, steps: int = 3,
-              batch_size: int = 8, progress: bool = True, loss_mask: torch.Tensor | None = None) -> ProbeResult:
+def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, k: int = 3,
+              batch_size: int = 8, progress: bool = False, loss_mask: torch.Tensor | None = None,
+              on_batch=None) -> ProbeResult:
     """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
 
     Each batch of sequences runs through both targets, feeds the similarity accumulator and the
@@ -121,8 +122,10 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         model_b: the new target.
         drafter: the old drafter (its aux ids pick the layers).
         sequences: token ids both targets see.
-        steps: TTT unroll for the offline acceptance (k drafts).
+        k: drafts per cycle of the teacher-forced acceptance.
+        progress: a bar of its own over the batches (a caller with a bar passes ``on_batch`` instead).
         loss_mask: [N, S] positions that count for similarity and acceptance (default: all).
+        on_batch: called after each batch (advances a caller's progress bar).
     """
     from eaglelab.progress import progress as bar
     from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
@@ -130,7 +133,7 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
     labels = layer_labels(ta.aux_layer_outputs)
     sim = SimilarityAccumulator(labels)
-    tally_a, tally_b = AcceptanceTally(steps), AcceptanceTally(steps)
+    tally_a, tally_b = AcceptanceTally(k), AcceptanceTally(k)
     dtype = drafter.fc.weight.dtype
     embed_a = model_a.get_input_embeddings().weight.detach().to(dtype)
     embed_b = model_b.get_input_embeddings().weight.detach().to(dtype)
@@ -142,9 +145,11 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
             update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
             with drafter.serving_embedding(embed_a):
-                evaluate_batch(drafter, sa, model_a.lm_head, steps, tally_a, t_logits=logits_a)
+                evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=logits_a)
             with drafter.serving_embedding(embed_b):
-                evaluate_batch(drafter, sb, model_b.lm_head, steps, tally_b, t_logits=logits_b)
+                evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=logits_b)
+            if on_batch is not None:
+                on_batch()
     finally:
         ta.close()
         tb.close()

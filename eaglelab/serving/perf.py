@@ -46,11 +46,11 @@ def break_even_accept_len(cycle_s, baseline_tps):
     return np.asarray(cycle_s, dtype=float) * np.asarray(baseline_tps, dtype=float)
 
 
-def required_accept_len(target_tps, cycle_s):
-    """The tau a cycle of ``cycle_s`` seconds needs to reach ``target_tps``: target x T_cycle."""
-    _positive("target_tps", target_tps)
+def required_accept_len(goal_tps, cycle_s):
+    """The tau a cycle of ``cycle_s`` seconds needs to reach ``goal_tps``: target x T_cycle."""
+    _positive("goal_tps", goal_tps)
     _positive("cycle_s", cycle_s)
-    return np.asarray(target_tps, dtype=float) * np.asarray(cycle_s, dtype=float)
+    return np.asarray(goal_tps, dtype=float) * np.asarray(cycle_s, dtype=float)
 
 
 def accept_len_from_position_rates(rates: Sequence[float]) -> float:
@@ -255,17 +255,17 @@ def kimi_k2_on_pcie(num_gpus: int = 8, cuda_graphs: bool = False) -> MoEVerifyMo
     )
 
 
-def requirement_table(target_tps: Sequence[float], cycle_s: float, k: int | None = None) -> list[dict]:
+def requirement_table(goal_tps: Sequence[float], cycle_s: float, k: int | None = None) -> list[dict]:
     """For each target tok/s: the tau it needs, and (given k) the constant per-step rate that gives it.
 
     Returns:
-        rows with ``target_tps``, ``required_accept_len``, ``reachable`` and, when k is
+        rows with ``goal_tps``, ``required_accept_len``, ``reachable`` and, when k is
         given, ``required_rate`` (None where tau > k + 1).
     """
     rows = []
-    for tps in target_tps:
+    for tps in goal_tps:
         tau = float(required_accept_len(tps, cycle_s))
-        row = {"target_tps": float(tps), "required_accept_len": tau}
+        row = {"goal_tps": float(tps), "required_accept_len": tau}
         if k is not None:
             row["reachable"] = tau <= k + 1
             row["required_rate"] = rate_for_accept_len(max(tau, 1.0), k) if tau <= k + 1 else None
@@ -274,14 +274,14 @@ def requirement_table(target_tps: Sequence[float], cycle_s: float, k: int | None
 
 
 def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
-             target_tps: Sequence[float] = (), strict: bool = True) -> dict:
+             goal_tps: Sequence[float] = (), strict: bool = True) -> dict:
     """The seed's whole hand calculation as one call (what ``eaglelab perf`` prints).
 
     Args:
         baseline_tps: plain decoding tok/s on the same hardware.
         cycle_ms: measured speculative cycle (draft + verify + overhead), milliseconds.
         accept_len: measured tau (bonus token included).
-        target_tps: throughputs to ask "what tau would that need?" for.
+        goal_tps: throughputs to ask "what tau would that need?" for.
         strict: refuse a cycle shorter than one plain decoding step (break-even τ below 1: a cycle
             holds a verify, which costs at least a step, so the numbers are not of one setup); the
             explorer's sliders pass False and get the note in the verdict instead.
@@ -294,7 +294,7 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
     with np.errstate(all="ignore"):  # an overflow is refused below in one line, not warned about
         eff = float(effective_tps(accept_len, cycle_s))
         be = float(break_even_accept_len(cycle_s, baseline_tps))
-        required = {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in target_tps}
+        required = {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in goal_tps}
         numbers = [eff, be, eff / baseline_tps, 1000.0 * accept_len / baseline_tps, *required.values()]
     if not all(np.isfinite(numbers)):
         raise ParameterError("perf", f"{baseline_tps:g} tok/s, a {cycle_ms:g} ms cycle and τ {accept_len:g} give "

@@ -1,3 +1,3 @@
-"""Training a drafter: captured target states, the TTT loss, the training loop (resume, DDP),
-warm start vs scratch, and a target's own replies as data.
+"""Training a drafter: the TTT loss and teacher-forced acceptance, the training loop (resume, DDP), a run's
+folder and its resume checks, warm start vs scratch and the data-budget sweep.
 """

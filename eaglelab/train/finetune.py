@@ -9,16 +9,14 @@ d2t / t2d; scratch: fresh weights with a vocabulary map from the data), and
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from eaglelab.data.states import FinetuneData
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter
-from eaglelab.model.targets import Target
 from eaglelab.model.vocab import build_vocab_map, count_tokens
-from eaglelab.train.states import HiddenStates, capture_hidden_states
 from eaglelab.train.training import TrainConfig, TrainResult, train_drafter
 
 
@@ -48,45 +46,11 @@ def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, dra
     return drafter.to(next(model.parameters()).device)
 
 
-@dataclass
-class FinetuneData:
-    """Captured states of the new target: training and held-out, and the layers they come from."""
-
-    train: HiddenStates
-    held_out: HiddenStates
-    aux_layer_outputs: tuple[int, ...]
-
-    @classmethod
-    def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
-        """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
-        from eaglelab.errors import ConfigError
-
-        tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
-        if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:
-            raise ConfigError(str(train), f"training and held-out states must name the same aux layers "
-                                          f"(got {tr.aux_layers} and {ho.aux_layers})")
-        return cls(tr, ho, tr.aux_layers)
-
-    def subset(self, n: int) -> FinetuneData:
-        """The first ``n`` training sequences (same held-out set), for data-budget sweeps."""
-        return FinetuneData(self.train.batch(range(min(n, len(self.train)))), self.held_out, self.aux_layer_outputs)
-
-
-def capture_data(model, aux_spec, train_ids: torch.Tensor, eval_ids: torch.Tensor, progress: bool = True) -> FinetuneData:
-    """Run the new target once over training and held-out tokens (states cached in memory)."""
-    target = Target.for_drafter(model, aux_spec)
-    try:
-        return FinetuneData(capture_hidden_states(target, train_ids, progress=progress),
-                            capture_hidden_states(target, eval_ids, progress=progress), target.aux_layer_outputs)
-    finally:
-        target.close()
-
-
 def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfig, run_dir: str | Path | None = None,
              resume: bool = False, overwrite: bool = False, rebuild_vocab: bool = False,
              draft_vocab_size: int | None = None, progress: bool = True, stop_after: int | None = None) -> TrainResult:
     """Train a drafter for ``model`` from ``init`` (warm) or from scratch (``init=None``)."""
-    from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
+    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
     from eaglelab.errors import ConfigError
 
     drafter = initial_drafter(model, init, data.train.input_ids, draft_vocab_size, rebuild_vocab, cfg.seed)
@@ -115,7 +79,7 @@ def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int]
 
     Returns:
         ``{"warm start": [(0, τ_plugin), (n, τ), ...], "from scratch": [(n, τ), ...]}``, held-out τ with
-        ``cfg.ttt_steps`` drafts.
+        ``cfg.eval_k`` (else ``cfg.ttt_length``) drafts.
     """
     from dataclasses import replace
 
@@ -123,8 +87,8 @@ def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int]
     from eaglelab.train.ttt import evaluate_drafter
 
     old = initial_drafter(model, init, data.train.input_ids)  # as served: with the new target's embedding
-    points = {"warm start": [(0, float(evaluate_drafter(old, data.held_out, model.lm_head, cfg.ttt_steps)["accept_len"]))],
-              "from scratch": []}
+    plugged = evaluate_drafter(old, data.held_out, model.lm_head, cfg.eval_k or cfg.ttt_length)["accept_len"]
+    points = {"warm start": [(0, float(plugged))], "from scratch": []}
     runs = [(n, seed, label) for n in budgets for seed in seeds for label in points]
     for n, seed, label in progress(runs, desc="data-budget sweep"):
         steps = max(cfg.steps, int(round(epochs * min(n, len(data.train)) / cfg.batch_size)))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.data.states import HiddenStates
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter
@@ -33,7 +34,6 @@ from eaglelab.train.run_files import (
     read_run_record,
     run_record,
 )
-from eaglelab.train.states import HiddenStates
 from eaglelab.train.ttt import (
     DEFAULT_CONVENTION,
     LOSS_CONVENTIONS,
@@ -50,7 +50,7 @@ class TrainConfig:
     Attributes:
         steps: total optimizer steps (``--steps``; a resumed run stops here too).
         batch_size: sequences per step (over all ranks).
-        ttt_steps: unroll length of training-time test (SpecForge default 7).
+        ttt_length: unroll length of training-time test (SpecForge's ``ttt_length``; its default is 7).
         lr: AdamW learning rate (EAGLE-3 paper: 5e-5 at scale; tiny models want more).
         betas: AdamW betas (paper: 0.9, 0.95).
         weight_decay: AdamW weight decay.
@@ -63,11 +63,12 @@ class TrainConfig:
         eval_every: evaluate on held-out states every this many steps (0: never).
         checkpoint_every: save a resumable checkpoint every this many steps.
         seed: data order and initialisation.
+        eval_k: drafts per cycle of the held-out τ (None: ``ttt_length``).
     """
 
     steps: int = 200
     batch_size: int = 8
-    ttt_steps: int = 7
+    ttt_length: int = 7
     lr: float = 3e-3
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.0
@@ -79,6 +80,7 @@ class TrainConfig:
     eval_every: int = 50
     checkpoint_every: int = 50
     seed: int = 0
+    eval_k: int | None = None
 
     def __post_init__(self):
         if self.loss_convention not in LOSS_CONVENTIONS:
@@ -269,7 +271,7 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         target = TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids())
-        res = objective(batch, target, cfg.ttt_steps, cfg.decay, cfg.loss_convention)
+        res = objective(batch, target, cfg.ttt_length, cfg.decay, cfg.loss_convention)
         opt.zero_grad(set_to_none=True)
         res.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
@@ -282,7 +284,7 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
                    "acc": [round(a, 5) for a in res.acc], "accept_len": res.simulated_accept_len,
                    "lr": lr_at(step, cfg), "grad_norm": float(grad_norm)}
             if eval_states is not None and cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
-                ev = evaluate_drafter(drafter, eval_states, target_lm_head, cfg.ttt_steps,
+                ev = evaluate_drafter(drafter, eval_states, target_lm_head, cfg.eval_k or cfg.ttt_length,
                                       convention=cfg.loss_convention)
                 row.update(eval_loss=ev["loss"], eval_acc=ev["acc"], eval_accept_len=ev["accept_len"])
             metrics.append(row)
@@ -304,7 +306,7 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
     return TrainResult(drafter, final_dir, metrics, time.perf_counter() - t0, tokens, notes)
 
 
-def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_rows: int) -> float:
+def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -> float:
     """Matmul FLOPs of one training token: TTT forward + backward (x3) plus the target-logit recompute.
 
     Per step: q/k/v over 2H, o, MLP, lm_head over the draft vocabulary, and attention scores and
@@ -315,8 +317,8 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_steps: int, target_rows: int) ->
     H, Ht, I = spec.hidden_size, spec.target_hidden_size, spec.intermediate_size
     q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
     per_step = 2 * (2 * H * (q + 2 * kv) + q * H + 3 * H * I + H * spec.draft_vocab_size)
-    attn = 2 * 2 * q * (seq_len / 2 + ttt_steps / 2)
-    forward = 2 * 3 * Ht * H + ttt_steps * (per_step + attn)
+    attn = 2 * 2 * q * (seq_len / 2 + ttt_length / 2)
+    forward = 2 * 3 * Ht * H + ttt_length * (per_step + attn)
     return 3 * forward + 2 * Ht * target_rows
 
 

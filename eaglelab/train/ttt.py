@@ -1,7 +1,7 @@
 """The EAGLE-3 training-time-test (TTT) loss and teacher-forced acceptance, above the drafter.
 
 Training and offline evaluation both unroll the drafter over captured target states
-(:class:`eaglelab.train.states.HiddenStates`) and compare each step with the target's own
+(:class:`eaglelab.data.states.HiddenStates`) and compare each step with the target's own
 next-token distribution.
 
 Step ``i`` at position ``t`` predicts token ``t + 2 + i``. eaglelab's ``loss_mask[t]`` says that the
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from eaglelab.data.states import HiddenStates
 from eaglelab.model.drafter import Eagle3Drafter
-from eaglelab.train.states import HiddenStates
 
 LOSS_CONVENTIONS = ("specforge", "speculators")
 DEFAULT_CONVENTION = "specforge"
@@ -227,7 +227,7 @@ class AcceptanceTally:
 
 
 @torch.no_grad()
-def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, steps: int,
+def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, k: int,
                    tally: AcceptanceTally, t_logits: torch.Tensor | None = None,
                    convention: str = DEFAULT_CONVENTION) -> TTTOutput:
     """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode) and return it.
@@ -239,7 +239,7 @@ def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: 
     drafter.eval()
     target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
               else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
-    out = ttt_forward(drafter, batch, target, steps, convention=convention)
+    out = ttt_forward(drafter, batch, target, k, convention=convention)
     tally.add(out, len(batch))
     drafter.train(was_training)
     return out
@@ -247,15 +247,15 @@ def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: 
 
 @torch.no_grad()
 def evaluate_drafter(drafter: Eagle3Drafter, states: HiddenStates, target_lm_head: torch.nn.Module,
-                     steps: int = 7, batch_size: int = 16, convention: str = DEFAULT_CONVENTION) -> dict:
-    """Teacher-forced per-position accuracy and simulated acceptance length over a dataset.
+                     k: int = 7, batch_size: int = 16, convention: str = DEFAULT_CONVENTION) -> dict:
+    """Teacher-forced per-position accuracy and simulated acceptance length over a dataset, with ``k`` drafts.
 
     Returns:
         dict with ``acc`` (per step), ``chain`` (all-correct-so-far rate per step),
         ``accept_len`` (1 + sum(chain), bonus included), ``loss`` (in ``convention``) and ``positions``.
     """
-    tally = AcceptanceTally(steps)
+    tally = AcceptanceTally(k)
     for i in range(0, len(states), batch_size):
-        evaluate_batch(drafter, states.batch(range(i, min(i + batch_size, len(states)))), target_lm_head, steps, tally,
+        evaluate_batch(drafter, states.batch(range(i, min(i + batch_size, len(states)))), target_lm_head, k, tally,
                        convention=convention)
     return tally.result()

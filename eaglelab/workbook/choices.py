@@ -14,6 +14,7 @@ these functions, and so do the tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eaglelab.inputs import printable
@@ -65,19 +66,37 @@ class Choices:
     slots: list[Slot]
     root: str = ""  # where the pickers look for checkpoints (the world)
     picked: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # picks dropped on Run All, and why (the panel shows them)
 
     def __post_init__(self):
         for s in self.slots:
             pick = _PICKS.get((self.notebook, s.name))
-            if pick is not None and pick[0] == s.parameter:
-                self.picked[s.name] = pick[1]
+            if pick is None:
+                continue
+            if pick[0] != s.parameter:  # the parameter was edited after the pick: the user chose again, in the cell
+                self.notes.append(f"your pick {pick[1]!r} for {s.label} was dropped: the parameters cell now says "
+                                  f"{s.parameter!r}")
+                _PICKS.pop((self.notebook, s.name), None)
+                continue
+            fits = self.value(s.fits) if s.fits else None
+            check = check_source(s.kind, pick[1], fits)
+            if not check.ok:  # deleted, rebuilt or otherwise broken since it was picked
+                self.notes.append(f"your pick {pick[1]!r} for {s.label} was dropped: {check.line}; back to "
+                                  f"{(str(s.parameter) if s.parameter not in (None, '') else s.default) or 'the default'!r}")
+                _PICKS.pop((self.notebook, s.name), None)
+                continue
+            self.picked[s.name] = pick[1]
 
     def value(self, name: str) -> str:
-        """What the notebook reads for ``name``: the pick, else the parameter, else the default."""
+        """What the notebook reads for ``name``: the pick, else the parameter, else the default.
+
+        A relative path is taken from the kernel's folder (``notebooks/``) or, where it is not there,
+        from the repository root (``data/worlds/demo/drafter-a`` as the README spells it).
+        """
         slot = self.slot(name)
         if name in self.picked:
-            return self.picked[name]
-        return str(slot.parameter) if slot.parameter not in (None, "") else slot.default
+            return locate(self.picked[name])
+        return locate(str(slot.parameter)) if slot.parameter not in (None, "") else slot.default
 
     def values(self) -> dict[str, str]:
         """``{name: value}`` for every slot, in order."""
@@ -120,6 +139,32 @@ class Choices:
                 if s.kind == t.kind != DATA and same_source(values[s.name], values[t.name])]
 
 
+#: The repository root: a relative path missing from the kernel's folder is looked for here too.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def locate(value: str) -> str:
+    """``value`` as the kernel should read it: as given when it exists from here (or is absolute, or a
+    hub id), else the repository root's path of it when that exists, else as given."""
+    from eaglelab.checkpoints.sources import local_path
+    from eaglelab.errors import SourceError
+
+    value = (value or "").strip()
+    try:
+        p = local_path(value)
+        if not value or p.is_absolute() or p.exists():
+            return value
+        repo = REPO_ROOT / p
+        return str(repo) if repo.exists() else value
+    except (SourceError, OSError, ValueError):
+        return value
+
+
+def looked_in(value: str) -> str:
+    """Where a relative path was looked for, for the line that says it is missing."""
+    return f" (looked in {Path.cwd()} and in the repository root {REPO_ROOT})" if not Path(value).is_absolute() else ""
+
+
 def same_source(a: str, b: str) -> bool:
     """Whether two sources name the same checkpoint (resolved folders, or equal hub ids)."""
     if not a or not b:
@@ -154,14 +199,15 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
     from eaglelab.checkpoints.sources import local_path
     from eaglelab.errors import EaglelabError
 
-    value = (value or "").strip()
+    value = locate((value or "").strip())
+    target = locate(target) if target else target
     try:
         if kind == DATA:
             if not value:
                 return Check(True, "the world's own data")
             p = local_path(value)
             if not p.is_file():
-                return Check(False, f"{value}: no such file")
+                return Check(False, f"{value}: no such file{looked_in(value)}")
             return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")
         if not value:
             return Check(False, "empty: pick a checkpoint or type a folder, file or hub id")
@@ -176,7 +222,8 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
         return Check(True, f"drafter: hidden {spec.hidden_size}, draft vocab {spec.draft_vocab_size}, "
                            f"reads layers {list(spec.aux_layer_ids or []) or 'the default'}{fit}")
     except EaglelabError as e:
-        return Check(False, printable(str(e)))
+        missing = "no such file or folder" in str(e) or "no such target" in str(e)
+        return Check(False, printable(str(e) + (looked_in(value) if missing else "")))
     except (OSError, ValueError) as e:  # a path the OS refuses (too long, NUL byte): still one line
         return Check(False, printable(f"{value}: {type(e).__name__}: {e}"))
 

@@ -67,7 +67,7 @@ def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping
 # --------------------------------------------------------------------------- notebook 01
 
 def plot_tps_vs_accept_len(accept_lens: np.ndarray, curves: Mapping[str, np.ndarray], baseline_tps: float,
-                           points: Sequence[tuple[float, float, str]] = (), targets: Sequence[float] = ()):
+                           points: Sequence[tuple[float, float, str]] = (), goals: Sequence[float] = ()):
     """Effective tok/s against acceptance length, one curve per cycle time.
 
     Args:
@@ -75,13 +75,13 @@ def plot_tps_vs_accept_len(accept_lens: np.ndarray, curves: Mapping[str, np.ndar
         curves: label -> tok/s [A].
         baseline_tps: horizontal line of plain decoding.
         points: measured (accept_len, tok/s, label) points.
-        targets: horizontal lines of throughput targets.
+        goals: horizontal lines at the throughputs wanted.
     """
     fig, ax = _fig()
     for (label, tps), color in zip(curves.items(), PALETTE):
         ax.plot(accept_lens, tps, label=label, color=color)
     ax.axhline(baseline_tps, color="black", ls="--", lw=1, label=f"no speculation ({baseline_tps:g} tok/s)")
-    for t in targets:
+    for t in goals:
         ax.axhline(t, color="grey", ls=":", lw=1)
         ax.text(accept_lens[0], t, f" target {t:g}", va="bottom", fontsize=8, color="grey")
     for x, y, label in points:

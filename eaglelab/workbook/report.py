@@ -123,10 +123,28 @@ def _options_figure(decision, figures_dir: Path) -> Path:
     from eaglelab.workbook import plots
 
     s = decision.scenario
-    fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.target_tau, s.k + 1)
+    fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.goal_tau, s.k + 1)
     plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})
     plt.close(fig)
     return Path(figures_dir) / "plan_options.png"
+
+
+def plan_uses_plugin_tau(figures_dir: str | Path, k: int) -> str:
+    """Whether the game plan's decision table takes notebook 03's plug-in τ, said from notebook 01's findings.
+
+    The table uses it only when 01's scenario drafts the same ``k`` per cycle (a τ is a property of k).
+    """
+    from eaglelab.inputs import path_kind
+
+    path = Path(figures_dir) / "01_findings.json"
+    if not path_kind(path, ConfigError):
+        return "the game plan's decision table takes this plug-in τ once notebook 01 has run with k = " + f"{k}."
+    saved = (read_findings(path)["numbers"].get("plan") or {}).get("scenario") or {}
+    k01 = saved.get("k")
+    if k01 == k:
+        return f"the game plan's decision table uses this plug-in τ (notebook 01's scenario drafts k = {k} too)."
+    return (f"the game plan's decision table does not use this plug-in τ: notebook 01's scenario drafts k = {k01}, "
+            f"this probe k = {k}; run one of them again with the other's k.")
 
 
 def decision_plan(numbers: dict[str, dict]):
@@ -164,17 +182,17 @@ def decision_plan(numbers: dict[str, dict]):
             fields[name] = field_number(scenario_json, name, where, ConfigError, low=0.0, low_open=False)
     scenario = Scenario(**fields, sources=dict(sources))
     probe = numbers.get("03", {})
-    if probe.get("evidence") == pv.MEASURED and probe.get("steps") == scenario.k:
+    if probe.get("evidence") == pv.YOURS and probe.get("k") == scenario.k:
         tau_b = field_number(probe["plugin"], "accept_len_on_b", "03_findings.json plugin", ConfigError, low=1.0,
                              low_open=False)
-        scenario = replace(scenario, plugin_tau=tau_b, sources=scenario.sources | {"plugin_tau": pv.MEASURED})
+        scenario = replace(scenario, plugin_tau=tau_b, sources=scenario.sources | {"plugin_tau": pv.YOURS})
     fit = numbers.get("04", {}).get("scaling")
-    if numbers.get("04", {}).get("evidence") == pv.MEASURED and fit:
+    if numbers.get("04", {}).get("evidence") == pv.YOURS and fit:
         exponent = fit["exponent"]
         if not isinstance(exponent, list) or len(exponent) != 3 or not all(isinstance(x, (int, float)) for x in exponent):
             raise ConfigError("04_findings.json scaling", "its exponent must be [best, low, high]")
         scenario = replace(scenario, exponents=tuple(float(x) for x in exponent[1:]),
-                           sources=scenario.sources | {"exponents": pv.MEASURED})
+                           sources=scenario.sources | {"exponents": pv.YOURS})
     lever = numbers.get("01", {}).get("lever")
     return plan(scenario, lever=lever if isinstance(lever, str) else None)
 

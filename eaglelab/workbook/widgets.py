@@ -81,14 +81,14 @@ def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
     Returns:
         sorted folder paths (strings), speculators exports included.
     """
-    from eaglelab.checkpoints.schema import is_eagle3_config
+    from eaglelab.checkpoints.spec import is_eagle3_config
 
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth) if is_eagle3_config(cfg))
 
 
 def find_targets(root: str | Path, max_depth: int = 4) -> list[str]:
     """Causal-LM folders under ``root`` (a ``*ForCausalLM`` config plus weights), drafters excluded."""
-    from eaglelab.checkpoints.schema import is_eagle3_config
+    from eaglelab.checkpoints.spec import is_eagle3_config
 
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth)
                   if not is_eagle3_config(cfg) and any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []))
@@ -165,7 +165,9 @@ class ChoicePanel:
             p.observe(self._changed, names="value")
         self.button.on_click(self._clicked)
         rows = [r for name in self.pickers for r in (self.pickers[name], self.lines[name])]
-        self.widget = w.VBox([*rows, w.HBox([self.button, self.status]), self.output])
+        # picks Run All dropped (the parameter edited since, or the checkpoint gone): said, not silent
+        notes = [w.HTML(check_html(Check(True, note, warn=True))) for note in choices.notes]
+        self.widget = w.VBox([*notes, *rows, w.HBox([self.button, self.status]), self.output])
         self._changed()
 
     def values(self) -> dict[str, str]:
@@ -228,7 +230,7 @@ def _user_namespace() -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------- the performance explorer
 
-def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, targets: Sequence[float]) -> dict[str, Any]:
+def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float]) -> dict[str, Any]:
     """What the explorer prints for a point: tok/s, speedup, break-even τ and the τ each target needs.
 
     Returns:
@@ -237,7 +239,7 @@ def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, ta
     """
     from eaglelab.serving import perf
 
-    return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(targets), strict=False)
+    return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(goals), strict=False)
 
 
 def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:
@@ -249,13 +251,13 @@ def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:
             f" · break-even τ {numbers['break_even_accept_len']:.2f} · needed: {need}")
 
 
-def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, targets: Sequence[float],
+def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float],
                   accept_grid=None, k: int | None = None):
     """Sliders for baseline tok/s, cycle ms and τ; prints the numbers at once, redraws the figure, resets.
 
     Args:
         baseline_tps, cycle_ms, accept_len: the measured point (where "reset" returns).
-        targets: throughput targets (tok/s) whose τ the explorer prints.
+        goals: the throughputs wanted (tok/s) whose τ the explorer prints.
         accept_grid: τ values of the figure's curve (default 1..7).
         k: drafts per cycle: a needed τ above k + 1 is marked unreachable.
     """
@@ -284,11 +286,11 @@ def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, targe
     def update(*_):
         if resetting:
             return
-        n = explorer_numbers(b.value, c.value, a.value, targets)
+        n = explorer_numbers(b.value, c.value, a.value, goals)
         numbers.value = explorer_html(n, k)  # first: the numbers do not wait for the figure
         fig = plots.plot_tps_vs_accept_len(grid, {f"cycle {c.value:g} ms": perf.effective_tps(grid, c.value / 1e3)},
                                            b.value, points=[(a.value, n["effective_tps"], n["verdict"].split(":")[0])],
-                                           targets=list(targets))
+                                           goals=list(goals))
         with out:
             out.clear_output(wait=True)
             display(fig)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eaglelab.data.world import World
 from eaglelab.errors import ParameterError
-from eaglelab.worlds.world import World
 
 
 def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool = False) -> World:

@@ -27,9 +27,9 @@ import time
 import zipfile
 from pathlib import Path
 
+from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import SourceError
 from eaglelab.worlds.artifacts import cached_build, check_replaceable, read_manifest, verify_manifest
-from eaglelab.worlds.world import World, default_world_dir
 
 DEMO_PARAMS = {
     "version": 3,
@@ -52,7 +52,7 @@ DEMO_PARAMS = {
     "prompt_context": 16,
     "drafter_batch": 8,
     "drafter_lr": 3e-3,
-    "ttt_steps": 3,
+    "ttt_length": 3,
     "drafter_a_steps": 360,
     "drafter_b_prompts": 64,
     "drafter_b_steps": 60,
@@ -113,7 +113,7 @@ def gguf_to_safetensors(gguf: Path, out: Path):
 
 def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, seed: int):
     """Continue-train ``model`` with LoRA on every attention and MLP projection, then merge (in place)."""
-    from eaglelab.drift.families import LoRASnapshots
+    from eaglelab.model.lora import LoRASnapshots
 
     lora = LoRASnapshots(model, rank, seed=seed)
     lora.train(model, sequences, steps, lr, batch, seed, desc="target B: LoRA drift")
@@ -149,11 +149,11 @@ def train_demo_drafter(model, train, held_out, replies, out_dir: Path, steps: in
 
     Args:
         model: the target.
-        train, held_out: :class:`eaglelab.train.states.HiddenStates` of its replies.
+        train, held_out: :class:`eaglelab.data.states.HiddenStates` of its replies.
         replies: the training replies (token ids), for the vocabulary.
 
     Returns:
-        timings and the held-out evaluation (offline τ with ``ttt_steps`` drafts).
+        timings and the held-out evaluation (offline τ with ``ttt_length`` drafts).
     """
     import torch
 
@@ -165,11 +165,11 @@ def train_demo_drafter(model, train, held_out, replies, out_dir: Path, steps: in
     drafter = initial_drafter(model, None, replies, p["draft_vocab_size"], seed=seed)  # on the model's device
     drafter.init_head_from_target(model.lm_head.weight.detach(), model.model.norm.weight.detach())
     torch.manual_seed(seed)
-    cfg = TrainConfig(steps=steps, batch_size=p["drafter_batch"], ttt_steps=p["ttt_steps"], lr=p["drafter_lr"],
+    cfg = TrainConfig(steps=steps, batch_size=p["drafter_batch"], ttt_length=p["ttt_length"], lr=p["drafter_lr"],
                       warmup_steps=20, log_every=max(steps // 10, 1), eval_every=0, seed=seed,
                       loss_convention=p["loss_convention"])
     res = train_drafter(drafter, train, model.lm_head, cfg)
-    ev = evaluate_drafter(drafter, held_out, model.lm_head, p["ttt_steps"])
+    ev = evaluate_drafter(drafter, held_out, model.lm_head, p["ttt_length"])
     save_drafter(drafter, out_dir, overwrite=True)
     return {"train_s": res.seconds, "train_tokens_per_s": res.tokens / res.seconds, "steps": steps,
             "reply_tokens": sum(map(len, replies)), "held_out_accept_len": ev["accept_len"],
@@ -218,7 +218,7 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         "target_a": {k: p[k] for k in ("version", "wheel", "gguf_file")},
         "prompts": {k: p[k] for k in ("prompts_train", "prompts_held_out")},
         "replies": {k: p[k] for k in ("response_tokens", "gen_batch", "prompt_context")},
-        "drafter": {k: p[k] for k in ("draft_vocab_size", "drafter_batch", "drafter_lr", "ttt_steps", "seed",
+        "drafter": {k: p[k] for k in ("draft_vocab_size", "drafter_batch", "drafter_lr", "ttt_length", "seed",
                                       "loss_convention")},
         "drift": {k: p[k] for k in ("drift_steps", "drift_lr", "lora_rank", "drift_batch", "drift_seq_len", "seed")},
     }
@@ -237,9 +237,9 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         """The target's replies to the train / held-out prompts and its states on them (one pass)."""
         def build(out: Path):
             from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-            from eaglelab.checkpoints.schema import drafter_spec_from_config
+            from eaglelab.checkpoints.spec import drafter_spec_from_config
+            from eaglelab.data.responses import generate_training_data
             from eaglelab.model.targets import Target
-            from eaglelab.train.responses import generate_training_data
 
             model, tok = _load_model(model_stage / "model")
             spec = drafter_spec_from_config(drafter_config_for_target(model.config.to_dict()))
@@ -257,15 +257,15 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
 
     def build_drafter(model_stage: Path, replies_stage: Path, steps: int, seed: int):
         def build(out: Path):
-            from eaglelab.train.responses import Responses
-            from eaglelab.train.states import HiddenStates
+            from eaglelab.data.responses import Responses
+            from eaglelab.data.states import HiddenStates
 
             model, _ = _load_model(model_stage / "model")
             report = train_demo_drafter(model, HiddenStates.load(replies_stage / "train-states.safetensors"),
                                         HiddenStates.load(replies_stage / "held_out-states.safetensors"),
                                         Responses.load(replies_stage / "train.safetensors").replies,
                                         out / "drafter", steps, p, seed)
-            log(f"demo world: drafter held-out τ (offline, k = {p['ttt_steps']}) {report['held_out_accept_len']:.2f}")
+            log(f"demo world: drafter held-out τ (offline, k = {p['ttt_length']}) {report['held_out_accept_len']:.2f}")
             return {"report": report}
         return build
 

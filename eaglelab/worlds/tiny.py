@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from eaglelab.data.tokens import pack_sequences
+from eaglelab.data.world import World, default_world_dir
 from eaglelab.worlds.artifacts import cached_build
-from eaglelab.worlds.world import World, default_world_dir
 
 TINY_PARAMS = {
     "version": 3,
@@ -94,10 +94,10 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
     """Capture a target's states on ``sequences`` and train a drafter on them (SpecForge layout)."""
     import torch
 
+    from eaglelab.data.states import capture_hidden_states
     from eaglelab.model.drafter_files import save_drafter
     from eaglelab.model.targets import Target, load_target
     from eaglelab.train.finetune import initial_drafter
-    from eaglelab.train.states import capture_hidden_states
     from eaglelab.train.training import TrainConfig, train_drafter
 
     model, _ = load_target(target_dir, device="cpu")
@@ -105,7 +105,7 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
     target = Target.for_drafter(model, drafter.spec)
     states = capture_hidden_states(target, sequences, batch_size=64)
     torch.manual_seed(seed)
-    cfg = TrainConfig(steps=steps, batch_size=batch_size, ttt_steps=4, lr=lr, warmup_steps=10,
+    cfg = TrainConfig(steps=steps, batch_size=batch_size, ttt_length=4, lr=lr, warmup_steps=10,
                       log_every=max(steps // 10, 1), eval_every=0, seed=seed, loss_convention=loss_convention)
     train_drafter(drafter, states, model.lm_head, cfg, progress=True)
     save_drafter(drafter, out_dir, overwrite=True)

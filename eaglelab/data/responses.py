@@ -160,8 +160,8 @@ def generate_training_data(target, tokenizer, prompts: list[str], max_new_tokens
         (Responses, HiddenStates [N, S, ...]). ``target_ids`` is the target's greedy token where
         the loss mask is set (the reply itself); elsewhere it is the data's next token.
     """
+    from eaglelab.data.states import HiddenStates
     from eaglelab.data.tokens import encode_prompts
-    from eaglelab.train.states import HiddenStates
 
     encoded = encode_prompts(tokenizer, prompts)
     kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> its window's (aux, last)
@@ -220,9 +220,9 @@ def capture_response_states(target, data: Responses, context: int | None = 16, b
     The forward runs over the whole prompt; only the kept window is stored.
 
     Returns:
-        :class:`eaglelab.train.states.HiddenStates` [N, S_kept, ...] with the target's greedy ids.
+        :class:`eaglelab.data.states.HiddenStates` [N, S_kept, ...] with the target's greedy ids.
     """
-    from eaglelab.train.states import HiddenStates, capture_hidden_states
+    from eaglelab.data.states import HiddenStates, capture_hidden_states
 
     full_ids, _, _ = response_rows(data, None)
     ids, mask, dropped = response_rows(data, context)

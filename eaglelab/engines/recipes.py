@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.schema import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, quote_args, script_value, wait_for_server, yaml_text
 from eaglelab.errors import ConfigError, ParameterError
 
-ENGINES = ("specforge", "speculators")
+#: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
+TRAINING_ENGINES = ("specforge", "speculators")
 #: The engine versions whose parsers and schemas the recipes are written against.
 ENGINE_VERSIONS = {"specforge": "0.2.0", "speculators": "0.9.0"}
 #: Each engine's own defaults, used when neither the user nor the workbook gives a value.
@@ -47,7 +49,7 @@ class RecipeSettings:
         workdir: the folder on the cluster for every intermediate file (created by the script).
         gpus: GPUs of the training node.
         learning_rate, epochs, ttt_length: None: from the workbook run or the engine's default.
-        speculative_tokens: draft tokens per cycle when serving (k).
+        k: drafts per cycle when serving.
         max_length: tokens per training sequence.
         chat_template: SpecForge's template name for the target (its ``data.chat_template``).
     """
@@ -61,71 +63,9 @@ class RecipeSettings:
     learning_rate: float | None = None
     epochs: int | None = None
     ttt_length: int | None = None
-    speculative_tokens: int = 3
+    k: int = 3
     max_length: int = 4096
     chat_template: str = "llama3"
-
-
-@dataclass(frozen=True)
-class Var:
-    """A variable of the script itself (``$SERVER_PID``): the only word written unquoted, in double quotes."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"${self.name}"
-
-    def shell(self) -> str:
-        return f'"${self.name}"'
-
-
-@dataclass(frozen=True)
-class Here:
-    """A file of the recipe's own folder, found at run time through the script's ``$HERE``."""
-
-    name: str
-
-    def __str__(self) -> str:
-        return f"$HERE/{self.name}"
-
-    def shell(self) -> str:
-        return f'"$HERE"/{shlex.quote(self.name)}'
-
-
-Word = str | Var | Here
-
-
-@dataclass(frozen=True)
-class Step:
-    """One command of a recipe.
-
-    Attributes:
-        title: what it does, one line.
-        argv: the command (``argv[0]`` the program): strings are data, always quoted for bash;
-            :class:`Var` and :class:`Here` are the script's own variables.
-        notes: comment lines printed above it (why, what to watch).
-        engine_command: ``(engine, subcommand)`` whose own parser checks ``argv``, or None.
-        background: start it in the background (a server the next steps talk to).
-    """
-
-    title: str
-    argv: list[Word]
-    notes: list[str] = field(default_factory=list)
-    engine_command: tuple[str, str] | None = None
-    background: bool = False
-
-    def words(self) -> list[str]:
-        """The argv as text, the script's variables spelled ``$NAME`` (what ``recipe.json`` records)."""
-        return [str(w) for w in self.argv]
-
-    def concrete(self, here: str | Path) -> list[str]:
-        """The argv as the script runs it from the folder ``here`` (``$HERE`` filled in): for the engines' parsers."""
-        return [str(Path(here) / w.name) if isinstance(w, Here) else str(w) for w in self.argv]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"title": self.title, "argv": self.words(), "notes": list(self.notes),
-                "engine_command": list(self.engine_command) if self.engine_command else None,
-                "background": self.background}
 
 
 @dataclass(frozen=True)
@@ -144,12 +84,12 @@ class Recipe:
         head = [
             "#!/usr/bin/env bash",
             f"# Warm start of an EAGLE-3 drafter with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe`.",
-            _comment(f"  old drafter: {s.init}"),
-            _comment(f"  new target:  {s.target}"),
-            _comment(f"  data:        {s.data} (prompts / conversations, regenerated with the new target)"),
-            _comment(f"  work folder: {s.workdir}"),
+            comment_line(f"  old drafter: {s.init}"),
+            comment_line(f"  new target:  {s.target}"),
+            comment_line(f"  data:        {s.data} (prompts / conversations, regenerated with the new target)"),
+            comment_line(f"  work folder: {s.workdir}"),
             "# Settings and where they come from:",
-            *[_comment(f"  {k}: {v}") for k, v in self.provenance.items()],
+            *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
             "# The old drafter's vocabulary map is kept (d2t / t2d: "
             f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
             "# a regenerated map would give every lm_head row another token to predict.",
@@ -160,10 +100,10 @@ class Recipe:
         ]
         body = []
         for n, step in enumerate(self.steps, 1):
-            body.append(_comment(f" --- {n}. {step.title}"))
-            body += [_comment(f" {line}") for line in step.notes]
-            cmd = " \\\n    ".join(_quote_args(step.argv))
-            body.append(f"{cmd} &\nSERVER_PID=$!\n{_wait_for_server(step)}" if step.background else cmd)
+            body.append(comment_line(f" --- {n}. {step.title}"))
+            body += [comment_line(f" {line}") for line in step.notes]
+            cmd = " \\\n    ".join(quote_args(step.argv))
+            body.append(f"{cmd} &\nSERVER_PID=$!\n{wait_for_server(step)}" if step.background else cmd)
             body.append("")
         return "\n".join(head + body)
 
@@ -232,66 +172,6 @@ with open(path, "w") as fh:
 """
 
 
-def script_value(name: str, value: Any) -> str:
-    """A user's value bound for the script or its configs: text without control characters, else refused.
-
-    Quoting makes any other character safe in bash (:func:`shlex.quote`), YAML (JSON-escaped double
-    quotes) and JSON; a line break, NUL or other control character would still end a comment line or
-    change a path on the way, so it is refused.
-
-    Raises:
-        ParameterError: naming the setting and the first offending character.
-    """
-    import unicodedata
-
-    if not isinstance(value, str) or not value:
-        raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")
-    for i, c in enumerate(value):
-        if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp"):
-            raise ParameterError(name, f"holds the control character {c!r} at position {i}: refused in a generated "
-                                       "script (rename the path)")
-    return value
-
-
-def _comment(text: str) -> str:
-    """One comment line of the script (its text checked: nothing in it can end the line)."""
-    return "#" + script_value("recipe comment", text)
-
-
-def _quote(arg: Word) -> str:
-    """One argument for bash: the script's own variables as such, every other word quoted as data."""
-    if isinstance(arg, (Var, Here)):
-        return arg.shell()
-    return shlex.quote(script_value("recipe argument", arg))
-
-
-def _quote_args(argv: list[Word]) -> list[str]:
-    """Quote each argument for bash, pairing ``--flag value`` on one line for reading."""
-    def flag(w: Word) -> bool:
-        return isinstance(w, str) and w.startswith("--")
-
-    lines, i = [], 0
-    while i < len(argv):
-        arg = _quote(argv[i])
-        if flag(argv[i]) and i + 1 < len(argv) and not flag(argv[i + 1]) and i > 0:
-            lines.append(f"{arg} {_quote(argv[i + 1])}")
-            i += 2
-        else:
-            lines.append(arg)
-            i += 1
-    # the program and its subcommands stay on the first line
-    first = [lines.pop(0)]
-    while lines and not lines[0].startswith("--"):
-        first.append(lines.pop(0))
-    return [" ".join(first)] + lines
-
-
-def _wait_for_server(step: Step) -> str:
-    port = int(step.argv[step.argv.index("--port") + 1])
-    return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"
-            f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 10; done  # wait until it serves")
-
-
 # --------------------------------------------------------------------------- checks
 
 def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
@@ -303,11 +183,13 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
             (its map would have to be replaced).
     """
     from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config
-    from eaglelab.checkpoints.schema import drafter_vs_target, is_speculators_config, strip_prefix, target_layer_count
+    from eaglelab.checkpoints.spec import is_speculators_config
+    from eaglelab.checkpoints.tensor_table import strip_prefix
+    from eaglelab.checkpoints.verdicts import drafter_vs_target, target_layer_count
 
-    if settings.engine not in ENGINES:
-        raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(ENGINES)}")
-    for name in ("gpus", "speculative_tokens", "max_length", "epochs", "ttt_length"):
+    if settings.engine not in TRAINING_ENGINES:
+        raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
+    for name in ("gpus", "k", "max_length", "epochs", "ttt_length"):
         value = getattr(settings, name)
         if value is not None and value < 1:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {value}")
@@ -364,7 +246,7 @@ def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
     n = field_int(run, "train_sequences", where, ConfigError, high=10**12)
     steps = field_int(cfg, "steps", where, ConfigError, high=10**12)
     batch = field_int(cfg, "batch_size", where, ConfigError, high=10**9)
-    ttt = field_int(cfg, "ttt_steps", where, ConfigError, high=64)
+    ttt = field_int(cfg, "ttt_length", where, ConfigError, high=64)
     epochs = max(1, math.ceil(steps * batch / n))
     return {"epochs": epochs, "ttt_length": ttt, "source": f"workbook run {run_dir} ({steps} steps x {batch} over {n} "
                                                           "sequences)"}
@@ -466,7 +348,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
          f"{old}/config.json", "--output-dir", export, "--vocab-mapping", vocab_file],
         engine_command=("specforge", "export")))
     steps.append(_check_step(old, export, s.target))
-    k = s.speculative_tokens
+    k = s.k
     steps.append(Step(
         "serve the new target with the warm-started drafter",
         ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus),
@@ -474,7 +356,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
          "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
          str(k + 1)],
         ["SGLang logs `accept len` per decode batch: `eaglelab perf --log server.log` turns it into tok/s."]))
-    return steps, {"warm.yaml": _yaml(config), "save_vocab_map.py": SAVE_VOCAB_MAP}
+    return steps, {"warm.yaml": yaml_text(config), "save_vocab_map.py": SAVE_VOCAB_MAP}
 
 
 def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dict[str, str]]:
@@ -545,19 +427,6 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
         "serve the new target with the warm-started drafter",
         ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--speculative-config",
          json.dumps({"method": "eagle3", "model": f"{save}/checkpoint_best",
-                     "num_speculative_tokens": s.speculative_tokens})],
+                     "num_speculative_tokens": s.k})],
         ["vLLM logs `SpecDecoding metrics` lines: `eaglelab perf --log server.log` turns them into tok/s."]))
     return steps, {"set_verifier.py": SET_VERIFIER} if vocab["speculators_format"] else {}
-
-
-def _yaml(obj: dict, indent: int = 0) -> str:
-    """A small YAML writer for nested dicts of scalars (the engines' configs need no more)."""
-    lines = []
-    for key, value in obj.items():
-        pad = "  " * indent
-        if isinstance(value, dict):
-            lines.append(f"{pad}{key}:")
-            lines.append(_yaml(value, indent + 1).rstrip("\n"))
-        else:
-            lines.append(f"{pad}{key}: {json.dumps(value, ensure_ascii=False)}")
-    return "\n".join(lines) + "\n"

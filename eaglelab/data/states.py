@@ -156,3 +156,37 @@ def save_specforge_samples(states: HiddenStates, out_dir: str | Path) -> list[Pa
                     "hidden_state": states.last_hidden[i: i + 1], "aux_hidden_state": states.aux[i: i + 1]}, p)
         paths.append(p)
     return paths
+
+
+@dataclass
+class FinetuneData:
+    """Captured states of the new target, training and held-out, and the layers they come from (a fine-tune's data)."""
+
+    train: HiddenStates
+    held_out: HiddenStates
+    aux_layer_outputs: tuple[int, ...]
+
+    @classmethod
+    def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
+        """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
+        from eaglelab.errors import ConfigError
+
+        tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
+        if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:
+            raise ConfigError(str(train), f"training and held-out states must name the same aux layers "
+                                          f"(got {tr.aux_layers} and {ho.aux_layers})")
+        return cls(tr, ho, tr.aux_layers)
+
+    def subset(self, n: int) -> FinetuneData:
+        """The first ``n`` training sequences (same held-out set), for data-budget sweeps."""
+        return FinetuneData(self.train.batch(range(min(n, len(self.train)))), self.held_out, self.aux_layer_outputs)
+
+
+def capture_data(model, aux_spec, train_ids: torch.Tensor, eval_ids: torch.Tensor, progress: bool = True) -> FinetuneData:
+    """Run the new target once over training and held-out tokens (states cached in memory)."""
+    target = Target.for_drafter(model, aux_spec)
+    try:
+        return FinetuneData(capture_hidden_states(target, train_ids, progress=progress),
+                            capture_hidden_states(target, eval_ids, progress=progress), target.aux_layer_outputs)
+    finally:
+        target.close()

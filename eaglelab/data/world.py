@@ -19,7 +19,7 @@ class World:
             (tiny world).
         replies_a, replies_b: folders with each target's own replies to the train / held-out
             prompts (``train.safetensors``, ``held_out.safetensors``, see
-            :class:`eaglelab.train.responses.Responses`; demo world).
+            :class:`eaglelab.data.responses.Responses`; demo world).
     """
 
     root: Path

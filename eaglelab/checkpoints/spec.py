@@ -1,0 +1,238 @@
+"""The EAGLE-3 drafter spec: what a drafter config says, in either format, reading no files.
+
+Facts follow ``docs/EAGLE3_FORMAT.md`` (SpecForge ``LlamaForCausalLMEagle3``): the sizes, flags and
+aux-layer ids of a drafter config, SGLang / SpecForge's (flat, nested ``eagle_config`` ids as layer
+outputs) or vLLM / speculators' (``transformer_layer_config``, top-level ids as layer inputs), and
+the conversion of those ids to layer outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eaglelab.checkpoints.config_types import check_config_types
+from eaglelab.errors import ConfigError
+
+DEFAULT_DRAFT_VOCAB = 32000
+SPECFORGE = "specforge"
+SPECULATORS = "speculators"
+FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2"})
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """The weight-relevant and behaviour-relevant facts of one EAGLE-3 drafter config.
+
+    Attributes:
+        hidden_size: H, the drafter's width.
+        target_hidden_size: Ht, width of each target hidden state fed to ``fc``.
+        intermediate_size: I, MLP width.
+        num_attention_heads: nh.
+        num_key_value_heads: nkv.
+        head_dim: d (H / nh when absent from the config).
+        vocab_size: V, the target's vocabulary (rows of embed_tokens, length of t2d).
+        draft_vocab_size: Vd, rows of lm_head and length of d2t.
+        fc_norm: whether ``fc_norm.{0,1,2}`` RMSNorms precede ``fc``, one per target state (EAGLE-3.1).
+        norm_before_fc: one RMSNorm (``input_norm``) over the concatenated target states (speculators).
+        norm_before_residual: the attention residual is the normed hidden state (speculators).
+        norm_before_head: ``norm`` is applied before ``lm_head`` (SpecForge ``norm_output``, default true).
+        norm_fed_back: the normed state, not the raw one, is fed to the next step (speculators
+            ``norm_output``, default false); logits are then ``lm_head`` of that state.
+        qk_norm: per-head RMSNorms of queries and keys before RoPE (a speculators ``qwen3`` layer).
+        aux_layer_ids: target layers read, as written in the config (None: tool default).
+        aux_convention: ``sglang`` (nested ``eagle_config``, layer outputs), ``vllm``
+            (top-level, layer inputs) or None when no ids are given.
+        layer_prefix: ``midlayer`` (SpecForge / SGLang) or ``layers.0`` (speculators / vLLM).
+        max_position_embeddings: positions the drafter was configured for.
+        rms_norm_eps: epsilon of every RMSNorm.
+        hidden_act: MLP activation.
+        attention_bias: whether q/k/v/o carry biases (not in the reference layout).
+    """
+
+    hidden_size: int
+    target_hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    draft_vocab_size: int
+    fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_before_residual: bool = False
+    norm_before_head: bool = True
+    norm_fed_back: bool = False
+    qk_norm: bool = False
+    aux_layer_ids: tuple[int, ...] | None = None
+    aux_convention: str | None = None
+    layer_prefix: str = "midlayer"
+    max_position_embeddings: int | None = None
+    rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(where, f"field {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def config_format(cfg: dict[str, Any]) -> str:
+    """``speculators`` for a speculators / vLLM config (``transformer_layer_config``), else ``specforge``."""
+    if "transformer_layer_config" in cfg or cfg.get("speculators_model_type") == "eagle3":
+        return SPECULATORS
+    return SPECFORGE
+
+
+def layer_body(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The decoder layer's own fields: ``transformer_layer_config`` in speculators, the config itself in SpecForge."""
+    if config_format(cfg) == SPECULATORS:
+        body = cfg.get("transformer_layer_config") or {}
+        return body if isinstance(body, dict) else {}
+    return cfg
+
+
+def eagle_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The nested ``eagle_config`` object SGLang / SpecForge read ({} when absent or not an object)."""
+    nested = cfg.get("eagle_config")
+    return nested if isinstance(nested, dict) else {}
+
+
+def is_speculators_config(cfg: dict[str, Any]) -> bool:
+    """True for a speculators / vLLM-format EAGLE-3 config (``transformer_layer_config``)."""
+    return config_format(cfg) == SPECULATORS
+
+
+def _eps(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(where, f"field 'rms_norm_eps' must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(where, f"field {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def is_eagle3_config(cfg: dict[str, Any]) -> bool:
+    """True when ``cfg`` describes an EAGLE-3 drafter in either ecosystem format."""
+    archs = cfg.get("architectures") or []
+    return (
+        any("eagle3" in str(a).lower() for a in archs)
+        or is_speculators_config(cfg)
+        or ("draft_vocab_size" in cfg and cfg.get("num_hidden_layers") == 1)
+    )
+
+
+def aux_layer_ids_from_config(cfg: dict[str, Any]) -> tuple[tuple[int, ...] | None, str | None]:
+    """Return ``(ids, convention)`` as written in a drafter config.
+
+    The nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is SGLang / SpecForge's
+    (ids are layer outputs); a top-level ``eagle_aux_hidden_state_layer_ids`` is vLLM /
+    speculators' (ids are layer inputs). Nested wins when both are present, as in SGLang.
+    """
+    if cfg.get("eagle_config") is not None and not isinstance(cfg["eagle_config"], dict):
+        raise ConfigError("config.json", f"field 'eagle_config' must be an object, got {cfg['eagle_config']!r}")
+    nested = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
+    if nested:
+        return _layer_ids(nested, "eagle_config.eagle_aux_hidden_state_layer_ids"), "sglang"
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if top:
+        return _layer_ids(top, "eagle_aux_hidden_state_layer_ids"), "vllm"
+    return None, None
+
+
+def _layer_ids(ids: Any, key: str) -> tuple[int, ...]:
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ConfigError("config.json", f"field {key!r} must be a list of layer numbers, got {ids!r}")
+    return tuple(ids)
+
+
+def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") -> DrafterSpec:
+    """Build a DrafterSpec from a SpecForge-style or speculators-style drafter config.
+
+    Raises:
+        ConfigError: not an EAGLE-3 config, or a size field missing / invalid.
+    """
+    check_config_types(cfg, where)
+    if not is_eagle3_config(cfg):
+        archs = cfg.get("architectures")
+        raise ConfigError(
+            where,
+            f"not an EAGLE-3 drafter config (architectures={archs!r}, no draft_vocab_size); "
+            "expected e.g. LlamaForCausalLMEagle3",
+        )
+    layer_prefix = "midlayer"
+    body = cfg
+    ids, convention = aux_layer_ids_from_config(cfg)
+    if is_speculators_config(cfg):
+        if not isinstance(cfg.get("transformer_layer_config"), dict):
+            raise ConfigError(where, "speculators config without a 'transformer_layer_config' object")
+        body = dict(layer_body(cfg))
+        layer_prefix = "layers.0"
+        body.setdefault("draft_vocab_size", cfg.get("draft_vocab_size"))
+        body.setdefault("target_hidden_size", cfg.get("target_hidden_size"))
+        # speculators' flags live at the top level; norm_output means "feed the normed state back"
+        flags = dict(fc_norm=_flag(cfg, "fc_norm", False, where),
+                     norm_before_fc=_flag(cfg, "norm_before_fc", False, where),
+                     norm_before_residual=_flag(cfg, "norm_before_residual", False, where),
+                     norm_before_head=True, norm_fed_back=_flag(cfg, "norm_output", False, where),
+                     qk_norm=body.get("model_type") == "qwen3")
+    else:
+        # SpecForge's norm_output: "norm before lm_head", default true; norm_before_fc as SGLang reads it
+        # (nested first); norm_before_residual is read by neither: see variants.refusals
+        flags = dict(fc_norm=_flag(cfg, "fc_norm", False, where),
+                     norm_before_fc=_flag(eagle_config(cfg), "norm_before_fc", _flag(cfg, "norm_before_fc", False, where),
+                                          where),
+                     norm_before_head=_flag(cfg, "norm_output", True, where))
+    if body.get("num_hidden_layers", 1) != 1:
+        raise ConfigError(where, f"EAGLE-3 drafters have one layer, config says {body['num_hidden_layers']}")
+    hidden = _int(body, "hidden_size", where)
+    heads = _int(body, "num_attention_heads", where)
+    head_dim = body.get("head_dim") or hidden // heads
+    return DrafterSpec(
+        hidden_size=hidden,
+        # absent or null (speculators' default): the target is as wide as the drafter
+        target_hidden_size=hidden if body.get("target_hidden_size") is None else _int(body, "target_hidden_size", where),
+        intermediate_size=_int(body, "intermediate_size", where),
+        num_attention_heads=heads,
+        num_key_value_heads=_int(body, "num_key_value_heads", where, body.get("num_key_value_heads") or heads),
+        head_dim=_int({"head_dim": head_dim}, "head_dim", where),
+        vocab_size=_int(body, "vocab_size", where),
+        draft_vocab_size=_int(body, "draft_vocab_size", where, body.get("draft_vocab_size") or DEFAULT_DRAFT_VOCAB),
+        **flags,
+        aux_layer_ids=ids,
+        aux_convention=convention,
+        layer_prefix=layer_prefix,
+        max_position_embeddings=body.get("max_position_embeddings"),
+        rms_norm_eps=_eps(body.get("rms_norm_eps", 1e-6), where),
+        hidden_act=str(body.get("hidden_act", "silu")),
+        attention_bias=_flag(body, "attention_bias", False, where),
+    )
+
+
+def default_aux_layer_outputs(num_target_layers: int) -> tuple[int, int, int]:
+    """Layer *outputs* both SGLang and vLLM read by default for an L-layer target: [1, L//2-1, L-4]."""
+    L = num_target_layers
+    return (1, L // 2 - 1, L - 4)
+
+
+def aux_ids_as_layer_outputs(ids: tuple[int, ...] | None, convention: str | None,
+                             num_target_layers: int) -> tuple[int, ...]:
+    """Translate configured ids to 0-based decoder-layer *outputs* (None: the default).
+
+    SGLang ids are layer outputs already; a vLLM id ``i`` is the input of layer i, which is
+    the output of layer i - 1.
+    """
+    if ids is None:
+        return default_aux_layer_outputs(num_target_layers)
+    if convention == "vllm":
+        return tuple(i - 1 for i in ids)
+    return tuple(ids)

@@ -1,0 +1,199 @@
+"""The tensor table a drafter spec implies: names, shapes, dtypes, and the vocabulary maps' invariants.
+
+What :mod:`eaglelab.checkpoints.inspection` checks a checkpoint's headers against, and what a state
+dict must hold (:func:`check_tensors_against_spec`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eaglelab.checkpoints.config_diff import diff_configs
+from eaglelab.checkpoints.spec import FLOAT_DTYPES, DrafterSpec
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    """One entry of the expected tensor table.
+
+    Attributes:
+        name: state-dict key.
+        shape: expected shape.
+        dtype: ``float`` (any float dtype, consistent across weights), ``I64`` or ``BOOL``.
+        required: False for tensors loaders accept either way (``embed_tokens``).
+        meaning: one line saying what the tensor is.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    required: bool
+    meaning: str
+
+
+def expected_eagle3_tensors(spec: DrafterSpec) -> dict[str, ExpectedTensor]:
+    """The key -> shape table a drafter with ``spec`` must have.
+
+    Returns:
+        name -> ExpectedTensor, in the order of the data flow (fc, midlayer, norm, lm_head,
+        vocabulary maps); ``embed_tokens.weight`` is listed as optional.
+    """
+    H, Ht, I = spec.hidden_size, spec.target_hidden_size, spec.intermediate_size
+    nh, nkv, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
+    V, Vd, p = spec.vocab_size, spec.draft_vocab_size, spec.layer_prefix
+    rows: list[ExpectedTensor] = [
+        ExpectedTensor("embed_tokens.weight", (V, H), "float", False,
+                       f"the target's input embedding, {V} rows = the target's vocabulary; frozen, "
+                       "often not saved (SGLang injects the target's)"),
+    ]
+    if spec.norm_before_fc:
+        rows.append(ExpectedTensor("input_norm.weight", (3 * Ht,), "float", True,
+                                   "one RMSNorm over concat(low, mid, high) before fc (speculators norm_before_fc)"))
+    if spec.fc_norm:
+        rows += [ExpectedTensor(f"fc_norm.{i}.weight", (Ht,), "float", True,
+                                f"RMSNorm of aux hidden state {i} ({['low', 'mid', 'high'][i]}) before fc")
+                 for i in range(3)]
+    rows += [
+        ExpectedTensor("fc.weight", (H, 3 * Ht), "float", True,
+                       "projects concat(low, mid, high) target hidden states to the drafter's width"),
+        ExpectedTensor(f"{p}.hidden_norm.weight", (H,), "float", True, "RMSNorm of the incoming hidden state"),
+        ExpectedTensor(f"{p}.input_layernorm.weight", (H,), "float", True, "RMSNorm of the token embedding"),
+        ExpectedTensor(f"{p}.self_attn.q_proj.weight", (nh * d, 2 * H), "float", True,
+                       "query projection of concat(embedding, hidden), 2H wide"),
+        ExpectedTensor(f"{p}.self_attn.k_proj.weight", (nkv * d, 2 * H), "float", True, "key projection, 2H wide"),
+        ExpectedTensor(f"{p}.self_attn.v_proj.weight", (nkv * d, 2 * H), "float", True, "value projection, 2H wide"),
+        ExpectedTensor(f"{p}.self_attn.o_proj.weight", (H, nh * d), "float", True, "attention output projection"),
+        *([ExpectedTensor(f"{p}.self_attn.{n}_norm.weight", (d,), "float", True,
+                          f"per-head RMSNorm of the {w} before RoPE (qwen3 layer)")
+           for n, w in (("q", "queries"), ("k", "keys"))] if spec.qk_norm else []),
+        ExpectedTensor(f"{p}.post_attention_layernorm.weight", (H,), "float", True, "RMSNorm before the MLP"),
+        ExpectedTensor(f"{p}.mlp.gate_proj.weight", (I, H), "float", True, "MLP gate"),
+        ExpectedTensor(f"{p}.mlp.up_proj.weight", (I, H), "float", True, "MLP up projection"),
+        ExpectedTensor(f"{p}.mlp.down_proj.weight", (H, I), "float", True, "MLP down projection"),
+        ExpectedTensor("norm.weight", (H,), "float", True, "final RMSNorm before lm_head"),
+        ExpectedTensor("lm_head.weight", (Vd, H), "float", True,
+                       f"the drafter's own head over its {Vd}-token draft vocabulary"),
+        ExpectedTensor("d2t", (Vd,), "I64", True, "draft id -> target id offset: target = draft + d2t[draft]"),
+        ExpectedTensor("t2d", (V,), "BOOL", True, "t2d[target id] is true when the token is in the draft vocabulary"),
+    ]
+    if spec.attention_bias:
+        rows += [ExpectedTensor(f"{p}.self_attn.{n}_proj.bias", (o,), "float", True, f"{n}_proj bias")
+                 for n, o in (("q", nh * d), ("k", nkv * d), ("v", nkv * d), ("o", H))]
+    return {r.name: r for r in rows}
+
+
+def table_problems(spec: DrafterSpec, cfg: dict[str, Any]) -> list[str]:
+    """Why the expected-tensor table of ``cfg`` would not form one EAGLE-3 layer (empty: consistent).
+
+    Checks the wiring the format fixes: ``fc`` maps three target states to the drafter's width,
+    q/k/v read concat(embedding, hidden) (2H), ``o_proj`` and the MLP return to H, ``lm_head``
+    covers the draft vocabulary and the maps match it, ``fc_norm`` tensors exist exactly when the
+    config asks for them, every dimension is positive, and the config differs from itself in nothing.
+    """
+    t = expected_eagle3_tensors(spec)
+    H, Ht, p = spec.hidden_size, spec.target_hidden_size, spec.layer_prefix
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
+    want = {"fc.weight": (H, 3 * Ht), f"{p}.self_attn.q_proj.weight": (q, 2 * H),
+            f"{p}.self_attn.k_proj.weight": (kv, 2 * H), f"{p}.self_attn.v_proj.weight": (kv, 2 * H),
+            f"{p}.self_attn.o_proj.weight": (H, q), f"{p}.mlp.down_proj.weight": (H, spec.intermediate_size),
+            "lm_head.weight": (spec.draft_vocab_size, H), "d2t": (spec.draft_vocab_size,), "t2d": (spec.vocab_size,)}
+    problems = [f"{name} is {list(t[name].shape) if name in t else 'missing'}, the layer needs {list(shape)}"
+                for name, shape in want.items() if name not in t or t[name].shape != shape]
+    problems += [f"{name} has a non-positive dimension {list(e.shape)}" for name, e in t.items() if min(e.shape) <= 0]
+    if spec.draft_vocab_size > spec.vocab_size:
+        problems.append(f"draft vocabulary {spec.draft_vocab_size} exceeds the target vocabulary {spec.vocab_size}")
+    if ("fc_norm.0.weight" in t) != bool(cfg.get("fc_norm")):
+        problems.append("fc_norm tensors do not follow the config's fc_norm flag")
+    if spec.num_attention_heads % spec.num_key_value_heads:
+        problems.append(f"{spec.num_attention_heads} query heads do not group over {spec.num_key_value_heads} kv heads")
+    if diff_configs(cfg, cfg):
+        problems.append("the config differs from itself (unstable keys)")
+    return problems
+
+
+def expected_parameters(spec: DrafterSpec, include_embedding: bool = False) -> int:
+    """Parameter count implied by a config (vocabulary maps excluded)."""
+    total = 0
+    for name, t in expected_eagle3_tensors(spec).items():
+        if t.dtype != "float" or (name == "embed_tokens.weight" and not include_embedding):
+            continue
+        n = 1
+        for s in t.shape:
+            n *= s
+        total += n
+    return total
+
+
+def strip_prefix(name: str) -> str:
+    """Key without a leading ``model.`` (SGLang tries both spellings)."""
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def canonical_tensor_name(name: str) -> str:
+    """SpecForge spelling of a key from any layout (``model.`` dropped, ``layers.0.`` -> ``midlayer.``)."""
+    name = strip_prefix(name)
+    return "midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name
+
+
+def check_tensors_against_spec(
+    spec: DrafterSpec, tensors: dict[str, tuple[tuple[int, ...], str]]
+) -> list[str]:
+    """Problems of a tensor table (name -> (shape, dtype)) against the expected table.
+
+    Reports missing, unexpected, wrong-shaped and wrong-dtype tensors, and mixed float dtypes.
+    Keys with a ``model.`` prefix are matched as SGLang would.
+    """
+    expected = expected_eagle3_tensors(spec)
+    actual = {strip_prefix(k): v for k, v in tensors.items()}
+    problems: list[str] = []
+    for name, exp in expected.items():
+        if name not in actual:
+            if exp.required:
+                problems.append(f"missing tensor {name} (expected {list(exp.shape)})")
+            continue
+        shape, dtype = actual[name]
+        if tuple(shape) != exp.shape:
+            problems.append(f"{name}: shape {list(shape)}, expected {list(exp.shape)}")
+        if exp.dtype == "float" and dtype not in FLOAT_DTYPES:
+            problems.append(f"{name}: dtype {dtype}, expected a float dtype")
+        elif exp.dtype != "float" and dtype != exp.dtype:
+            problems.append(f"{name}: dtype {dtype}, expected {exp.dtype}")
+    for name in actual:
+        if name not in expected:
+            problems.append(f"unexpected tensor {name} (SGLang drops it silently, vLLM raises)")
+    float_dtypes = {actual[n][1] for n, e in expected.items() if n in actual and e.dtype == "float"}
+    if len(float_dtypes) > 1:
+        problems.append(f"weights mix float dtypes {sorted(float_dtypes)}")
+    return problems
+
+
+def check_vocab_maps(d2t, t2d, draft_vocab_size: int) -> list[str]:
+    """Invariants of the vocabulary maps: ``t2d.sum() == Vd`` and ``nonzero(t2d) == arange(Vd) + d2t``.
+
+    Args:
+        d2t: integer array [Vd].
+        t2d: bool array [V].
+        draft_vocab_size: Vd from the config.
+    """
+    import numpy as np
+
+    d2t = np.asarray(d2t).astype(np.int64)
+    t2d = np.asarray(t2d).astype(bool)
+    problems = []
+    if t2d.ndim != 1:
+        return [f"t2d has shape {list(t2d.shape)}, expected one dimension [V]"]
+    if d2t.shape != (draft_vocab_size,):
+        problems.append(f"d2t has shape {list(d2t.shape)}, expected [{draft_vocab_size}]")
+        return problems
+    if int(t2d.sum()) != draft_vocab_size:
+        problems.append(f"t2d marks {int(t2d.sum())} tokens, expected draft_vocab_size {draft_vocab_size}")
+    targets = np.arange(draft_vocab_size) + d2t
+    if (targets < 0).any() or (targets >= t2d.shape[0]).any():
+        problems.append("d2t maps draft ids outside the target vocabulary")
+    elif not np.array_equal(np.nonzero(t2d)[0], targets):
+        if np.any(np.diff(targets) <= 0):
+            problems.append("arange(Vd) + d2t is not strictly increasing (draft vocabulary must be sorted)")
+        else:
+            problems.append("nonzero(t2d) != arange(Vd) + d2t (the two maps disagree)")
+    return problems

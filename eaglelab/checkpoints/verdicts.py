@@ -1,0 +1,156 @@
+"""Verdicts: can one drafter take another's slot, and does a drafter fit a target (from configs and shapes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from eaglelab.checkpoints.config_diff import ConfigDiff
+from eaglelab.checkpoints.spec import DrafterSpec, aux_ids_as_layer_outputs, default_aux_layer_outputs
+
+
+@dataclass
+class Verdict:
+    """A compatibility verdict with its reasons.
+
+    Attributes:
+        level: ``interchangeable``, ``warm-start`` or ``incompatible``.
+        reasons: one line each, the most serious first.
+    """
+
+    level: str
+    reasons: list[str] = field(default_factory=list)
+
+
+_LEVELS = {"interchangeable": 0, "warm-start": 1, "incompatible": 2}
+
+
+def _escalate(current: str, new: str) -> str:
+    return new if _LEVELS[new] > _LEVELS[current] else current
+
+
+def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> Verdict:
+    """Can drafter A's weights take drafter B's slot (and vice versa)?
+
+    interchangeable: same tensor shapes and same behaviour-relevant settings;
+    warm-start: the body loads but something must be re-initialised or re-mapped, or the
+    drafter was trained under other settings (aux layers, RoPE) and needs fine-tuning;
+    incompatible: the body's shapes differ, so no weight carries over.
+    """
+    level, reasons = "interchangeable", []
+    body = [("hidden_size", a.hidden_size, b.hidden_size),
+            ("target_hidden_size", a.target_hidden_size, b.target_hidden_size),
+            ("intermediate_size", a.intermediate_size, b.intermediate_size),
+            ("num_attention_heads", a.num_attention_heads, b.num_attention_heads),
+            ("num_key_value_heads", a.num_key_value_heads, b.num_key_value_heads),
+            ("head_dim", a.head_dim, b.head_dim)]
+    for key, va, vb in body:
+        if va != vb:
+            level = "incompatible"
+            reasons.append(f"{key} {va} vs {vb}: the drafter body's weights have other shapes")
+    if a.vocab_size != b.vocab_size:
+        level = _escalate(level, "warm-start")
+        reasons.append(f"target vocabulary {a.vocab_size} vs {b.vocab_size}: t2d and embed_tokens differ; "
+                       "rebuild the vocabulary map for the new tokenizer and retrain lm_head rows")
+    if a.draft_vocab_size != b.draft_vocab_size:
+        level = _escalate(level, "warm-start")
+        reasons.append(f"draft vocabulary {a.draft_vocab_size} vs {b.draft_vocab_size}: lm_head and d2t "
+                       "must be re-initialised (the body carries over)")
+    if a.fc_norm != b.fc_norm:
+        level = _escalate(level, "warm-start")
+        reasons.append("fc_norm differs: the fc_norm weights exist on one side only (initialise to ones)")
+    if a.qk_norm != b.qk_norm:
+        level = _escalate(level, "warm-start")
+        reasons.append("decoder layer type differs (qwen3's q_norm / k_norm on one side only): initialise them to ones")
+    if a.norm_before_fc != b.norm_before_fc:
+        level = _escalate(level, "warm-start")
+        reasons.append("norm_before_fc differs: input_norm exists on one side only (initialise to ones)")
+    if a.aux_layer_ids is not None and b.aux_layer_ids is not None:
+        # compare as layer outputs: vLLM-style ids are one more than SGLang-style ones
+        out_a = aux_ids_as_layer_outputs(a.aux_layer_ids, a.aux_convention, 0)
+        out_b = aux_ids_as_layer_outputs(b.aux_layer_ids, b.aux_convention, 0)
+        if out_a != out_b:
+            level = _escalate(level, "warm-start")
+            reasons.append(f"aux layers (as layer outputs) {list(out_a)} vs {list(out_b)}: "
+                           "fc was trained on other layers")
+    elif (a.aux_layer_ids is None) != (b.aux_layer_ids is None):
+        reasons.append("one config names aux layers, the other relies on the default [1, L//2-1, L-4]; "
+                       "check them against the target with --target")
+    for d in diffs:
+        if d.key in ("rope_theta", "rope_scaling", "rope_parameters", "hidden_act", "rms_norm_eps",
+                     "norm_output", "speculators.norm_output", "norm_before_residual"):
+            level = _escalate(level, "warm-start")
+            reasons.append(f"{d.key} {d.a!r} vs {d.b!r}: {d.why}; fine-tune before serving")
+        elif d.key == "max_position_embeddings":
+            reasons.append(f"max_position_embeddings {d.a} vs {d.b}: weights load either way; "
+                           "check acceptance at long context")
+        elif d.category == "unknown":
+            reasons.append(f"unknown key {d.key}: {d.a!r} vs {d.b!r}, not judged")
+    if level == "interchangeable" and not reasons:
+        reasons.append("same shapes and behaviour settings; differences, if any, are metadata")
+    elif level == "interchangeable":
+        reasons.insert(0, "same tensor shapes; the weights load into either slot")
+    return Verdict(level, reasons)
+
+
+def target_layer_count(target_cfg: dict[str, Any]) -> int | None:
+    """``num_hidden_layers`` of a target config, looking inside ``text_config`` for VL models."""
+    for cfg in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
+        if isinstance(cfg.get("num_hidden_layers"), int):
+            return cfg["num_hidden_layers"]
+    return None
+
+
+def _target_field(target_cfg: dict[str, Any], key: str):
+    for cfg in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
+        if key in cfg:
+            return cfg[key]
+    return None
+
+
+def drafter_vs_target(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> Verdict:
+    """Does a drafter fit a target? Hidden size, vocabulary, aux layers and their convention, context.
+
+    Returns:
+        Verdict with level ``interchangeable`` (fits as is), ``warm-start`` (loads but reads
+        other layers or positions than it should) or ``incompatible`` (cannot load).
+    """
+    level, reasons = "interchangeable", []
+    t_hidden = _target_field(target_cfg, "hidden_size")
+    t_vocab = _target_field(target_cfg, "vocab_size")
+    L = target_layer_count(target_cfg)
+    if t_hidden is not None and t_hidden != spec.target_hidden_size:
+        level = "incompatible"
+        reasons.append(f"target hidden_size {t_hidden} but drafter fc expects 3 x {spec.target_hidden_size}")
+    if t_vocab is not None and t_vocab != spec.vocab_size:
+        level = "incompatible"
+        reasons.append(f"target vocab_size {t_vocab} but drafter t2d / embed_tokens have {spec.vocab_size}")
+    if L is not None:
+        outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, L)
+        bad = [i for i in outs if not 0 <= i < L]
+        if bad:
+            level = "incompatible"
+            reasons.append(f"aux layers {list(outs)} (as layer outputs) fall outside the target's {L} layers")
+        default = default_aux_layer_outputs(L)
+        if spec.aux_layer_ids is None:
+            reasons.append(f"no aux ids in the config: SGLang and vLLM both read layer outputs {list(default)}")
+        elif spec.aux_convention == "sglang":
+            reasons.append(
+                f"nested ids {list(spec.aux_layer_ids)} (SGLang / SpecForge convention): SGLang captures "
+                f"outputs of layers {list(outs)}; vLLM ignores the nested field and captures outputs "
+                f"{list(default)}" + ("" if outs == default else " — a mismatch: serve on SGLang, or add "
+                                      f"top-level ids {[i + 1 for i in outs]} for vLLM"))
+        else:
+            reasons.append(
+                f"top-level ids {list(spec.aux_layer_ids)} (vLLM / speculators convention, layer inputs): "
+                f"vLLM captures outputs of layers {list(outs)}; SGLang ignores the top-level field and "
+                f"captures outputs {list(default)}" + ("" if outs == default else " — a mismatch: add nested "
+                                                       f"eagle_config ids {list(outs)} for SGLang"))
+    t_ctx = _target_field(target_cfg, "max_position_embeddings")
+    d_ctx = spec.max_position_embeddings
+    if t_ctx and d_ctx and d_ctx < t_ctx:
+        reasons.append(f"drafter configured for {d_ctx} positions, target for {t_ctx}: expect lower "
+                       "acceptance on prompts longer than the drafter's training context")
+    if not reasons:
+        reasons.append("hidden size, vocabulary and aux layers fit the target")
+    return Verdict(level, reasons)

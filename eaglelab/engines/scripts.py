@@ -1,0 +1,153 @@
+"""Bash scripts that quote every word: the steps of a generated recipe and how they are written.
+
+A step's argv holds data (strings, quoted for bash with :func:`shlex.quote`, after
+:func:`script_value` refused control characters that could end a comment line or change a path on
+the way) and the script's own variables (:class:`Var`, :class:`Here`), the only words left
+unquoted, inside double quotes. Configs the script reads are written as YAML with every string
+JSON-escaped in double quotes (:func:`yaml_text`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class Var:
+    """A variable of the script itself (``$SERVER_PID``): the only word written unquoted, in double quotes."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"${self.name}"
+
+    def shell(self) -> str:
+        return f'"${self.name}"'
+
+
+@dataclass(frozen=True)
+class Here:
+    """A file of the recipe's own folder, found at run time through the script's ``$HERE``."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"$HERE/{self.name}"
+
+    def shell(self) -> str:
+        return f'"$HERE"/{shlex.quote(self.name)}'
+
+
+Word = str | Var | Here
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a recipe.
+
+    Attributes:
+        title: what it does, one line.
+        argv: the command (``argv[0]`` the program): strings are data, always quoted for bash;
+            :class:`Var` and :class:`Here` are the script's own variables.
+        notes: comment lines printed above it (why, what to watch).
+        engine_command: ``(engine, subcommand)`` whose own parser checks ``argv``, or None.
+        background: start it in the background (a server the next steps talk to).
+    """
+
+    title: str
+    argv: list[Word]
+    notes: list[str] = field(default_factory=list)
+    engine_command: tuple[str, str] | None = None
+    background: bool = False
+
+    def words(self) -> list[str]:
+        """The argv as text, the script's variables spelled ``$NAME`` (what ``recipe.json`` records)."""
+        return [str(w) for w in self.argv]
+
+    def concrete(self, here: str | Path) -> list[str]:
+        """The argv as the script runs it from the folder ``here`` (``$HERE`` filled in): for the engines' parsers."""
+        return [str(Path(here) / w.name) if isinstance(w, Here) else str(w) for w in self.argv]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "argv": self.words(), "notes": list(self.notes),
+                "engine_command": list(self.engine_command) if self.engine_command else None,
+                "background": self.background}
+
+
+def script_value(name: str, value: Any) -> str:
+    """A user's value bound for the script or its configs: text without control characters, else refused.
+
+    Quoting makes any other character safe in bash (:func:`shlex.quote`), YAML (JSON-escaped double
+    quotes) and JSON; a line break, NUL or other control character would still end a comment line or
+    change a path on the way, so it is refused.
+
+    Raises:
+        ParameterError: naming the setting and the first offending character.
+    """
+    import unicodedata
+
+    if not isinstance(value, str) or not value:
+        raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")
+    for i, c in enumerate(value):
+        if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp"):
+            raise ParameterError(name, f"holds the control character {c!r} at position {i}: refused in a generated "
+                                       "script (rename the path)")
+    return value
+
+
+def comment_line(text: str) -> str:
+    """One comment line of the script (its text checked: nothing in it can end the line)."""
+    return "#" + script_value("recipe comment", text)
+
+
+def _quote(arg: Word) -> str:
+    """One argument for bash: the script's own variables as such, every other word quoted as data."""
+    if isinstance(arg, (Var, Here)):
+        return arg.shell()
+    return shlex.quote(script_value("recipe argument", arg))
+
+
+def quote_args(argv: list[Word]) -> list[str]:
+    """Quote each argument for bash, pairing ``--flag value`` on one line for reading."""
+    def flag(w: Word) -> bool:
+        return isinstance(w, str) and w.startswith("--")
+
+    lines, i = [], 0
+    while i < len(argv):
+        arg = _quote(argv[i])
+        if flag(argv[i]) and i + 1 < len(argv) and not flag(argv[i + 1]) and i > 0:
+            lines.append(f"{arg} {_quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(arg)
+            i += 1
+    # the program and its subcommands stay on the first line
+    first = [lines.pop(0)]
+    while lines and not lines[0].startswith("--"):
+        first.append(lines.pop(0))
+    return [" ".join(first)] + lines
+
+
+def wait_for_server(step: Step) -> str:
+    port = int(step.argv[step.argv.index("--port") + 1])
+    return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"
+            f"until curl -sf http://127.0.0.1:{port}/health >/dev/null; do sleep 10; done  # wait until it serves")
+
+
+def yaml_text(obj: dict, indent: int = 0) -> str:
+    """A small YAML writer for nested dicts of scalars (the engines' configs need no more)."""
+    lines = []
+    for key, value in obj.items():
+        pad = "  " * indent
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(yaml_text(value, indent + 1).rstrip("\n"))
+        else:
+            lines.append(f"{pad}{key}: {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines) + "\n"

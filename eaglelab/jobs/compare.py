@@ -1,0 +1,73 @@
+"""Two drafters compared from configs and headers only, as one job with a headline that carries the worst finding.
+
+``eaglelab compare``, notebook 02 and its picker call :func:`compare_drafters`. The checkpoint verdict alone
+(:func:`eaglelab.checkpoints.verdicts.drafter_verdict`) judges shapes and settings; two drafters with the same
+shapes but different vocabulary maps are "interchangeable" as whole files yet not as weights, so the
+headline takes the worst of the verdict, the vocabulary maps and each drafter's fit to the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_LEVELS = ("interchangeable", "warm-start", "incompatible")
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """Which drafters to compare, and against which target.
+
+    Attributes:
+        drafter_a: the old drafter (folder, file, shard index or hub id).
+        drafter_b: the other drafter.
+        target: the target both should serve (folder, config.json or hub id); None: drafters only.
+    """
+
+    drafter_a: str
+    drafter_b: str
+    target: str | None = None
+
+
+@dataclass
+class ComparisonReport:
+    """A comparison (:class:`eaglelab.checkpoints.inspection.Comparison`) and its headline."""
+
+    settings: CompareSettings
+    comparison: Any
+
+    @property
+    def level(self) -> str:
+        """The worst of: the drafters' verdict, their vocabulary maps (moved: warm-start), their fit to the target."""
+        c = self.comparison
+        levels = [c.verdict.level] + [v.level for v in c.target_verdicts.values()]
+        if c.vocab_maps is not None and c.vocab_maps.level != "same":
+            levels.append("warm-start")
+        return max(levels, key=_LEVELS.index)
+
+    @property
+    def worst(self) -> str:
+        """What sets the headline's level, in words."""
+        c = self.comparison
+        if c.verdict.level == self.level:
+            return c.verdict.reasons[0] if c.verdict.reasons else "configs and tensor shapes agree"
+        for label, v in c.target_verdicts.items():
+            if v.level == self.level and v.reasons:
+                return f"{label.upper()} on the target: {v.reasons[0]}"
+        return c.vocab_maps.message
+
+    def headline(self, tag: str = "") -> str:
+        s = self.settings
+        on = f" on {s.target}" if s.target else ""
+        return (f"{self.level.upper()}{' ' + tag if tag else ''}: {s.drafter_a} (A) vs {s.drafter_b} (B){on}; "
+                f"worst finding: {self.worst}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.comparison.to_json(), "headline": {"level": self.level, "worst": self.worst}}
+
+
+def compare_drafters(settings: CompareSettings) -> ComparisonReport:
+    """Configs, tensor tables, vocabulary maps and (with a target) each drafter's fit, from metadata only."""
+    from eaglelab.checkpoints.inspection import compare_checkpoints
+
+    return ComparisonReport(settings, compare_checkpoints(settings.drafter_a, settings.drafter_b, settings.target))

@@ -1,0 +1,329 @@
+"""The fine-tune as one job: the old drafter as is, warm-started and from scratch on the new target's data.
+
+``eaglelab finetune`` trains one start (:func:`train_one`); notebook 04 and its picker compare the three
+(:func:`warm_vs_scratch`). Both take a :class:`FinetuneSettings`, whose defaults are the only ones
+(``tests/test_parity.py`` ties the notebook's parameters cell and the command line's flags to them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from eaglelab.decisions import Option
+
+DTYPES = ("float32", "bfloat16", "float16")
+#: The two starts a fine-tune can take.
+STARTS = (Option.WARM_START, Option.FROM_SCRATCH)
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """What a fine-tune trains on and how.
+
+    Attributes:
+        target: the new target (folder or hub id).
+        old_drafter: the old drafter: the warm start's initialisation, and the plug-in baseline (None: from
+            scratch only).
+        data: a text or JSONL file; None: the world's replies of the target (demo world), else built-in text.
+        world_dir: the world folder whose replies to use; None: the one ``target`` lies in.
+        seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (caps for a world's replies).
+        steps: optimizer steps per run.
+        batch_size: sequences per step.
+        lr: AdamW learning rate (a small drafter's; the recipes leave a large one's to the engine).
+        ttt_length: training-time-test unroll (SpecForge's ``ttt_length``).
+        k: drafts per cycle of the held-out τ, the plug-in τ and the measured τ.
+        loss_convention: ``specforge`` or ``speculators``: whose TTT loss and accuracy.
+        seed: data order and scratch's initialisation.
+        draft_vocab_size: scratch's draft vocabulary (None: the old drafter's, else min(32000, V)).
+        measure_prompts, measure_tokens: real speculative decoding of each start on the target.
+        dtype, device: how the target loads (its states are stored in float32).
+        trust_remote_code: allow the target's own code (off unless asked).
+    """
+
+    target: str
+    old_drafter: str | None = None
+    data: str | None = None
+    world_dir: str | None = None
+    seq_len: int = 64
+    train_sequences: int = 128
+    eval_sequences: int = 32
+    steps: int = 60
+    batch_size: int = 4
+    lr: float = 2e-3
+    ttt_length: int = 3
+    k: int = 3
+    loss_convention: str = "specforge"
+    seed: int = 0
+    draft_vocab_size: int | None = None
+    measure_prompts: int = 4
+    measure_tokens: int = 48
+    dtype: str = "float32"
+    device: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        from eaglelab.errors import ParameterError
+        from eaglelab.train.ttt import LOSS_CONVENTIONS
+
+        for name in ("seq_len", "train_sequences", "eval_sequences", "steps", "batch_size", "ttt_length", "k",
+                     "measure_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParameterError(name, f"must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not 0 < self.lr < 1:
+            raise ParameterError("lr", f"must be a number in (0, 1), got {self.lr!r}")
+        if self.loss_convention not in LOSS_CONVENTIONS:
+            raise ParameterError("loss_convention", f"must be one of {', '.join(LOSS_CONVENTIONS)}")
+        if self.dtype not in DTYPES:
+            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+    def train_config(self, **changes):
+        """The :class:`~eaglelab.train.training.TrainConfig` of one run (``changes``: the cadence, a sweep's steps)."""
+        from eaglelab.train.training import TrainConfig
+
+        fields = {"batch_size": self.batch_size, "ttt_length": self.ttt_length, "lr": self.lr, "seed": self.seed,
+                  "loss_convention": self.loss_convention, "eval_k": self.k}
+        cadence = {name: changes.pop(name) for name in ("log_every", "eval_every", "checkpoint_every") if name in changes}
+        return TrainConfig.for_steps(changes.pop("steps", self.steps), **cadence, **{**fields, **changes})
+
+
+@dataclass
+class FinetuneInputs:
+    """What a fine-tune loads once: the new target, its tokenizer, the old drafter, and the captured data."""
+
+    model: Any
+    tokenizer: Any
+    old: Any  # Eagle3Drafter | None
+    data: Any  # eaglelab.data.states.FinetuneData
+    source: Any  # eaglelab.data.sets.DataSource
+    world: Any
+
+    def prompts(self, n: int) -> list[list[int]]:
+        from eaglelab.data.sets import measure_prompts
+
+        return measure_prompts(self.tokenizer, n, self.world)
+
+
+def check_finetune(settings: FinetuneSettings) -> dict:
+    """Every checkpoint checked from configs and headers before anything loads; the target's config returned."""
+    from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
+
+    if settings.old_drafter:
+        _, tcfg = check_drafter(settings.old_drafter, settings.target)
+    else:
+        tcfg = check_target(settings.target)
+    check_context(settings.seq_len, "--seq-len", (settings.target, tcfg))
+    return tcfg
+
+
+def load_inputs(settings: FinetuneSettings, device: str | None = None, progress: bool = True, bar=None) -> FinetuneInputs:
+    """Check, load the target (and the old drafter), and capture the new target's training and held-out states.
+
+    The layers captured are those the old drafter reads, or a fresh drafter's defaults for the target.
+    """
+    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.checkpoints.spec import drafter_spec_from_config
+    from eaglelab.data.sets import finetune_set, world_of
+    from eaglelab.data.world import World
+    from eaglelab.errors import ParameterError, SourceError
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+
+    check_finetune(settings)
+    model, tok = load_target(settings.target, dtype=settings.dtype, device=device or settings.device,
+                             trust_remote_code=settings.trust_remote_code)
+    if tok is None:
+        raise SourceError(settings.target, "no tokenizer found beside the target")
+    old = load_drafter(settings.old_drafter) if settings.old_drafter else None
+    if bar is not None:
+        bar.set_postfix_str("capturing the new target's data")
+        bar.update()
+    spec = old.spec if old is not None else drafter_spec_from_config(
+        drafter_config_for_target(model.config.to_dict(), settings.draft_vocab_size), "scratch drafter")
+    if settings.world_dir is not None:
+        world = World.at(settings.world_dir)
+        if not world.root.is_dir():
+            raise ParameterError("--world-dir", f"{settings.world_dir} is not a folder")
+    else:
+        world = world_of(settings.target)
+    data, source = finetune_set(model, tok, spec, settings.data, world, settings.seq_len, settings.train_sequences,
+                                settings.eval_sequences, progress=progress)
+    return FinetuneInputs(model, tok, old, data, source, world)
+
+
+def train_one(settings: FinetuneSettings, inputs: FinetuneInputs, start: str, run_dir: str | Path | None = None,
+              resume: bool = False, force: bool = False, rebuild_vocab: bool = False, progress: bool = True,
+              stop_after: int | None = None, **cadence):
+    """One fine-tune run: from the old drafter (``start="warm start"``) or from scratch, into ``run_dir``.
+
+    Returns:
+        :class:`eaglelab.train.training.TrainResult`.
+    """
+    from eaglelab.errors import ParameterError
+    from eaglelab.train.finetune import finetune
+
+    if start not in STARTS:
+        raise ParameterError("start", f"must be one of {', '.join(STARTS)}, got {start!r}")
+    if start == Option.WARM_START and not settings.old_drafter:
+        raise ParameterError("--init", "a warm start needs the old drafter")
+    vocab = settings.draft_vocab_size or (inputs.old.spec.draft_vocab_size if inputs.old is not None else None)
+    return finetune(inputs.model, settings.old_drafter if start == Option.WARM_START else None, inputs.data,
+                    settings.train_config(**cadence), run_dir=run_dir, resume=resume, overwrite=force,
+                    rebuild_vocab=rebuild_vocab, draft_vocab_size=vocab, progress=progress, stop_after=stop_after)
+
+
+@dataclass
+class FinetuneReport:
+    """The old drafter as is, warm-started and from scratch, at equal budget: held-out τ and the recommendation.
+
+    Attributes:
+        settings: what was trained.
+        plugin_tau: the old drafter's held-out τ on the new target, teacher forced, before any training.
+        runs: ``{"warm start": TrainResult, "from scratch": TrainResult}``.
+        recommendation: :class:`eaglelab.decisions.Recommendation` on held-out τ.
+        data: where the data came from (one line).
+    """
+
+    settings: FinetuneSettings
+    plugin_tau: float
+    runs: dict[str, Any]
+    recommendation: Any
+    data: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def taus(self) -> dict[str, float]:
+        """Held-out τ of each option (teacher forced, ``settings.k`` drafts)."""
+        return {Option.PLUG_IN: self.plugin_tau,
+                **{start: float(r.metrics[-1]["eval_accept_len"]) for start, r in self.runs.items()}}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoints": {"target": self.settings.target, "old_drafter": self.settings.old_drafter},
+                "k": self.settings.k, "steps": self.settings.steps, "data": self.data, "held_out_tau": self.taus,
+                "final_loss": {start: r.metrics[-1]["loss"] for start, r in self.runs.items()},
+                "recommendation": self.recommendation.to_json()}
+
+    def headline(self, tag: str = "") -> str:
+        s, t = self.settings, self.taus
+        return (f"{self.recommendation.action.upper()}{' ' + tag if tag else ''} for {s.target} from {s.old_drafter} "
+                f"on held-out τ (teacher forced, k = {s.k}, {s.steps} steps each; {self.data}): plugged in "
+                f"{t[Option.PLUG_IN]:.2f}, warm start {t[Option.WARM_START]:.2f}, from scratch "
+                f"{t[Option.FROM_SCRATCH]:.2f}")
+
+    def lines(self) -> list[str]:
+        return [self.headline(), self.recommendation.text]
+
+
+def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = None,
+                    runs_dir: str | Path | None = None, progress: bool = True) -> FinetuneReport:
+    """The old drafter plugged in, warm-started and from scratch at equal budget on the new target's data.
+
+    One progress bar: loading and capture, the plug-in τ, the warm run, the scratch run.
+
+    Args:
+        inputs: what :func:`load_inputs` loaded (a notebook keeps it for its other sections); None: loaded here.
+        runs_dir: where the two runs' folders go (``warm``, ``scratch``; replaced, they are eaglelab's); None: memory only.
+    """
+    from eaglelab.decisions import recommend
+    from eaglelab.errors import ParameterError
+    from eaglelab.progress import progress as progress_bar
+    from eaglelab.train.finetune import initial_drafter
+    from eaglelab.train.ttt import evaluate_drafter
+
+    if not settings.old_drafter:
+        raise ParameterError("old_drafter", "warm start vs scratch needs the old drafter")
+    with progress_bar(total=4 if inputs is None else 3, desc="warm start vs scratch", disable=not progress,
+                      leave=True) as bar:
+        if inputs is None:
+            bar.set_postfix_str("checking and loading the target")
+            inputs = load_inputs(settings, progress=False, bar=bar)
+        bar.set_postfix_str("training the warm start")
+        plugged = evaluate_drafter(initial_drafter(inputs.model, settings.old_drafter, inputs.data.train.input_ids),
+                                   inputs.data.held_out, inputs.model.lm_head, settings.k)["accept_len"]
+        runs = {}
+        for start, name in ((Option.WARM_START, "warm"), (Option.FROM_SCRATCH, "scratch")):
+            bar.set_postfix_str(f"training the {start}" if start == Option.WARM_START else "training from scratch")
+            runs[start] = train_one(settings, inputs, start, Path(runs_dir) / name if runs_dir else None, force=True,
+                                    progress=False)
+            bar.update()
+        bar.set_postfix_str("done")
+        bar.update()
+    report = FinetuneReport(settings, float(plugged), runs, None, str(inputs.source))
+    report.recommendation = recommend(report.taus)
+    return report
+
+
+def measure_starts(settings: FinetuneSettings, inputs: FinetuneInputs, report: FinetuneReport) -> dict[str, dict]:
+    """Real speculative decoding on the new target of the old drafter plugged in and of both trained starts.
+
+    One plain-greedy baseline shared by all three, interleaved (:func:`eaglelab.model.decoding.benchmark_drafters`).
+
+    Returns:
+        ``{"plug in": ..., "warm start": ..., "from scratch": ...}``, each benchmark's dict.
+    """
+    from eaglelab.model.decoding import benchmark_drafters
+    from eaglelab.model.targets import Target
+
+    target = Target.for_drafter(inputs.model, inputs.old.spec)
+    drafters = {Option.PLUG_IN: inputs.old, **{start: r.drafter for start, r in report.runs.items()}}
+    try:
+        return benchmark_drafters(target, {n: d.eval() for n, d in drafters.items()},
+                                  inputs.prompts(settings.measure_prompts), settings.measure_tokens, k=settings.k)
+    finally:
+        target.close()
+
+
+def sweep_config(settings: FinetuneSettings, sweep_steps: int):
+    """The shared settings of a data-scaling sweep's runs (each trains at least ``sweep_steps``)."""
+    return replace(settings, steps=sweep_steps).train_config()
+
+
+def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, budgets: list[int], seeds: list[int],
+                 sweep_steps: int, sweep_epochs: float):
+    """Held-out τ of both starts at each data budget and seed, and the saturating law fitted to each.
+
+    Returns:
+        ``(points, fit)``: :func:`eaglelab.train.finetune.budget_sweep`'s points and
+        :func:`eaglelab.planning.scaling.fit_scaling`'s fit (the data each start needs for a τ, their ratio).
+    """
+    from eaglelab.planning.scaling import fit_scaling
+    from eaglelab.train.finetune import budget_sweep
+
+    points = budget_sweep(inputs.model, settings.old_drafter, inputs.data, budgets, seeds,
+                          sweep_config(settings, sweep_steps), sweep_epochs, inputs.old.spec.draft_vocab_size)
+    return points, fit_scaling(points[Option.FROM_SCRATCH], points[Option.WARM_START], k=settings.k)
+
+
+def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, drafter, out_dir: str | Path,
+                       force: bool = True) -> tuple[Path, Path]:
+    """The chosen drafter written for SGLang (``out_dir/sglang``, bf16) and for vLLM (``out_dir/vllm``, speculators).
+
+    ``force`` replaces an export eaglelab wrote there before (never a file it did not write).
+    """
+    from eaglelab.checkpoints.export import export_drafter
+    from eaglelab.model.drafter_files import save_drafter
+
+    sglang = save_drafter(drafter, Path(out_dir) / "sglang", dtype="bfloat16", overwrite=force)
+    vllm = export_drafter(sglang, Path(out_dir) / "vllm", "speculators", inputs.model.config.to_dict(),
+                          verifier=str(settings.target), target_embedding=inputs.model.get_input_embeddings().weight,
+                          overwrite=force, k=settings.k)
+    return sglang, vllm
+
+
+def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | Path, data: str = "prompts.jsonl",
+              gpus: int = 8, force: bool = True) -> dict[str, tuple[Any, Path]]:
+    """The warm start at scale: a recipe per training engine, epochs and TTT length from the workbook's warm run.
+
+    Returns:
+        ``{engine: (Recipe, folder)}`` with each recipe written to ``out_dir/<engine>``.
+    """
+    from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
+
+    out = {}
+    for engine in TRAINING_ENGINES:
+        recipe = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.target), data=data,
+                                             gpus=gpus, k=settings.k), from_run=warm_run)
+        out[engine] = (recipe, recipe.write(Path(out_dir) / engine, overwrite=force))
+    return out

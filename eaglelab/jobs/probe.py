@@ -1,0 +1,225 @@
+"""The plug-in probe as one job: how far the new target moved where the old drafter reads, and its τ there.
+
+``eaglelab probe``, notebook 03 and its picker all run :func:`probe_checkpoints` on a
+:class:`ProbeSettings`, whose defaults are the only ones (``tests/test_parity.py`` ties the notebook's
+parameters cell and the command line's flags to them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What the probe runs on and how.
+
+    Attributes:
+        target_a: the old target (the drafter was trained on it): folder or hub id.
+        target_b: the new target.
+        drafter: the old drafter.
+        data: a text or JSONL file; None: the world's held-out conversations when target A lies in
+            a world that keeps them (the demo world), else built-in text (:func:`eaglelab.data.sets.probe_set`).
+        world_dir: the world folder whose conversations and prompts to use; None: the one target A lies in.
+        sequences: sequences probed (whole conversations, or rows of ``seq_len`` tokens).
+        seq_len: tokens per row of packed text (at most the targets' context).
+        k: drafts per cycle, for the teacher-forced and the measured τ.
+        batch_size: sequences per forward: the probe's memory is bounded by it.
+        measure_prompts: held-out prompts decoded for real on both targets (0: none).
+        measure_tokens: new tokens per measured prompt.
+        dtype, device, device_map: how the targets load (``device_map="auto"`` spreads each over the GPUs).
+        trust_remote_code: allow the targets' own code (off unless asked).
+    """
+
+    target_a: str
+    target_b: str
+    drafter: str
+    data: str | None = None
+    world_dir: str | None = None
+    sequences: int = 24
+    seq_len: int = 64
+    k: int = 3
+    batch_size: int = 8
+    measure_prompts: int = 6
+    measure_tokens: int = 48
+    dtype: str = "float32"
+    device: str | None = None
+    device_map: str | None = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        from eaglelab.errors import ParameterError
+
+        for name in ("sequences", "seq_len", "k", "batch_size", "measure_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ParameterError(name, f"must be a whole number >= 1, got {value!r}")
+        if isinstance(self.measure_prompts, bool) or not isinstance(self.measure_prompts, int) or self.measure_prompts < 0:
+            raise ParameterError("measure_prompts", f"must be a whole number >= 0, got {self.measure_prompts!r}")
+        if self.dtype not in DTYPES:
+            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+@dataclass
+class ProbePair:
+    """What a probe loads once: both targets, their tokenizer, the old drafter, and the data both see."""
+
+    model_a: Any
+    model_b: Any
+    tokenizer: Any
+    drafter: Any
+    data: Any  # eaglelab.data.sets.ProbeSet
+    world: Any  # eaglelab.data.world.World | None
+
+    def prompts(self, n: int) -> list[list[int]]:
+        """The held-out prompts to decode for real (the world's, else built-in), encoded."""
+        from eaglelab.data.sets import measure_prompts
+
+        return measure_prompts(self.tokenizer, n, self.world)
+
+
+@dataclass
+class ProbeReport:
+    """The probe's answer: similarity per layer, τ on A and B (teacher forced, and measured), the verdict.
+
+    Attributes:
+        settings: what was probed.
+        result: :class:`eaglelab.probe.plugin.ProbeResult` (layers, agreement, acceptance, verdict).
+        data: where the sequences came from (one line) and how many positions counted.
+        measured: real speculative decoding on A and B (``{"A": ..., "B": ...}``), or None.
+    """
+
+    settings: ProbeSettings
+    result: Any
+    data: str
+    positions: int
+    measured: dict[str, dict] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tau_a(self) -> float:
+        return float(self.result.eval_a["accept_len"])
+
+    @property
+    def tau_b(self) -> float:
+        return float(self.result.eval_b["accept_len"])
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**self.result.to_json(), "checkpoints": {"target_a": self.settings.target_a,
+                                                        "target_b": self.settings.target_b,
+                                                        "drafter": self.settings.drafter},
+               "k": self.settings.k, "data": {"description": self.data, "positions": self.positions}}
+        if self.measured is not None:
+            out["measured"] = self.measured
+        return out
+
+    def headline(self, tag: str = "") -> str:
+        """One line: the verdict, τ on A and B, agreement, and which checkpoints were compared."""
+        s = self.settings
+        return (f"Verdict{' ' + tag if tag else ''}: {self.result.decision.action.upper()} · drafter {s.drafter} "
+                f"on {s.target_a} (A) and {s.target_b} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
+                f"{self.tau_b:.2f} on B · next-token agreement {100 * self.result.argmax_agreement:.1f}%")
+
+    def lines(self) -> list[str]:
+        """What ``eaglelab probe`` prints."""
+        out = [f"data: {self.data}; {self.positions} positions counted; next-token agreement "
+               f"{self.result.argmax_agreement:.3f}"]
+        for layer in self.result.layers:
+            out.append(f"  {layer.layer:<10} cosine {layer.cosine_mean:.4f}  rel L2 {layer.rel_l2:.3f}  "
+                       f"norm ratio {layer.norm_ratio:.3f}  CKA {layer.cka:.4f}")
+        out.append(f"drafter accept len (teacher forced, k={self.settings.k}): on A {self.tau_a:.2f}, on B {self.tau_b:.2f}")
+        for name, m in (self.measured or {}).items():
+            out.append(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
+                       f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: "
+                       f"{m['matches_greedy']}" + ("" if m["timing_ok"] else f"\n  warning: {m['timing_note']}"))
+        out.append(f"verdict: {self.result.decision.action}")
+        out += [f"  - {r}" for r in self.result.decision.reasons]
+        return out
+
+
+def check_probe(settings: ProbeSettings) -> None:
+    """Every checkpoint checked from configs and headers before anything loads; ``seq_len`` within both contexts.
+
+    Raises:
+        EaglelabError subclasses: one line naming the file and the problem.
+    """
+    from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
+
+    _, cfg_a = check_drafter(settings.drafter, settings.target_a)
+    cfg_b = check_target(settings.target_b)
+    check_target_pair(settings.target_a, cfg_a, settings.target_b, cfg_b)
+    check_context(settings.seq_len, "--seq-len", (settings.target_a, cfg_a), (settings.target_b, cfg_b))
+
+
+def load_pair(settings: ProbeSettings, bar=None) -> ProbePair:
+    """Check, then load both targets, the drafter and the probe's data (``bar``: a progress bar to advance by 3)."""
+    from eaglelab.data.sets import probe_set, world_of
+    from eaglelab.data.world import World
+    from eaglelab.errors import ParameterError, SourceError
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+
+    def step(text: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(text)
+            bar.update()
+
+    check_probe(settings)
+    step("checked configs and headers")
+    kwargs = {"dtype": settings.dtype, "device": settings.device, "device_map": settings.device_map,
+              "trust_remote_code": settings.trust_remote_code}
+    model_a, tok = load_target(settings.target_a, **kwargs)
+    if tok is None:
+        raise SourceError(settings.target_a, "no tokenizer found beside the target")
+    step("loaded target A")
+    model_b, _ = load_target(settings.target_b, **kwargs)
+    drafter = load_drafter(settings.drafter).to(next(model_a.parameters()).device)
+    step("loaded target B and the drafter")
+    if settings.world_dir is not None:
+        world = World.at(settings.world_dir)
+        if not world.root.is_dir():
+            raise ParameterError("--world-dir", f"{settings.world_dir} is not a folder")
+    else:
+        world = world_of(settings.target_a)
+    data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data)
+    return ProbePair(model_a, model_b, tok, drafter, data, world)
+
+
+def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, progress: bool = True,
+                      measure: bool = True) -> ProbeReport:
+    """The plug-in probe: paired capture, similarity at the drafter's layers, τ on both targets, the verdict.
+
+    One progress bar moves through it all: the checks and loads (3 steps), then every batch of the
+    paired capture.
+
+    Args:
+        settings: what to probe.
+        pair: what :func:`load_pair` loaded (a notebook keeps it for its other sections); None: loaded here.
+        progress: show the bar.
+        measure: also decode ``settings.measure_prompts`` prompts for real on A and B (when > 0).
+    """
+    from eaglelab.probe.plugin import measure_plugin, run_probe
+    from eaglelab.progress import progress as progress_bar
+
+    batches = -(-settings.sequences // settings.batch_size)
+    with progress_bar(total=(0 if pair else 3) + batches, desc="plug-in probe", disable=not progress,
+                      leave=True) as bar:
+        pair = pair or load_pair(settings, bar)
+        bar.total = bar.n + -(-len(pair.data.ids) // settings.batch_size)  # the data may hold fewer sequences
+        bar.set_postfix_str("capturing both targets")
+        result = run_probe(pair.model_a, pair.model_b, pair.drafter, pair.data.ids, k=settings.k,
+                           batch_size=settings.batch_size, loss_mask=pair.data.counted, on_batch=bar.update)
+        bar.set_postfix_str("done")
+    measured = None
+    if measure and settings.measure_prompts:
+        measured = measure_plugin(pair.model_a, pair.model_b, pair.drafter, pair.prompts(settings.measure_prompts),
+                                  settings.measure_tokens, k=settings.k)
+    return ProbeReport(settings, result, str(pair.data.source), pair.data.positions, measured)
+
+
+def settings_json(settings) -> dict[str, Any]:
+    """A settings dataclass as a record (the findings keep what produced them)."""
+    return asdict(settings)
