@@ -27,8 +27,9 @@
 # the closed-loop check.
 #
 # **Outputs.** Figures `01_*` (PNG + PDF + parameter sidecar) in `FIGURES_DIR`; the decision table
-# for your scenario (section 7, and the game plan); the findings at the end, every number tagged
-# with its source ([default], [entered], [your logs], [sample], [demo], [assumed], [derived]).
+# for your scenario (section 6, and the game plan); speedup and break-even τ against concurrency
+# (section 7: up to how many requests in flight speculation pays); the findings at the end, every
+# number tagged with its source ([default], [entered], [your logs], [sample], [demo], [assumed], [derived]).
 # τ counts the bonus token, as SGLang and vLLM report it (1.0 = no gain).
 
 # %% tags=["parameters"]
@@ -56,6 +57,13 @@ TOKENS_PER_SAMPLE = 512
 OLD_SAMPLES = 1_400_000  # samples the old (community) drafter was trained on
 PLUGIN_TAU = None  # the old drafter's τ on the new target, from notebook 03 on your checkpoints
 EXPONENTS = [0.1, 0.3]  # assumed range of the data exponent (miss rate ∝ samples^-b) until you measure it
+# speculation under load (section 7)
+AT_CONCURRENCY = 1  # requests in flight when BASELINE_TPS and CYCLE_MS were measured
+CONCURRENCY = [1, 8, 64, 128]  # the concurrencies to answer for
+PLAIN_LOG = None  # your server's log without speculation: the measured speedup per concurrency
+LOAD_BATCHES = [1, 4, 16]  # the demo world in vLLM, batched at these concurrencies (the model checked on this machine)
+LOAD_TOKENS = 32
+SERVING_ENGINE = "vllm"  # None: skip the vLLM measurement
 
 # %%
 import numpy as np
@@ -66,18 +74,19 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
-from eaglelab.serving.logs import parse_log
+from eaglelab.serving.logs import by_concurrency, parse_log
 from eaglelab.workbook import plots
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 
 plots.use_style()
 if SMOKE:
     CLOSED_LOOP_PROMPTS, CLOSED_LOOP_TOKENS = 3, 24
+    LOAD_BATCHES, LOAD_TOKENS = [1, 2, 4], 16
 figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
 scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
                                     goal_tps=PLAN_GOAL_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=K,
                                     tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
-                                    exponents=EXPONENTS)
+                                    exponents=EXPONENTS, at_concurrency=AT_CONCURRENCY)
 T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
 
 # %% [markdown]
@@ -152,9 +161,9 @@ display(pd.DataFrame({"tokens": tokens,
 parsed = [parse_log(f) for f in LOG_FILES]
 records = [r for p in parsed for r in p.to_json()["records"]]
 log_table = pd.DataFrame(records)
-display(pd.DataFrame([{"file": p.path, **{k: v for k, v in p.summary().items() if k != "by_batch_size"},
+display(pd.DataFrame([{"file": p.path, **{k: v for k, v in p.summary().items() if k != "by_source"},
                        "skipped": p.skipped_lines, "malformed": len(p.malformed)} for p in parsed]))
-display(pd.DataFrame([g for p in parsed for g in p.summary()["by_batch_size"]]))
+display(pd.DataFrame([{"file": p.path, **g} for p in parsed for g in by_concurrency(p)]))
 fig = plots.plot_log_points(records, accept_grid, {f"model, cycle {CYCLE_MS:g} ms": perf.effective_tps(accept_grid, CYCLE_MS / 1e3)},
                             BASELINE_TPS)
 plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
@@ -211,7 +220,61 @@ fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1
 plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": PLAN_GOAL_TPS, "samples": SAMPLES})
 
 # %% [markdown]
-# ## 7 · Explore
+# ## 7 · Does it pay at your load? Speedup and break-even τ against concurrency
+# At small batch a verify of k + 1 tokens per request costs about one read of the weights, like a
+# decode step; as requests pile up the step turns compute-bound (and a MoE touches more of its
+# experts), so the verify costs up to k + 1 decode steps while τ stays what it was. The load model
+# (`eaglelab.serving.load`: the target's roofline, here the founding case's Kimi-K2.5 on 8 PCIe GPUs
+# [assumed]) is calibrated on your measured point (`BASELINE_TPS`, `CYCLE_MS` at `AT_CONCURRENCY`),
+# so it reproduces it exactly there; your logs' groups by concurrency are drawn beside it (with
+# `PLAIN_LOG`, their measured speedups). `eaglelab perf --concurrency 1 8 64 128` prints the table.
+
+# %%
+from eaglelab.jobs.load import LoadSettings, engine_load_check, speculation_under_load
+from eaglelab.serving.load import load_curve
+
+load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
+                                           accept_len=scenario.accept_len, at_concurrency=AT_CONCURRENCY, k=K))
+display(pd.DataFrame(load.rows).set_index("concurrency").round(3))
+print(load.crossover())
+log_load = [speculation_under_load(LoadSettings(accept_len=scenario.accept_len, k=K, log=f, plain_log=PLAIN_LOG,
+                                                baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
+                                                at_concurrency=AT_CONCURRENCY)) for f in LOG_FILES]
+groups = [r for report in log_load for r in report.log_rows]
+display(pd.DataFrame(groups) if groups else Markdown("*the logs hold no concurrency*"))
+with_speedup = [r for r in groups if r.get("speedup")]  # a group the plain log also has
+measured_points = {f"measured {pv.tag(logs_source)}": ([r["concurrency"] for r in with_speedup],
+                                                      [r["speedup"] for r in with_speedup])} if with_speedup else {}
+fig = plots.plot_concurrency({"model at your point": load_curve(load.model, K, load.tau)}, load.tau, measured_points,
+                             load.pays_up_to, title=f"Speculation under load: τ {load.tau:.2f}, k = {K}")
+plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurrency": AT_CONCURRENCY, "k": K})
+
+# %% [markdown]
+# ### Measured here: the demo world in vLLM at several concurrencies
+# The load model checked against a real engine on this machine: target A alone and with drafter-a,
+# batched at each of `LOAD_BATCHES` in vLLM (CPU build, `make engine`); the model (target A's roofline
+# on a CPU) is calibrated on the smallest and largest batch, and the ones between are held out.
+# Skipped, with the reason, where vLLM's environment is absent.
+
+# %%
+here_prompts = measure_prompts(tokenizer, max(LOAD_BATCHES), world)
+here = engine_load_check(str(world.target_a), str(world.drafter_a), here_prompts, LOAD_TOKENS, K, LOAD_BATCHES,
+                         model_a.config.to_dict(), engine=SERVING_ENGINE)
+if here.rows:
+    display(pd.DataFrame(here.rows).set_index("concurrency").round(3))
+    fig = plots.plot_concurrency({"model, calibrated at the ends": load_curve(here.model, K, float(np.mean(here.run.tau)),
+                                                                           np.geomspace(1, max(LOAD_BATCHES), 48))},
+                                 float(np.mean(here.run.tau)),
+                                 {"measured in vLLM [demo]": ([r["concurrency"] for r in here.rows],
+                                                              [r["measured"] for r in here.rows],
+                                                              [(r["measured_low"], r["measured_high"]) for r in here.rows])},
+                                 title=f"The demo world in {here.status}")
+    plots.savefig(fig, "01_concurrency_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "tokens": LOAD_TOKENS, "k": K})
+else:
+    print(f"vLLM measurement skipped: {here.status}")
+
+# %% [markdown]
+# ## 8 · Explore
 # Move the sliders: the numbers (tok/s, speedup, break-even τ, the τ each goal needs) update at
 # once from `perf.diagnose` (called directly above, so a headless run checks the same function), then
 # the figure redraws; "reset to measured" returns to your scenario.
@@ -246,6 +309,16 @@ findings = f"""
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
 - **Decision table** (your scenario, {PLAN_GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
+- **Under load** (the load model [assumed roofline], calibrated at your point, {AT_CONCURRENCY} request(s) in flight
+  {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
+  f"{r['break_even_accept_len']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived].
+- **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests [demo]:** {
+  '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
+            f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"
+            + (' (held out' + (', inside the noise)' if r['within_noise'] else ')') if r['held_out'] else '')
+            for r in here.rows) + (
+  f"; the model, calibrated on the ends, is {100 * here.worst_held_out:.0f}% off where held out"
+  if here.worst_held_out is not None else '') if here.rows else 'not run (' + here.status + ')'}.
 - **Closed loop [demo]** (CPU, offline world, k = {K}; checks the model, not your numbers): measured
   τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs {loop['greedy_tokens_per_s']:.1f} greedy
   ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify {loop['verify_s'] / loop['greedy_step_s']:.2f}× a
@@ -257,5 +330,6 @@ findings = f"""
    if loop['timing_ok'] else '**These timings are not to be trusted:** ' + loop['timing_note'] + '.'}
 """
 display(Markdown(findings))
-save_findings("01", {"diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"]},
+save_findings("01", {"diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
+                     "load": load.to_json(), "engine_load": here.to_json()},
               bullets_from_markdown(findings), FIGURES_DIR)

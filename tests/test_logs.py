@@ -23,8 +23,8 @@ VLLM = ("INFO 11-02 11:00:00 [metrics.py:96] SpecDecoding metrics: Mean acceptan
 
 def test_sglang_old_and_new():
     old, new = parse_line(OLD), parse_line(NEW)
-    assert (old.source, old.accept_len, old.throughput, old.batch_size, old.cuda_graph) == ("sglang", 2.19, 258.07, 1, True)
-    assert (new.accept_len, new.throughput, new.batch_size, new.accept_rate, new.cuda_graph) == (1.87, 190.5, 4, 0.29, False)
+    assert (old.source, old.accept_len, old.throughput, old.concurrency, old.cuda_graph) == ("sglang", 2.19, 258.07, 1, True)
+    assert (new.accept_len, new.throughput, new.concurrency, new.accept_rate, new.cuda_graph) == (1.87, 190.5, 4, 0.29, False)
 
 
 def test_vllm():
@@ -41,7 +41,7 @@ def test_skips_other_lines_and_reports_malformed():
     assert parsed.skipped_lines == 3
     assert [n for n, _ in parsed.malformed] == [5, 6]
     s = parsed.summary()
-    groups = {(g["source"], g["batch_size"]) for g in s["by_batch_size"]}
+    groups = {(g["source"], g["concurrency"]) for g in s["by_source"]}
     assert s["n"] == 3 and groups == {("sglang", 1), ("sglang", 4), ("vllm", None)}
 
 

@@ -85,8 +85,10 @@ def cmd_compare(args) -> int:
 # --------------------------------------------------------------------------- perf
 
 def cmd_perf(args) -> int:
+    if args.concurrency or args.plain_log:
+        return _perf_under_load(args)
     if args.log:
-        from eaglelab.serving.logs import parse_log
+        from eaglelab.serving.logs import by_concurrency, parse_log
 
         parsed = parse_log(args.log)
         if args.json:
@@ -96,9 +98,14 @@ def cmd_perf(args) -> int:
         print(f"{args.log}: {s['n']} metrics lines, {parsed.skipped_lines} other lines skipped, "
               f"{len(parsed.malformed)} malformed")
         print(f"median accept length {s['median_accept_len']:.2f}, median throughput {s['median_throughput']}")
-        print(table([[g["source"], g["batch_size"], g["n"], f"{g['median_accept_len']:.2f}",
-                       g["median_throughput"]] for g in s["by_batch_size"]],
-                     ["source", "batch", "n", "accept len", "tok/s"]))
+        rows = by_concurrency(parsed)
+        if rows:
+            print(table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
+                          _tps(r["throughput_per_request"])] for r in rows],
+                        ["concurrency", "n", "accept len", "tok/s (all)", "tok/s per request"]))
+        else:
+            print(table([[g["source"], g["n"], f"{g['median_accept_len']:.2f}", g["median_throughput"]]
+                         for g in s["by_source"]], ["source", "n", "accept len", "tok/s"]))
         return 0
     missing = [n for n in ("baseline_tps", "cycle_ms", "accept_len") if getattr(args, n) is None]
     if missing:
@@ -117,6 +124,53 @@ def cmd_perf(args) -> int:
     for tps, tau in out["required_accept_len"].items():
         print(f"{tps} tok/s needs accept len {tau:.2f}")
     print(out["verdict"])
+    return 0
+
+
+def _tps(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def load_settings(args):
+    """The command line's :class:`~eaglelab.jobs.load.LoadSettings` (its flags' defaults are the dataclass's)."""
+    from eaglelab.jobs.load import LoadSettings
+
+    d = LoadSettings.__dataclass_fields__
+    return LoadSettings(concurrency=tuple(args.concurrency or d["concurrency"].default),
+                        baseline_tps=args.baseline_tps, cycle_ms=args.cycle_ms, accept_len=args.accept_len,
+                        at_concurrency=args.at_concurrency, k=args.k, target_config=args.target_config, gpu=args.gpu,
+                        gpus=args.gpus, context=args.context, log=args.log, plain_log=args.plain_log)
+
+
+def _perf_under_load(args) -> int:
+    from eaglelab.jobs.load import lines, speculation_under_load
+
+    report = speculation_under_load(load_settings(args))
+    if args.json:
+        out = report.to_json()
+        if args.baseline_tps is not None and args.cycle_ms is not None and args.accept_len is not None:
+            from eaglelab.serving.perf import diagnose
+
+            out = {**diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or []), **out}
+        print_json(out)
+        return 0
+    if report.log_rows:
+        print(table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
+                      _tps(r.get("plain_throughput")), "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"]
+                     for r in report.log_rows],
+                    ["concurrency", "n (log)", "accept len", "tok/s", "plain tok/s", "measured"]))
+        print()
+    if report.rows:
+        print(table([[r["concurrency"], f"{r['decode_ms']:.1f}", f"{r['verify_ms']:.1f}", f"{r['cycle_ms']:.1f}",
+                      f"{r['speedup']:.2f}x", f"{r['break_even_accept_len']:.2f}", r["best_k"],
+                      f"{r['best_speedup']:.2f}x"] for r in report.rows],
+                    ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {report.tau:.2f})",
+                     "break-even τ", "best k", "at best k"]))
+        where = ", ".join(f"{p['concurrency']}" for p in report.calibrated_on)
+        print(f"(the roofline of {args.target_config or 'Kimi-K2.5 on 8 PCIe GPUs [assumed]'}, calibrated on the "
+              f"point(s) measured at concurrency {where})")
+    for line in lines(report):
+        print(line)
     return 0
 
 
@@ -144,7 +198,14 @@ def cmd_plan(args) -> int:
     lever = None
     if args.verify_model == "kimi-k2-pcie":
         lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]
-    result = plan(scenario, args.budgets, lever)
+    load = source = None
+    if args.target_config is not None:
+        from eaglelab.jobs.load import LoadSettings, load_model_for
+
+        load = load_model_for(LoadSettings(target_config=args.target_config, gpu=args.gpu, gpus=args.gpus,
+                                           context=args.context))
+        source = f"the roofline of {args.target_config} on {args.gpus} x {args.gpu}"
+    result = plan(scenario, args.budgets, lever, load=load, load_source=source)
     if args.json:
         print_json(result.to_json())
         return 0
@@ -161,7 +222,7 @@ def cmd_plan(args) -> int:
 
 #: Scenario fields the ``plan`` flags set (flag = field with dashes).
 PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "goal_tps", "samples", "gen_tps", "tokens_per_sample",
-               "k", "plugin_tau", "old_samples")
+               "k", "plugin_tau", "old_samples", "at_concurrency")
 
 
 def cmd_predict(args) -> int:
@@ -234,6 +295,8 @@ def cmd_recipe(args) -> int:
 
 def add_parsers(sub) -> None:
     """Register the metadata subcommands on the ``eaglelab`` subparsers."""
+    from eaglelab.serving.load import GPUS
+
     r = sub.add_parser("run", help="execute the numbered notebooks (papermill)",
                        description="Execute the workbook's numbered notebooks in order.")
     r.add_argument("--smoke", action="store_true", help="tiny world, SMOKE=True, figures in OUT/figures")
@@ -262,15 +325,29 @@ def add_parsers(sub) -> None:
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 
-    f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements; or parse a log",
+    f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements, per concurrency; "
+                                    "or parse a log",
                        description="From a measured cycle time and acceptance length to tok/s, or from a "
-                                   "SGLang / vLLM server log to a table of measured points.")
-    f.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s")
+                                   "SGLang / vLLM server log to a table of measured points; with --concurrency, "
+                                   "speedup and break-even τ against the requests in flight.")
+    f.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s per request")
     f.add_argument("--cycle-ms", type=positive, help="speculative cycle time in ms (draft + verify + overhead)")
     f.add_argument("--accept-len", type=accept_len, help="acceptance length tau (bonus token included)")
     f.add_argument("--goal-tps", type=positive, nargs="+", help="throughputs wanted: the τ each needs")
     alias(f, "--target-tps", "--goal-tps", "goal_tps", type=positive, nargs="+")
-    f.add_argument("--log", help="SGLang or vLLM server log to parse instead")
+    f.add_argument("--log", help="SGLang or vLLM server log to parse instead (grouped by concurrency)")
+    f.add_argument("--plain-log", help="the same server's log without speculation: the measured speedup per "
+                                       "concurrency, and the model's calibration")
+    f.add_argument("--concurrency", type=count, nargs="+", metavar="B",
+                   help="requests in flight to answer for: speedup, break-even τ and the best k at each")
+    f.add_argument("--at-concurrency", type=count, default=1,
+                   help="the concurrency --baseline-tps and --cycle-ms were measured at (default 1)")
+    f.add_argument("--k", type=count, default=3, help="drafts per cycle (default 3)")
+    f.add_argument("--target-config", help="the target's config.json (or folder, hub id) for its roofline "
+                                           "(default: the founding case's Kimi-K2.5)")
+    f.add_argument("--gpu", choices=sorted(GPUS), default="h100-pcie", help="the GPU, for --target-config")
+    f.add_argument("--gpus", type=count, default=8, help="GPUs of the tensor-parallel group (default 8)")
+    f.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_perf)
 
@@ -301,6 +378,13 @@ def add_parsers(sub) -> None:
     pl.add_argument("--verify-model", choices=["kimi-k2-pcie", "none"], default="kimi-k2-pcie",
                     help="verify cost model that names the lever when the cycle must shrink")
     pl.add_argument("--cuda-graphs", action="store_true", help="the verify already runs under CUDA graphs")
+    pl.add_argument("--at-concurrency", type=count,
+                    help="requests in flight when --baseline-tps and --cycle-ms were measured (default 1)")
+    pl.add_argument("--target-config", help="the target's config.json (or folder, hub id): its roofline says up to "
+                                            "which concurrency each option pays (default: Kimi-K2.5, assumed)")
+    pl.add_argument("--gpu", choices=sorted(GPUS), default="h100-pcie", help="the GPU, for --target-config")
+    pl.add_argument("--gpus", type=count, default=8, help="GPUs of the tensor-parallel group (default 8)")
+    pl.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(func=cmd_plan)
 

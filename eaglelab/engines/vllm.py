@@ -278,6 +278,104 @@ def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[lis
     return EngineMeasurement(spec, alone)
 
 
+@dataclass
+class LoadRun:
+    """The target alone and with the drafter in the engine, batched at each concurrency (one engine per side).
+
+    Attributes:
+        concurrency: requests batched together, one run each.
+        alone_tps, drafter_tps: generated tok/s over all requests, target alone / with the drafter (medians).
+        tau: the drafter's τ at each concurrency (1 + accepted / drafting steps).
+        k, version: drafts per cycle; the engine's version.
+        alone_runs, drafter_runs: every timed run's tok/s per concurrency.
+    """
+
+    concurrency: list[int]
+    alone_tps: list[float]
+    drafter_tps: list[float]
+    tau: list[float]
+    k: int
+    version: str
+    alone_runs: list[list[float]] = field(default_factory=list)
+    drafter_runs: list[list[float]] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> list[float]:
+        return [d / a for d, a in zip(self.drafter_tps, self.alone_tps)]
+
+    @property
+    def speedup_range(self) -> list[tuple[float, float]]:
+        """Per concurrency, the lowest and highest speedup the runs allow (slowest drafter run / fastest alone...)."""
+        return [(min(d) / max(a), max(d) / min(a)) for a, d in zip(self.alone_runs, self.drafter_runs)]
+
+    def points(self):
+        """The measured steps as :class:`eaglelab.serving.load.Point` (decode from alone, cycle from the drafter)."""
+        from eaglelab.serving.load import Point
+
+        return [Point(c, decode_s=c / a, cycle_s=t * c / d, k=self.k)
+                for c, a, d, t in zip(self.concurrency, self.alone_tps, self.drafter_tps, self.tau)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "speedup": self.speedup, "speedup_range": self.speedup_range}
+
+
+def _groups_from_result(result: dict[str, Any], concurrency: list[int], k: int, repeats: int) -> list[dict]:
+    """The worker's per-concurrency runs, every field checked (tok/s positive, τ in [1, k + 1])."""
+    from eaglelab.inputs import field_int, field_number
+
+    where, E = "vllm worker result", EngineError
+    groups = result.get("groups")
+    if not isinstance(groups, list) or len(groups) != len(concurrency) or not all(isinstance(g, dict) for g in groups):
+        raise E(where, f"field 'groups' must hold one object per concurrency {concurrency}")
+    out = []
+    for g, c in zip(groups, concurrency):
+        if field_int(g, "concurrency", where, E) != c:
+            raise E(where, f"the groups are not the concurrencies asked for ({concurrency})")
+        row = {"concurrency": c, "tokens_per_s": field_number(g, "tokens_per_s", where, E)}
+        runs = g.get("tokens_per_s_runs")
+        if not isinstance(runs, list) or len(runs) != repeats:
+            raise E(where, f"field 'tokens_per_s_runs' must hold one rate per repeat ({repeats})")
+        row["runs"] = [field_number({"run": r}, "run", where, E) for r in runs]
+        spec = g.get("spec")
+        if k:
+            if not isinstance(spec, dict):
+                raise E(where, "a run with the drafter has no spec counters")
+            row["tau"] = field_number(spec, "tau", where, E, low=1.0, low_open=False, high=k + 1.0)
+        out.append(row)
+    return out
+
+
+def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
+                           k: int = 3, concurrency: list[int] = (1, 4, 16), dtype: str = "float32",
+                           max_model_len: int = 1024, repeats: int = 3, timeout_s: float = 900.0) -> LoadRun:
+    """The target alone and with the drafter in vLLM, batched at each concurrency: one engine start per side.
+
+    Args:
+        prompts: token ids; concurrency ``c`` batches the first ``c`` of them (at least ``max(concurrency)``).
+        repeats: timed runs per concurrency and side, the concurrencies interleaved (the median is used,
+            the spread says how far to trust it).
+
+    Raises:
+        EngineError: no engine environment, too few prompts, or a failed run.
+    """
+    concurrency = [int(c) for c in concurrency]
+    if not concurrency or min(concurrency) < 1 or max(concurrency) > len(prompts):
+        raise EngineError("vllm", f"concurrencies {concurrency} need at least {max(concurrency or [1])} prompts, "
+                                  f"got {len(prompts)}")
+    base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
+            "max_new_tokens": int(max_new_tokens), "batch": "all", "dtype": dtype, "max_model_len": int(max_model_len),
+            "seed": 0, "groups": concurrency, "repeats": int(repeats)}
+    alone = run_worker({**base, "drafter": None, "k": 0}, timeout_s)
+    with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
+        folder = engine_drafter(drafter, target, Path(tmp), k)
+        spec = run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s)
+    a = _groups_from_result(alone, concurrency, 0, int(repeats))
+    d = _groups_from_result(spec, concurrency, k, int(repeats))
+    version = spec.get("vllm_version")
+    return LoadRun(concurrency, [r["tokens_per_s"] for r in a], [r["tokens_per_s"] for r in d], [r["tau"] for r in d],
+                   int(k), version if isinstance(version, str) else "?", [r["runs"] for r in a], [r["runs"] for r in d])
+
+
 def compare_with_workbook(workbook: dict[str, Any], engine: EngineMeasurement) -> dict[str, Any]:
     """The workbook's measurement (:func:`eaglelab.model.decoding.benchmark_speculation`) beside the engine's.
 

@@ -27,6 +27,11 @@ Request (JSON object)::
                     target's EOS to match eaglelab's decoders, which stop there by default)
     log_file        keep the engine's whole log (stdout + stderr, all processes) here
     llm_kwargs      extra keyword arguments for vllm.LLM (e.g. {"max_num_batched_tokens": 2048})
+    groups          [concurrency, ...]: instead of one run over the prompts, one batched run of the
+                    first c prompts for each c, in the same engine (max_num_seqs = the largest),
+                    after an untimed warm-up; the result's "groups" holds one entry per c
+    repeats         with groups: time each group this many times, the concurrencies interleaved
+                    (a drifting machine then shifts all of them alike); default 1
 
 Result (JSON object)::
 
@@ -59,6 +64,10 @@ Result (JSON object)::
     warnings                distinct engine log lines at WARNING / ERROR level (at most 60)
     env                     the VLLM_* / OMP / LD_PRELOAD settings the engine ran with
     log_file                only when the request gave one
+    groups                  with a groups request: [{"concurrency", "wall_s", "generated_tokens",
+                            "tokens_per_s", "tokens_per_s_runs", "spec"}, ...]: tokens_per_s the
+                            median over the repeats, tokens_per_s_runs each one, spec as above with
+                            its counters summed over that group's runs
 
 Errors: ``{"error": "...", "log_tail": [...]}`` and exit code 2.
 
@@ -152,11 +161,19 @@ def _validate(req: dict) -> dict:
     extra = req.get("llm_kwargs") or {}
     if not isinstance(extra, dict):
         raise RequestError("llm_kwargs must be an object")
+    groups = req.get("groups")
+    if groups is not None and (not isinstance(groups, list) or not groups or not all(
+            isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= len(prompts) for g in groups)):
+        raise RequestError("groups must be a non-empty list of concurrencies, each at most the number of prompts")
+    repeats = req.get("repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
+        raise RequestError("repeats must be a whole number in [1, 100]")
     return {"target": target, "drafter": drafter, "k": k if drafter is not None else 0, "prompts": prompts,
             "max_new_tokens": max_new, "batch": batch, "dtype": dtype, "max_model_len": max_len,
             "seed": int(seed), "kv_cache_gib": req.get("kv_cache_gib", 1),
             "threads_bind": req.get("threads_bind", "nobind"), "log_file": req.get("log_file"),
-            "llm_kwargs": extra, "stop_token_ids": stops}
+            "llm_kwargs": extra, "stop_token_ids": stops, "groups": groups,
+            "repeats": repeats}
 
 
 def _spec_counters(metrics) -> dict:
@@ -223,7 +240,8 @@ def run(req: dict, log_path: str) -> dict:
     k = req["k"]
     kwargs = dict(model=req["target"], skip_tokenizer_init=True, dtype=req["dtype"],
                   max_model_len=req["max_model_len"], enforce_eager=True, seed=req["seed"],
-                  disable_log_stats=False, max_num_seqs=1 if req["batch"] == "one" else len(req["prompts"]))
+                  disable_log_stats=False, max_num_seqs=max(req["groups"]) if req["groups"] else
+                  1 if req["batch"] == "one" else len(req["prompts"]))
     if req["drafter"] is not None:
         kwargs["speculative_config"] = {"method": "eagle3", "model": req["drafter"], "num_speculative_tokens": k}
         kwargs["per_request_spec_decode_metrics"] = "summary"
@@ -245,6 +263,8 @@ def run(req: dict, log_path: str) -> dict:
     sp = SamplingParams(temperature=0.0, max_tokens=req["max_new_tokens"], ignore_eos=True, detokenize=False,
                         seed=req["seed"], stop_token_ids=req["stop_token_ids"] or None)
     prompts = [{"prompt_token_ids": list(p)} for p in req["prompts"]]
+    if req["groups"]:
+        return _run_groups(llm, req, sp, prompts, engine_start, vllm.__version__)
     before = _spec_counters(llm.get_metrics())
     t1 = time.perf_counter()
     if req["batch"] == "one":
@@ -268,6 +288,45 @@ def run(req: dict, log_path: str) -> dict:
               "batch": req["batch"], "dtype": req["dtype"], "max_new_tokens": req["max_new_tokens"],
               "outputs": outputs, "engine_start_s": engine_start, "wall_s": wall, "generated_tokens": n_tok,
               "tokens_per_s": n_tok / wall if wall > 0 else None, "spec": spec,
+              "env": {key: os.environ.get(key) for key in ENV_KEYS}}
+    del llm
+    return result
+
+
+def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version: str) -> dict:
+    """Batched generates of the first c prompts per concurrency c, timed apart, repeated, after a warm-up."""
+    import statistics
+
+    from vllm import SamplingParams
+
+    warm = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False, seed=req["seed"])
+    llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call allocations out of the timings
+    timed = {c: [] for c in req["groups"]}  # (tokens, seconds) per run
+    counted = {c: {} for c in req["groups"]}  # spec counters summed over the group's runs
+    for _ in range(req["repeats"]):
+        for c in req["groups"]:
+            before = _spec_counters(llm.get_metrics())
+            t0 = time.perf_counter()
+            outs = llm.generate(prompts[:c], sp, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            after = _spec_counters(llm.get_metrics())
+            timed[c].append((sum(len(o.outputs[0].token_ids) for o in outs), wall))
+            delta = _spec_summary(before, after, req["k"])
+            acc = counted[c]
+            for key in SPEC_METRICS.values():
+                acc[key] = acc.get(key, 0) + delta[key]
+            acc["accepted_per_pos"] = [a + b for a, b in zip(acc.get("accepted_per_pos") or [0] * len(
+                delta["accepted_per_pos"]), delta["accepted_per_pos"])]
+    groups = []
+    for c in req["groups"]:
+        runs = [n / w if w > 0 else None for n, w in timed[c]]
+        rates = [r for r in runs if r is not None]
+        groups.append({"concurrency": c, "wall_s": sum(w for _, w in timed[c]), "generated_tokens": timed[c][-1][0],
+                       "tokens_per_s": statistics.median(rates) if rates else None, "tokens_per_s_runs": runs,
+                       "spec": _spec_summary({}, counted[c], req["k"]) if req["drafter"] is not None else None})
+    result = {"vllm_version": version, "target": req["target"], "drafter": req["drafter"], "k": req["k"],
+              "batch": "all", "dtype": req["dtype"], "max_new_tokens": req["max_new_tokens"], "outputs": [],
+              "engine_start_s": engine_start, "groups": groups,
               "env": {key: os.environ.get(key) for key in ENV_KEYS}}
     del llm
     return result

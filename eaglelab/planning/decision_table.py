@@ -39,7 +39,7 @@ DEFAULT_TOKENS_PER_SAMPLE = 512
 #: drafter for the previous target trained on 1.4M samples.
 FOUNDING_CASE = {"baseline_tps": 82.0, "cycle_ms": 30.0, "accept_len": 2.0, "goal_tps": 150.0, "samples": 37_000,
                  "gen_tps": 82.0, "k": 3, "old_samples": 1_400_000, "tokens_per_sample": DEFAULT_TOKENS_PER_SAMPLE,
-                 "exponents": DEFAULT_EXPONENTS, "transfer_fraction": DEFAULT_TRANSFER}
+                 "exponents": DEFAULT_EXPONENTS, "transfer_fraction": DEFAULT_TRANSFER, "at_concurrency": 1}
 #: Fields whose defaults are assumptions of the model rather than the founding case's numbers.
 ASSUMPTIONS = ("tokens_per_sample", "exponents", "transfer_fraction")
 #: Option kinds, cheapest first: the order that breaks ties.
@@ -64,6 +64,7 @@ class Scenario:
         old_samples: samples the old drafter was trained on (for the assumed transfer).
         exponents: range of the data exponent b.
         transfer_fraction: range of the fraction of ``old_samples`` a warm start carries over.
+        at_concurrency: the requests in flight when ``baseline_tps`` and ``cycle_ms`` were measured.
         sources: field name -> source key.
     """
 
@@ -79,6 +80,7 @@ class Scenario:
     old_samples: float | None = None
     exponents: tuple[float, float] = DEFAULT_EXPONENTS
     transfer_fraction: tuple[float, float] = DEFAULT_TRANSFER
+    at_concurrency: int = 1
     sources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -86,6 +88,8 @@ class Scenario:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ParameterError(name, f"must be a positive number, got {v!r}")
+        if isinstance(self.at_concurrency, bool) or not isinstance(self.at_concurrency, int) or self.at_concurrency < 1:
+            raise ParameterError("at_concurrency", f"must be a whole number >= 1, got {self.at_concurrency!r}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ParameterError("k", f"draft tokens per cycle must be a whole number >= 1, got {self.k!r}")
         if self.break_even_tau < 1.0:  # also catches a cycle so short its tok/s overflow
@@ -191,6 +195,9 @@ class Row:
         tau, tau_lo, tau_hi: projected τ and its band.
         tps, tps_lo, tps_hi: projected tok/s and its band.
         evidence: where τ comes from, in words with source tags.
+        pays_up_to: from the concurrency the scenario was measured at, the largest (then powers of two up
+            to 1024) up to which the option's central τ pays, per the load model (None: not even there;
+            see :attr:`Plan.load`).
     """
 
     option: str
@@ -205,6 +212,7 @@ class Row:
     tps_lo: float
     tps_hi: float
     evidence: str
+    pays_up_to: int | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -237,6 +245,7 @@ class Plan:
         cycle_needed_ms: the cycle at which the best option reaches the goal.
         lever: what shrinks the cycle (from a verify cost model), if one was given.
         bands: start -> what its τ band is (``assumed range`` or ``bootstrap 90%``).
+        load: what the rows' ``pays_up_to`` come from: the load model and where its roofline is from.
     """
 
     scenario: Scenario
@@ -247,6 +256,7 @@ class Plan:
     cycle_needed_ms: float
     lever: str | None = None
     bands: dict[str, str] = field(default_factory=dict)
+    load: dict | None = None
 
     def to_json(self) -> dict:
         s = asdict(self.scenario)
@@ -254,7 +264,7 @@ class Plan:
                 "break_even_tau": self.scenario.break_even_tau, "goal_tau": self.scenario.goal_tau,
                 "max_tau": self.scenario.k + 1, "rows": [r.to_json() for r in self.rows],
                 "needs": [n.to_json() for n in self.needs], "action": self.action, "text": self.text,
-                "cycle_needed_ms": self.cycle_needed_ms, "lever": self.lever, "bands": self.bands}
+                "cycle_needed_ms": self.cycle_needed_ms, "lever": self.lever, "bands": self.bands, "load": self.load}
 
 
 def scratch_band(s: Scenario) -> LawBand:
@@ -282,13 +292,18 @@ def warm_band(s: Scenario, scratch: LawBand) -> tuple[LawBand | None, str]:
     return None, "no plug-in τ and no sample count of the old drafter: give one to project the warm start"
 
 
-def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None = None) -> Plan:
+def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None = None, load=None,
+         load_source: str | None = None) -> Plan:
     """Build the decision table for scenario ``s``.
 
     Args:
         s: the scenario and the evidence.
         budgets: total new-target samples per trained option (default :func:`default_budgets`).
         lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the goal).
+        load: an uncalibrated :class:`eaglelab.serving.load.LoadModel` of the user's target and machine
+            (default: the founding case's Kimi-K2.5 on 8 PCIe GPUs, an assumption), calibrated here at the
+            scenario's point; it says up to which concurrency each option pays.
+        load_source: what ``load`` is, in words, for the table.
     """
     budgets = sorted(float(b) for b in (budgets or default_budgets(s.samples)))
     if not budgets or budgets[0] <= 0 or budgets[-1] > MAX_SAMPLES:
@@ -324,7 +339,20 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
             needs.append(Need(start, goal, tau, got, tuple(s.generation_hours(v) for v in to_gen)))
     action, text, cycle_needed = _decide(s, rows, lever)
     bands = {"scratch": scratch.kind, **({"warm start": warm.kind} if warm is not None else {})}
-    return Plan(s, rows, needs, action, text, cycle_needed, lever, bands)
+    model, source = _load_model(s, load, load_source)
+    rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency)) for r in rows]
+    return Plan(s, rows, needs, action, text, cycle_needed, lever, bands,
+                {"source": source, "at_concurrency": s.at_concurrency, "model": model.to_json()})
+
+
+def _load_model(s: Scenario, load, source: str | None):
+    """The load model calibrated at the scenario's point: plain tok/s and the cycle at ``s.at_concurrency``."""
+    from eaglelab.serving.load import Point, calibrate, kimi_k25_on_pcie
+
+    if load is None:
+        load, source = kimi_k25_on_pcie(), "the roofline of Kimi-K2.5 on 8 PCIe GPUs [assumed]"
+    point = Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps, cycle_s=s.cycle_ms / 1e3, k=s.k)
+    return calibrate(load, [point]), f"{source or 'your target'}, calibrated at your point"
 
 
 def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, float]:

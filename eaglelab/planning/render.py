@@ -10,6 +10,7 @@ from eaglelab.planning.decision_table import Plan, _count, _duration
 _SCENARIO_FIELDS = (
     ("baseline_tps", "plain decoding", "{:g} tok/s"),
     ("cycle_ms", "speculative cycle", "{:g} ms"),
+    ("at_concurrency", "requests in flight when measured", "{}"),
     ("accept_len", "τ of the drafter served now", "{:.2f}"),
     ("samples", "its training samples (new target)", None),
     ("goal_tps", "throughput wanted (the goal)", "{:g} tok/s"),
@@ -55,11 +56,16 @@ def row_cells(p: Plan) -> list[list[str]]:
                       _count(r.to_generate) if r.to_generate else "0",
                       _duration(r.generation_h) if r.to_generate else "-",
                       "yes" if r.tau >= s.break_even_tau else "no",
-                      "yes" if r.tau >= s.goal_tau else "no"])
+                      "yes" if r.tau >= s.goal_tau else "no",
+                      _concurrency(r.pays_up_to)])
     return cells
 
 
-ROW_HEADERS = ["option", "τ", "tok/s", "vs plain", "to generate", "generation", "pays", "goal"]
+def _concurrency(c: int | None) -> str:
+    return "never" if c is None else "1024+" if c >= 1024 else f"≤ {c}"
+
+
+ROW_HEADERS = ["option", "τ", "tok/s", "vs plain", "to generate", "generation", "pays", "goal", "pays up to (requests)"]
 
 
 def need_cells(p: Plan) -> list[list[str]]:
@@ -91,6 +97,9 @@ def plan_markdown(p: Plan) -> str:
                   "evidence per row below the table)", ""]
     lines += _md_table(ROW_HEADERS, row_cells(p))
     lines += ["", "Evidence: " + "; ".join(sorted({f"{r.kind}: {r.evidence}" for r in p.rows})), ""]
+    if p.load:
+        lines += [f"Up to which concurrency each option pays: {p.load['source']} (measured at "
+                  f"{p.load['at_concurrency']} request(s) in flight; `eaglelab perf --concurrency` for the table).", ""]
     if p.needs:
         lines += ["**What each start needs** (the law has no ceiling below k + 1: read the samples as lower bounds)", ""]
         lines += _md_table(NEED_HEADERS, need_cells(p)) + [""]

@@ -1,4 +1,4 @@
-"""Parse speculative-decoding metrics out of SGLang and vLLM server logs.
+"""Parse speculative-decoding metrics out of SGLang and vLLM server logs, and group them by concurrency.
 
 Recognised lines (``docs/EAGLE3_FORMAT.md``); every other line is skipped:
 
@@ -7,7 +7,14 @@ Recognised lines (``docs/EAGLE3_FORMAT.md``); every other line is skipped:
 - SGLang, older: ``Decode batch. #running-req: 1, #token: 112, token usage: 0.00,
   accept len: 2.19, cuda graph: True, gen throughput (token/s): 258.07, #queue-req: 0,``
 - vLLM: ``SpecDecoding metrics: Mean acceptance length: X.XX, Accepted throughput: X.XX
-  tokens/s, Drafted throughput: ..., Per-position acceptance rate: <list>, ...``
+  tokens/s, Drafted throughput: ..., Per-position acceptance rate: <list>, ...``, and the engine's
+  stats line of the same interval, ``Engine 000: Avg prompt throughput: X tokens/s, Avg generation
+  throughput: Y tokens/s, Running: N reqs, ...``, which gives the record its concurrency and
+  generation throughput.
+
+A server without speculation logs the same decode and stats lines without the acceptance: they are
+kept apart (:attr:`ParsedLog.plain`), so a plain log of the same server gives the measured speedup per
+concurrency (:func:`by_concurrency`).
 """
 
 from __future__ import annotations
@@ -42,20 +49,34 @@ class LogRecord:
         source: ``sglang`` or ``vllm``.
         accept_len: tau, bonus token included (both servers count it).
         throughput: SGLang generation tok/s, or vLLM accepted-token tok/s.
-        batch_size: running requests (SGLang), None for vLLM.
+        concurrency: requests in flight (SGLang's ``#running-req``; vLLM's ``Running: N reqs`` of the
+            interval's stats line), None when not logged.
         accept_rate: fraction of drafts accepted, when logged.
         cuda_graph: whether the step ran under CUDA graphs (SGLang).
         per_position: vLLM per-position acceptance rates.
+        gen_throughput: generated tok/s over all requests (SGLang's ``gen throughput``, vLLM's
+            ``Avg generation throughput`` of the interval), None when not logged.
     """
 
     line_no: int
     source: str
     accept_len: float
     throughput: float | None
-    batch_size: int | None = None
+    concurrency: int | None = None
     accept_rate: float | None = None
     cuda_graph: bool | None = None
     per_position: list[float] = field(default_factory=list)
+    gen_throughput: float | None = None
+
+
+@dataclass
+class PlainRecord:
+    """A decode or stats line without speculation: concurrency and generated tok/s over all requests."""
+
+    line_no: int
+    source: str
+    concurrency: int | None
+    gen_throughput: float | None
 
 
 @dataclass
@@ -66,14 +87,16 @@ class ParsedLog:
     records: list[LogRecord]
     skipped_lines: int
     malformed: list[tuple[int, str]]
+    plain: list[PlainRecord] = field(default_factory=list)
 
     def summary(self) -> dict:
-        """Medians of accept length and throughput overall and per (source, batch size)."""
+        """Medians of accept length and throughput overall and per (source, concurrency)."""
         return summarise(self.records)
 
     def to_json(self) -> dict:
         return {"path": self.path, "records": [asdict(r) for r in self.records],
-                "summary": self.summary(), "skipped_lines": self.skipped_lines,
+                "summary": self.summary(), "by_concurrency": by_concurrency(self),
+                "skipped_lines": self.skipped_lines,
                 "malformed": [{"line_no": n, "problem": p} for n, p in self.malformed]}
 
 
@@ -123,24 +146,34 @@ def _one(fields: dict[str, list[str]], key: str) -> str | None:
     return got[0] if got else None
 
 
-def _sglang(body: str, line_no: int) -> LogRecord | None:
+def _sglang(body: str, line_no: int) -> LogRecord | PlainRecord | None:
     f = _fields(body.lstrip("[]0123456789 ."))
     accept = _one(f, "accept len")
-    if accept is None:
-        return None  # a decode line of a server without speculation
     get = {k: _one(f, k) for k in ("#running-req", "accept rate", "cuda graph", "gen throughput (token/s)")}
+    running = None if get["#running-req"] is None else _count(get["#running-req"], "#running-req")
+    gen = None if get["gen throughput (token/s)"] is None else _number(get["gen throughput (token/s)"], "gen throughput")
+    if accept is None:  # a decode line of a server without speculation
+        return PlainRecord(line_no, "sglang", running, gen) if running is not None or gen is not None else None
     graph = get["cuda graph"]
     if graph not in (None, "True", "False"):
         raise ValueError(f"cuda graph: {printable(repr(graph[:_MAX_NUMBER_CHARS]))} is not True or False")
     return LogRecord(
         line_no=line_no, source="sglang",
         accept_len=_number(accept, "accept len (SGLang counts the bonus token)", low=1.0),
-        throughput=None if get["gen throughput (token/s)"] is None else
-        _number(get["gen throughput (token/s)"], "gen throughput"),
-        batch_size=None if get["#running-req"] is None else _count(get["#running-req"], "#running-req"),
+        throughput=gen, concurrency=running,
         accept_rate=None if get["accept rate"] is None else _number(get["accept rate"], "accept rate", high=1.0),
-        cuda_graph=None if graph is None else graph == "True",
+        cuda_graph=None if graph is None else graph == "True", gen_throughput=gen,
     )
+
+
+def _vllm_stats(body: str, line_no: int) -> PlainRecord | None:
+    """vLLM's periodic engine stats: ``Avg generation throughput: Y tokens/s, Running: N reqs, ...``."""
+    f = _fields(body)
+    gen, running = _one(f, "Avg generation throughput"), _one(f, "Running")
+    if gen is None and running is None:
+        return None
+    return PlainRecord(line_no, "vllm", None if running is None else _count(running, "Running"),
+                       None if gen is None else _number(gen, "Avg generation throughput"))
 
 
 def _vllm(body: str, line_no: int) -> LogRecord:
@@ -166,8 +199,14 @@ def _vllm(body: str, line_no: int) -> LogRecord:
     )
 
 
-def parse_line(line: str, line_no: int = 0) -> LogRecord | None:
+_VLLM_STATS = "Avg generation throughput"
+
+
+def parse_line(line: str, line_no: int = 0) -> LogRecord | PlainRecord | None:
     """Parse one log line, in time linear in its length; None when it is not a metrics line.
+
+    A decode line without acceptance (SGLang without speculation) and vLLM's stats line come back as
+    :class:`PlainRecord`.
 
     Raises:
         ValueError: a metrics line whose numbers cannot be read or are impossible (τ below 1, a
@@ -175,16 +214,19 @@ def parse_line(line: str, line_no: int = 0) -> LogRecord | None:
             with its own per-position rates).
     """
     at = line.find(_SGLANG_MARK)
-    if at >= 0 and "accept len" in line:
+    if at >= 0 and ("accept len" in line or "#running-req" in line):
         return _sglang(line[at + len(_SGLANG_MARK):], line_no)
     at = line.find(_VLLM_MARK)
     if at >= 0:
         return _vllm(line[at + len(_VLLM_MARK):], line_no)
+    at = line.find(_VLLM_STATS)
+    if at >= 0:
+        return _vllm_stats(line[at:], line_no)
     return None
 
 
 def _parse_lines(lines: Iterable[tuple[int, str, bool]], path: str) -> ParsedLog:
-    records, malformed, skipped = [], [], 0
+    records, plain, malformed, skipped = [], [], [], 0
     for i, line, cut in lines:
         if cut:
             if _SGLANG_MARK in line or _VLLM_MARK in line:
@@ -199,9 +241,36 @@ def _parse_lines(lines: Iterable[tuple[int, str, bool]], path: str) -> ParsedLog
             continue
         if rec is None:
             skipped += 1
+        elif isinstance(rec, PlainRecord):
+            plain.append(rec)
         else:
             records.append(rec)
-    return ParsedLog(path, records, skipped, malformed)
+    _pair_vllm(records, plain)
+    return ParsedLog(path, records, skipped, malformed, plain)
+
+
+def _pair_vllm(records: list[LogRecord], plain: list[PlainRecord]) -> None:
+    """Give each vLLM SpecDecoding record the concurrency and generation tok/s of its interval's stats line.
+
+    vLLM logs both every interval, the stats line just after the metrics line: a record takes the next
+    stats line before the next record, else the last one before it. Stats lines so taken are a
+    speculative server's and leave the plain list.
+    """
+    stats = [p for p in plain if p.source == "vllm"]
+    if not stats:
+        return
+    import bisect
+
+    at = [p.line_no for p in stats]  # ascending: lines are read in order
+    vllm = [r for r in records if r.source == "vllm"]
+    for n, rec in enumerate(vllm):
+        limit = vllm[n + 1].line_no if n + 1 < len(vllm) else math.inf
+        i = bisect.bisect_right(at, rec.line_no)  # the first stats line after the record
+        pick = stats[i] if i < len(stats) and at[i] < limit else (stats[i - 1] if i else None)
+        if pick is not None:
+            rec.concurrency, rec.gen_throughput = pick.concurrency, pick.gen_throughput
+    if vllm:  # a speculative server's stats lines are not a plain decoding baseline
+        plain[:] = [p for p in plain if p.source != "vllm"]
 
 
 def parse_log_text(text: str, path: str = "<text>") -> ParsedLog:
@@ -227,19 +296,69 @@ def parse_log(path: str | Path) -> ParsedLog:
     return parsed
 
 
+def parse_plain_log(path: str | Path) -> ParsedLog:
+    """A log of the same server without speculation: its decode / stats lines (concurrency, tok/s).
+
+    Raises:
+        LogFormatError: not a readable regular file, no decode or stats line with a concurrency and a
+            throughput, or speculative-decoding lines in it (a speculative server is not a baseline).
+    """
+    where = printable(str(path))
+    lines = ((i, raw.decode("utf-8", errors="replace"), cut)
+             for i, raw, cut in iter_lines(path, LogFormatError, MAX_LINE_BYTES))
+    parsed = _parse_lines(lines, where)
+    if parsed.records:
+        raise LogFormatError(where, f"holds {len(parsed.records)} speculative-decoding lines: give a log of the server "
+                                    "without speculation as the baseline")
+    if not any(p.concurrency is not None and p.gen_throughput is not None for p in parsed.plain):
+        raise LogFormatError(where, "no SGLang 'Decode batch ... #running-req ... gen throughput' or vLLM 'Avg generation "
+                                    "throughput ... Running' lines")
+    return parsed
+
+
+def by_concurrency(spec: ParsedLog, plain: ParsedLog | None = None) -> list[dict]:
+    """The speculative log's records grouped by concurrency: count, median τ and tok/s; with a plain log, the speedup.
+
+    Returns:
+        rows with ``concurrency``, ``n``, ``accept_len`` (median), ``throughput`` (median generated tok/s, all
+        requests), ``throughput_per_request`` and, where the plain log has the same concurrency,
+        ``plain_throughput``, ``plain_n`` and ``speedup`` (the medians' ratio). Records without a
+        concurrency form no group.
+    """
+    groups: dict[int, list[LogRecord]] = {}
+    for r in spec.records:
+        if r.concurrency is not None:
+            groups.setdefault(r.concurrency, []).append(r)
+    base: dict[int, list[float]] = {}
+    for p in (plain.plain if plain is not None else []):
+        if p.concurrency is not None and p.gen_throughput is not None and p.gen_throughput > 0:
+            base.setdefault(p.concurrency, []).append(p.gen_throughput)
+    rows = []
+    for b, rs in sorted(groups.items()):
+        tps = [r.gen_throughput for r in rs if r.gen_throughput is not None]
+        row = {"concurrency": b, "n": len(rs), "accept_len": statistics.median(r.accept_len for r in rs),
+               "throughput": statistics.median(tps) if tps else None}
+        row["throughput_per_request"] = row["throughput"] / b if row["throughput"] is not None and b else None
+        if b in base:
+            row["plain_throughput"], row["plain_n"] = statistics.median(base[b]), len(base[b])
+            row["speedup"] = row["throughput"] / row["plain_throughput"] if row["throughput"] else None
+        rows.append(row)
+    return rows
+
+
 def summarise(records: list[LogRecord]) -> dict:
-    """Median accept length and throughput overall and grouped by source and batch size."""
+    """Median accept length and throughput overall and grouped by source and concurrency."""
     def stats(rs: list[LogRecord]) -> dict:
         tps = [r.throughput for r in rs if r.throughput is not None]
         return {"n": len(rs), "median_accept_len": statistics.median(r.accept_len for r in rs),
                 "median_throughput": statistics.median(tps) if tps else None}
 
     if not records:
-        return {"n": 0, "by_batch_size": []}
+        return {"n": 0, "by_source": []}
     groups: dict[tuple[str, int | None], list[LogRecord]] = {}
     for r in records:
-        groups.setdefault((r.source, r.batch_size), []).append(r)
+        groups.setdefault((r.source, r.concurrency), []).append(r)
     out = stats(records)
-    out["by_batch_size"] = [{"source": s, "batch_size": b, **stats(rs)}
-                            for (s, b), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))]
+    out["by_source"] = [{"source": s, "concurrency": b, **stats(rs)}
+                        for (s, b), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))]
     return out

@@ -325,6 +325,44 @@ def plot_scaling(points: Mapping[str, Sequence[tuple[float, float]]],
     return fig
 
 
+def plot_concurrency(curves: Mapping[str, Mapping[str, np.ndarray]], tau: float,
+                     points: Mapping[str, tuple] = (),
+                     crossover: float | None = None, title: str = "Speculation under load"):
+    """Speedup (left) and break-even τ (right) against concurrency, log-scaled, with measured points.
+
+    Args:
+        curves: label -> ``{"concurrency", "speedup", "break_even_accept_len"}`` arrays (a model's).
+        tau: the drafter's τ: the right panel's horizontal line (it pays where the curve is below).
+        points: label -> (concurrencies, measured speedups[, (low, high) per point: the runs' range,
+            drawn as error bars]), on the left.
+        crossover: the last concurrency that pays, marked.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, c in curves.items():
+        left.plot(c["concurrency"], c["speedup"], label=label)
+        right.plot(c["concurrency"], c["break_even_accept_len"], label=label)
+    for (label, (xs, ys, *spread)), marker in zip(dict(points).items(), "osD^v"):
+        bars = None
+        if spread:
+            bars = np.array([[y - lo for y, (lo, _) in zip(ys, spread[0])], [hi - y for y, (_, hi) in zip(ys, spread[0])]])
+        left.errorbar(xs, ys, yerr=bars, fmt=marker, ms=6, capsize=3, zorder=3, label=label)
+    left.axhline(1.0, color="0.4", lw=1, ls="--")
+    right.axhline(tau, color="0.4", lw=1, ls="--", label=f"τ = {tau:.2f}")
+    if crossover is not None:
+        for ax in (left, right):
+            ax.axvline(crossover, color="tab:red", lw=1, ls=":", label=f"pays up to {crossover:g}")
+    for ax, ylabel in ((left, "speedup over plain decoding"), (right, "break-even τ")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: float, ceiling: float):
     """Each option's projected τ with its band, against the τ break-even and the target need.
 

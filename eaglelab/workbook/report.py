@@ -172,6 +172,8 @@ def decision_plan(numbers: dict[str, dict]):
     for name, value in scenario_json.items():
         if name == "k":
             fields[name] = field_int(scenario_json, name, where, ConfigError, high=64)
+        elif name == "at_concurrency":
+            fields[name] = field_int(scenario_json, name, where, ConfigError)
         elif isinstance(value, list):
             if len(value) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
                 raise ConfigError(where, f"field {name!r} must be a pair of numbers")

@@ -1,0 +1,292 @@
+"""Issue #29: does speculation pay at your load? The cost model's limits, its calibration, logs by concurrency.
+
+The model's physics as property tests (a dense target at one request is memory-bound: a verify costs
+what a decode step costs; at a large batch it is compute-bound: the verify costs k + 1 steps), the
+seed's numbers unchanged at its own point, calibration recovering a known machine, logs of several
+concurrencies (real SGLang and vLLM line formats) grouped and their speedup against a plain log, bad
+values in one line; and, where vLLM's CPU build is installed, the engine batched at several
+concurrencies beside the model calibrated on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eaglelab.cli import main
+from eaglelab.errors import ParameterError
+from eaglelab.serving import load as ld
+from eaglelab.serving.logs import by_concurrency, parse_log, parse_log_text, parse_plain_log
+
+
+def cli_json(*args: str) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(args)) == 0
+    return json.loads(out.getvalue())
+
+
+def dense(params: float, bandwidth: float, flops: float, kv: float = 0.0) -> ld.LoadModel:
+    shape = ld.TargetShape(dense_bytes=2 * params, active_params=params, kv_bytes_per_token=kv)
+    return ld.LoadModel(shape, ld.Machine("test", bandwidth, flops), context=1, draft_step_s=0.0)
+
+
+# --------------------------------------------------------------------------- the model's limits
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(params=st.floats(1e8, 1e12), k=st.integers(1, 8), bw=st.floats(1e11, 1e13))
+def test_one_request_is_memory_bound_a_verify_costs_a_decode_step(params, k, bw):
+    model = dense(params, bw, flops=bw * 1e3)  # arithmetic intensity far below the machine's ridge
+    ratio = float(model.verify_s(1, k) / model.decode_s(1))
+    assert ratio == pytest.approx(1.0, rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(params=st.floats(1e8, 1e12), k=st.integers(1, 8), flops=st.floats(1e12, 1e16))
+def test_a_large_batch_is_compute_bound_a_verify_costs_k_plus_one_steps(params, k, flops):
+    model = dense(params, bandwidth=flops * 1e3, flops=flops)  # bytes nearly free: FLOPs decide
+    ratio = float(model.verify_s(4096, k) / model.decode_s(4096))
+    assert ratio == pytest.approx(k + 1, rel=1e-6)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(k=st.integers(1, 6), tau=st.floats(1.0, 4.0))
+def test_the_verify_cost_in_steps_grows_with_concurrency_and_speedup_falls(k, tau):
+    model = ld.kimi_k25_on_pcie()
+    steps = [float(model.verify_s(b, k) / model.decode_s(b)) for b in (1, 4, 16, 64, 256, 1024)]
+    assert all(1.0 <= s <= k + 1 + 1e-9 for s in steps)
+    assert steps[-1] >= steps[0]
+    assert float(model.break_even_tau(1, k)) == pytest.approx(float(model.cycle_s(1, k) / model.decode_s(1)))
+
+
+def test_distinct_experts_grow_with_tokens_up_to_all_of_them():
+    shape = ld.kimi_k25_on_pcie().target
+    few, many = float(shape.weight_bytes(1)), float(shape.weight_bytes(10_000))
+    assert few < many <= shape.dense_bytes + shape.moe_layers * shape.experts_total * shape.expert_bytes * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_the_seeds_numbers_are_unchanged_at_its_own_point():
+    out = cli_json("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2.0", "--concurrency", "1",
+                   "8", "64", "128", "--json")
+    first = out["by_concurrency"][0]
+    assert first["concurrency"] == 1
+    assert first["speedup"] == pytest.approx(out["speedup"], rel=1e-9) == pytest.approx(2.0 / 30 * 1e3 / 82)
+    assert first["break_even_accept_len"] == pytest.approx(out["break_even_accept_len"]) == pytest.approx(2.46)
+    assert [r["concurrency"] for r in out["by_concurrency"]] == [1, 8, 64, 128]
+    assert {"concurrency", "break_even_accept_len", "speedup"} <= set(out["by_concurrency"][-1])
+
+
+def test_calibration_recovers_a_known_machine_from_several_points():
+    shape = ld.shape_from_config({"hidden_size": 2048, "num_hidden_layers": 24, "vocab_size": 32000,
+                                  "num_attention_heads": 16, "intermediate_size": 5632, "torch_dtype": "bfloat16"})
+    truth = ld.LoadModel(shape, ld.Machine("true", 1.2e12, 3e14, step_overhead_s=2e-3, request_overhead_s=5e-5),
+                         context=1024, draft_step_s=1e-3, draft_s_per_request=2e-5)
+    points = [ld.Point(b, decode_s=float(truth.decode_s(b)), cycle_s=float(truth.cycle_s(b, 3)), k=3)
+              for b in (1, 8, 64, 512)]
+    start = ld.LoadModel(shape, ld.Machine("guess", 3e12, 1e15), context=1024)
+    fitted = ld.calibrate(start, points)
+    for b in (1, 4, 16, 128, 1024):  # held in and held out alike
+        assert float(fitted.speedup(b, 3, 2.5)) == pytest.approx(float(truth.speedup(b, 3, 2.5)), rel=0.05), b
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(bw=st.floats(1e9, 1e11), flops=st.floats(1e10, 1e12), step=st.floats(1e-3, 0.1), per=st.floats(0.0, 0.02),
+       draft=st.floats(1e-4, 0.02), growth=st.floats(0.0, 1e-3), high=st.sampled_from([4, 16, 64]))
+def test_a_cpu_measured_at_two_concurrencies_is_reproduced_at_both(bw, flops, step, per, draft, growth, high):
+    shape = ld.shape_from_config({"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152,
+                                  "num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536,
+                                  "torch_dtype": "float32"})
+    truth = ld.LoadModel(shape, ld.Machine("cpu here", bw, flops, step, per, overlap=False), context=64,
+                         draft_step_s=draft, draft_s_per_request=growth)
+    points = [ld.Point(b, decode_s=float(truth.decode_s(b)), cycle_s=float(truth.cycle_s(b, 3)), k=3) for b in (1, high)]
+    fitted = ld.calibrate(ld.LoadModel(shape, ld.CPU, context=64), points)
+    for p in points:
+        assert float(fitted.decode_s(p.concurrency)) == pytest.approx(p.decode_s, rel=0.02)
+        assert float(fitted.cycle_s(p.concurrency, 3)) == pytest.approx(p.cycle_s, rel=0.02)
+    for b in (1, 2, 4, 8, 16, 32, 64):  # whatever else the fit chose, the speedup between lies in between
+        assert math.isfinite(float(fitted.speedup(b, 3, 2.0)))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(1, 512), st.floats(1e-4, 10.0), st.floats(1e-4, 10.0)), min_size=2, max_size=6))
+def test_any_measured_points_give_a_model_of_positive_finite_steps(measured):
+    points = [ld.Point(b, decode_s=d, cycle_s=c, k=3) for b, d, c in measured]
+    model = ld.calibrate(ld.LoadModel(ld.kimi_k25_on_pcie().target, ld.CPU), points)
+    params = [model.machine.step_overhead_s, model.machine.request_overhead_s, model.draft_step_s,
+              model.draft_s_per_request, model.machine.bandwidth_bytes_s, model.machine.flops_s]
+    assert all(math.isfinite(v) and v >= 0 for v in params)
+    for b in (1, 64, 1024):
+        assert float(model.decode_s(b)) > 0 and float(model.cycle_s(b, 3)) > 0
+
+
+def test_one_point_is_reproduced_exactly():
+    model = ld.calibrate(ld.kimi_k25_on_pcie(), [ld.Point(8, decode_s=0.02, cycle_s=0.05, k=3)])
+    assert float(model.decode_s(8)) == pytest.approx(0.02) and float(model.cycle_s(8, 3)) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("point", [ld.Point(1, decode_s=-1.0), ld.Point(1, decode_s=math.nan), ld.Point(0, decode_s=1.0),
+                                   ld.Point(1, cycle_s=0.03, k=3)])
+def test_impossible_points_are_refused(point):
+    with pytest.raises(ParameterError):
+        ld.calibrate(ld.kimi_k25_on_pcie(), [point])
+
+
+def test_the_decision_table_says_up_to_which_concurrency_each_option_pays():
+    out = cli_json("plan", "--json")
+    rows = out["rows"]
+    assert all("pays_up_to" in r for r in rows)
+    assert rows[0]["kind"] == "serve as now" and rows[0]["pays_up_to"] is None  # τ 2.0 does not pay at 82 / 30 ms
+    assert any(r["pays_up_to"] for r in rows) and out["load"]["at_concurrency"] == 1
+
+
+# --------------------------------------------------------------------------- logs by concurrency
+
+SGLANG = ("[2026-01-01 10:00:{s:02d} TP0] Decode batch[ 40], #running-req: {b}, #token: 900, token usage: 0.02, "
+          "accept len: {tau}, accept rate: 0.40, cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0,")
+SGLANG_PLAIN = ("[2026-01-01 11:00:{s:02d} TP0] Decode batch[ 40], #running-req: {b}, #token: 900, token usage: 0.02, "
+                "cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0,")
+VLLM_SPEC = ("INFO 11-02 11:00:{s:02d} [metrics.py:96] SpecDecoding metrics: Mean acceptance length: {tau}, Accepted "
+             "throughput: 30.91 tokens/s, Drafted throughput: 96.77 tokens/s, Accepted: 919 tokens, Drafted: 3000 tokens, "
+             "Avg Draft acceptance rate: 30.6%")
+VLLM_STATS = ("INFO 11-02 11:00:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 52.1 tokens/s, Avg generation "
+              "throughput: {tps} tokens/s, Running: {b} reqs, Waiting: 0 reqs, GPU KV cache usage: 0.2%")
+
+
+def test_a_mixed_concurrency_sglang_log_is_grouped_and_set_beside_a_plain_log(tmp_path):
+    spec = tmp_path / "spec.log"
+    spec.write_text("\n".join(SGLANG.format(s=i, b=b, tau=tau, tps=tps) for i, (b, tau, tps) in enumerate(
+        [(1, 2.2, 60.0), (1, 2.0, 62.0), (8, 2.1, 400.0), (8, 2.1, 420.0), (8, 1.9, 410.0), (64, 2.0, 1500.0)])) + "\n")
+    plain = tmp_path / "plain.log"
+    plain.write_text("\n".join(SGLANG_PLAIN.format(s=i, b=b, tps=tps) for i, (b, tps) in enumerate(
+        [(1, 80.0), (1, 82.0), (8, 500.0), (64, 1200.0), (64, 1300.0)])) + "\n")
+    rows = by_concurrency(parse_log(spec), parse_plain_log(plain))
+    assert [(r["concurrency"], r["n"]) for r in rows] == [(1, 2), (8, 3), (64, 1)]
+    one, eight, many = rows
+    assert one["accept_len"] == pytest.approx(2.1) and one["throughput"] == pytest.approx(61.0)
+    assert one["speedup"] == pytest.approx(61.0 / 81.0) and eight["speedup"] == pytest.approx(410.0 / 500.0)
+    assert many["speedup"] == pytest.approx(1500.0 / 1250.0) and many["plain_n"] == 2
+    out = cli_json("perf", "--log", str(spec), "--plain-log", str(plain), "--json")
+    assert [r["concurrency"] for r in out["log_by_concurrency"]] == [1, 8, 64]
+    assert out["calibrated_on"] and out["by_concurrency"]  # the logs fix the model, which answers per concurrency
+    plain_json = cli_json("perf", "--log", str(spec), "--json")["by_concurrency"]
+    assert [{k: r[k] for k in ("concurrency", "n", "accept_len", "throughput")} for r in plain_json] == [
+        {k: r[k] for k in ("concurrency", "n", "accept_len", "throughput")} for r in rows]
+
+
+def test_vllm_spec_lines_take_the_concurrency_of_their_stats_line(tmp_path):
+    log = tmp_path / "vllm.log"
+    lines = []
+    for i, (b, tau, tps) in enumerate([(1, 2.0, 60.0), (1, 2.2, 62.0), (4, 1.9, 200.0)]):
+        lines += [VLLM_SPEC.format(s=2 * i, tau=tau), VLLM_STATS.format(s=2 * i, tps=tps, b=b)]
+    log.write_text("\n".join(lines) + "\n")
+    parsed = parse_log(log)
+    assert [r.concurrency for r in parsed.records] == [1, 1, 4] and parsed.plain == []
+    assert [(r["concurrency"], r["n"], r["throughput"]) for r in by_concurrency(parsed)] == [(1, 2, 61.0), (4, 1, 200.0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("spec"), st.sampled_from([1.5, 2.0, 2.5])),
+                          st.tuples(st.just("stats"), st.integers(1, 64))), max_size=30))
+def test_each_vllm_record_takes_the_stats_line_of_its_interval(events):
+    """Any interleaving: a record takes the first stats line before the next record, else the last one before it."""
+    lines = [VLLM_SPEC.format(s=0, tau=v) if kind == "spec" else VLLM_STATS.format(s=0, tps=10.0, b=v)
+             for kind, v in events]
+    parsed = parse_log_text("\n".join(lines) + "\n")
+    spec_at = [i for i, (kind, _) in enumerate(events) if kind == "spec"]
+    stats = [(i, v) for i, (kind, v) in enumerate(events) if kind == "stats"]
+    want = []
+    for n, i in enumerate(spec_at):
+        limit = spec_at[n + 1] if n + 1 < len(spec_at) else len(events)
+        after = [v for j, v in stats if i < j < limit]
+        before = [v for j, v in stats if j < i]
+        want.append(after[0] if after else (before[-1] if before else None))
+    assert [r.concurrency for r in parsed.records] == want
+    assert parsed.plain == [] if spec_at else len(parsed.plain) == len(stats)
+
+
+def test_a_speculative_log_is_not_a_plain_baseline(tmp_path, capsys):
+    spec = tmp_path / "spec.log"
+    spec.write_text(SGLANG.format(s=0, b=1, tau=2.0, tps=60.0) + "\n")
+    assert main(["perf", "--log", str(spec), "--plain-log", str(spec)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "without speculation" in err[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "1.5", "inf", "1e309", ""])
+def test_bad_concurrency_is_one_line(capsys, value):
+    with pytest.raises(SystemExit) as stop:
+        main(["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--concurrency", value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--concurrency" in err[0]
+
+
+def test_perf_and_plan_still_import_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from eaglelab.cli import main; main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', "
+            "'--accept-len', '2', '--concurrency', '1', '64']); main(['plan']); "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --------------------------------------------------------------------------- the engine at several concurrencies
+
+
+def _group(c: int, runs, tau=2.0) -> dict:
+    return {"concurrency": c, "tokens_per_s": 100.0, "tokens_per_s_runs": runs, "spec": {"tau": tau}}
+
+
+@pytest.mark.parametrize("answer, problem", [
+    ({"groups": "x"}, "one object per concurrency"),
+    ({"groups": [_group(1, [100.0, 90.0, 95.0])]}, "one object per concurrency"),
+    ({"groups": [_group(2, [1.0] * 3), _group(1, [1.0] * 3)]}, "not the concurrencies asked for"),
+    ({"groups": [_group(1, [1.0, 2.0]), _group(2, [1.0] * 3)]}, "one rate per repeat"),
+    ({"groups": [_group(1, [1.0, float("nan"), 1.0]), _group(2, [1.0] * 3)]}, "tokens_per_s_runs|run"),
+    ({"groups": [_group(1, [1.0] * 3, tau=9.0), _group(2, [1.0] * 3)]}, "tau"),
+    ({"groups": [{**_group(1, [1.0] * 3), "spec": None}, _group(2, [1.0] * 3)]}, "no spec counters"),
+])
+def test_a_worker_answer_for_several_concurrencies_is_checked_field_by_field(answer, problem):
+    from eaglelab.engines.vllm import _groups_from_result
+    from eaglelab.errors import EngineError
+
+    with pytest.raises(EngineError, match=problem):
+        _groups_from_result(answer, [1, 2], k=3, repeats=3)
+
+
+def test_vllm_batched_at_several_concurrencies_beside_the_model(tiny_world):
+    from transformers import AutoTokenizer
+
+    from eaglelab.data.sets import measure_prompts
+    from eaglelab.engines.vllm import engine_status
+    from eaglelab.jobs.load import engine_load_check
+
+    ok, why = engine_status()
+    if not ok:
+        pytest.skip(f"vLLM environment not installed here: {why}")
+    tok = AutoTokenizer.from_pretrained(str(tiny_world.target_a))
+    prompts = measure_prompts(tok, 4, tiny_world)
+    cfg = json.loads((tiny_world.target_a / "config.json").read_text())
+    check = engine_load_check(str(tiny_world.target_a), str(tiny_world.drafter_a), prompts, 12, 3, [1, 2, 4], cfg)
+    assert [r["concurrency"] for r in check.rows] == [1, 2, 4]
+    assert [r["held_out"] for r in check.rows] == [False, True, False]
+    for r in check.rows:
+        assert 1 <= r["tau"] <= 4 and r["alone_tps"] > 0 and r["drafter_tps"] > 0
+        assert r["measured"] == pytest.approx(r["drafter_tps"] / r["alone_tps"])
+        assert math.isfinite(r["model"]) and r["model"] > 0
+        # three runs per side: the median lies inside the range they allow
+        assert r["measured_low"] <= r["measured"] <= r["measured_high"]
+        assert r["within_noise"] == (r["measured_low"] <= r["model"] <= r["measured_high"])
+    assert [len(runs) for runs in check.run.drafter_runs] == [3, 3, 3]
