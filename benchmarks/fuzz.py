@@ -45,8 +45,8 @@ from tests import fuzzing_write as fw  # noqa: E402
 
 #: Every category: the readers', then the write side's (each with its own time cap where it needs one).
 ALL_CATEGORIES = fz.CATEGORIES + fw.CATEGORIES
-#: Seconds per case where a category needs more than the default cap (a hub case waits out its 1 s deadline).
-CAPS = {"hub": 4.0, "picker": 20.0}
+#: Seconds per case where a category needs more than the default cap (``tests/fuzzing_write.py`` says why).
+CAPS = fw.TIME_CAPS
 
 
 class Tally:

@@ -46,6 +46,9 @@ from tests import script_stubs
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 CATEGORIES = ("param", "out", "recipe", "readback", "worker", "hub", "picker")
+#: Seconds per case where a category needs more than the readers' cap: a hub case waits out its 1 s deadline,
+#: a picker walks a tree, a findings file that reads renders the game plan's figure (PNG and PDF, about 1 s here).
+TIME_CAPS = {"hub": 4.0, "picker": 20.0, "readback": 10.0}
 
 
 def cli_errors(command: str, func: Callable[[list[str]], None]) -> Callable[[list[str]], int]:
@@ -280,10 +283,12 @@ def _script_runs_as_written(out: Path, engine: str, flag: str, value: str):
 # --------------------------------------------------------------------------- readback
 
 def base_findings() -> dict[str, Any]:
+    """What notebook 01 writes (strict JSON: its infinities as null), for the mutations to start from."""
+    from eaglelab.outputs import strict_json_text
     from eaglelab.planning.decision_table import Scenario, plan
 
-    return {"notebook": "01", "numbers": {"plan": plan(Scenario.founding_case()).to_json(), "lever": "CUDA graphs"},
-            "bullets": ["- a finding"]}
+    numbers = {"plan": plan(Scenario.founding_case()).to_json(), "lever": "CUDA graphs"}
+    return json.loads(strict_json_text({"notebook": "01", "numbers": numbers, "bullets": ["- a finding"]}))
 
 
 def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:

@@ -158,7 +158,7 @@ def test_fuzz_write_side(tmp_path, category, examples):
     @given(data=st.data())
     def body(data):
         case = data.draw(strategy, label="case")
-        outcome = fz.check(case, 20 if category == "picker" else fz.TIME_CAP_S)
+        outcome = fz.check(case, max(fz.TIME_CAP_S, fw.TIME_CAPS.get(category, 0.0)))
         assert outcome.acceptable, fz.describe(case, outcome)
 
     body()
