@@ -55,6 +55,18 @@ class ParameterError(EaglelabError):
     """A numeric or command-line parameter is out of its valid range."""
 
 
+def is_whole(value, low: int = 1) -> bool:
+    """Whether ``value`` is an int (a bool is not) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def require_whole(name: str, value, low: int = 1) -> int:
+    """``value`` when it is a whole number >= ``low``, else a :class:`ParameterError` naming ``name``."""
+    if not is_whole(value, low):
+        raise ParameterError(name, f"must be a whole number >= {low}, got {value!r}")
+    return value
+
+
 class EngineError(EaglelabError):
     """A serving engine (vLLM in its own environment) is absent, failed, or answered outside its contract."""
 

@@ -64,14 +64,12 @@ class FinetuneSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        from eaglelab.errors import ParameterError
+        from eaglelab.errors import ParameterError, require_whole
         from eaglelab.train.ttt import LOSS_CONVENTIONS
 
         for name in ("seq_len", "train_sequences", "eval_sequences", "steps", "batch_size", "ttt_length", "k",
                      "measure_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ParameterError(name, f"must be a whole number >= 1, got {value!r}")
+            require_whole(name, getattr(self, name))
         if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not 0 < self.lr < 1:
             raise ParameterError("lr", f"must be a number in (0, 1), got {self.lr!r}")
         if self.loss_convention not in LOSS_CONVENTIONS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglelab.errors import ParameterError
+from eaglelab.errors import ParameterError, is_whole, require_whole
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 
@@ -50,12 +50,10 @@ class LoadSettings:
     def __post_init__(self):
         import math
 
-        if not self.concurrency or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in self.concurrency):
+        if not self.concurrency or not all(is_whole(c) for c in self.concurrency):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {list(self.concurrency)}")
         for name in ("at_concurrency", "k", "gpus", "context"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ParameterError(f"--{name.replace('_', '-')}", f"must be a whole number >= 1, got {value!r}")
+            require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
         for name in ("baseline_tps", "cycle_ms", "accept_len"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):

@@ -51,14 +51,11 @@ class ProbeSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        from eaglelab.errors import ParameterError
+        from eaglelab.errors import ParameterError, require_whole
 
         for name in ("sequences", "seq_len", "k", "batch_size", "measure_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ParameterError(name, f"must be a whole number >= 1, got {value!r}")
-        if isinstance(self.measure_prompts, bool) or not isinstance(self.measure_prompts, int) or self.measure_prompts < 0:
-            raise ParameterError("measure_prompts", f"must be a whole number >= 0, got {self.measure_prompts!r}")
+            require_whole(name, getattr(self, name))
+        require_whole("measure_prompts", self.measure_prompts, low=0)
         if self.dtype not in DTYPES:
             raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from eaglelab.decisions import Option
-from eaglelab.errors import ParameterError
+from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
@@ -88,9 +88,8 @@ class Scenario:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ParameterError(name, f"must be a positive number, got {v!r}")
-        if isinstance(self.at_concurrency, bool) or not isinstance(self.at_concurrency, int) or self.at_concurrency < 1:
-            raise ParameterError("at_concurrency", f"must be a whole number >= 1, got {self.at_concurrency!r}")
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+        require_whole("at_concurrency", self.at_concurrency)
+        if not is_whole(self.k):
             raise ParameterError("k", f"draft tokens per cycle must be a whole number >= 1, got {self.k!r}")
         if self.break_even_tau < 1.0:  # also catches a cycle so short its tok/s overflow
             raise ParameterError("cycle_ms", f"a {self.cycle_ms:g} ms cycle is shorter than one plain decoding step at "

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from eaglelab.errors import ParameterError
+from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.serving.perf import accept_len_constant_rate, distinct_experts_touched, rate_for_accept_len
 
 #: Concurrencies scanned for "up to which concurrency does it pay" (the answer is the largest that pays).
@@ -343,9 +343,8 @@ def calibrate(model: LoadModel, points: Iterable[Point]) -> LoadModel:
         for value in (p.decode_s, p.cycle_s):
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ParameterError("calibration", f"a measured step must be a positive time, got {value!r}")
-        if isinstance(p.concurrency, bool) or not isinstance(p.concurrency, int) or p.concurrency < 1:
-            raise ParameterError("concurrency", f"must be a whole number >= 1, got {p.concurrency!r}")
-        if p.cycle_s is not None and (isinstance(p.k, bool) or not isinstance(p.k, int) or p.k < 1):
+        require_whole("concurrency", p.concurrency)
+        if p.cycle_s is not None and not is_whole(p.k):
             raise ParameterError("k", f"a measured cycle needs its drafts per cycle (>= 1), got {p.k!r}")
     decode = [p for p in points if p.decode_s is not None]
     if not decode:
@@ -465,7 +464,7 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau: fl
     """
     rows = []
     for b in concurrency:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        if not is_whole(b):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {b!r}")
         speedup = float(model.speedup(b, k, tau))
         kk, best = model.best_k(b, tau, k)
