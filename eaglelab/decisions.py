@@ -37,6 +37,29 @@ OPTIONS = (Option.PLUG_IN, Option.WARM_START, Option.FROM_SCRATCH)
 #: Measured τ within this of the best counts as a tie (run-to-run spread of τ over a few prompts);
 #: the cheaper option wins a tie.
 TAU_TIE = 0.05
+#: Bootstrap resamples of the sequences behind a verdict's band, and the band's coverage.
+BOOTSTRAP_REPS = 2000
+BAND_LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class Band:
+    """A bootstrap percentile band of one number: ``low`` .. ``high`` at coverage ``level``."""
+
+    low: float
+    high: float
+    level: float = BAND_LEVEL
+
+    def straddles(self, threshold: float) -> bool:
+        """Whether the band holds values on both sides of ``threshold``."""
+        return self.low < threshold <= self.high
+
+    def text(self, percent: bool = False) -> str:
+        f = (lambda v: f"{100 * v:.0f}%") if percent else (lambda v: f"{v:.2f}")
+        return f"{f(self.low)}–{f(self.high)} ({100 * self.level:.0f}% band)"
+
+    def to_json(self) -> dict:
+        return {"low": self.low, "high": self.high, "level": self.level}
 
 
 @dataclass(frozen=True)
@@ -44,17 +67,37 @@ class Decision:
     """A verdict with the reasons that led to it (numbers formatted in).
 
     Attributes:
-        action: an :class:`Option`: plug in, warm start or from scratch.
+        action: an :class:`Option`: plug in, warm start or from scratch (the point estimate's).
         reasons: one line per step of the argument.
         kept: fraction of the gain (τ - 1) on the old target kept on the new one.
+        between: the two options whose threshold the bootstrap band straddles (empty when the
+            band is clear of it, or there is no band): too close to call on these sequences.
+        bands: ``kept``, ``tau_a``, ``tau_b`` as :class:`Band` (None without per-sequence data).
     """
 
     action: str
     reasons: list[str]
     kept: float
+    between: tuple[str, ...] = ()
+    bands: dict | None = None
+
+    @property
+    def close(self) -> bool:
+        return bool(self.between)
+
+    @property
+    def label(self) -> str:
+        """The verdict in words: one option, or the two a band straddles."""
+        if self.between:
+            return f"{self.between[0]} or {self.between[1]} (too close to call)"
+        return str(self.action)
 
     def to_json(self) -> dict:
-        return {"level": self.action, "reasons": list(self.reasons), "kept": self.kept}
+        out = {"level": self.action, "reasons": list(self.reasons), "kept": self.kept,
+               "between": [str(o) for o in self.between]}
+        if self.bands:
+            out["bands"] = {k: b.to_json() for k, b in self.bands.items()}
+        return out
 
 
 def gain_kept(tau_old: float, tau_new: float) -> float:
@@ -63,21 +106,89 @@ def gain_kept(tau_old: float, tau_new: float) -> float:
     return (tau_new - 1.0) / gain if gain > 0 else 0.0
 
 
-def plugin_verdict(accept_on_a: float, accept_on_b: float) -> Decision:
-    """Plug in as is, warm start, or train from scratch, from the old drafter's τ on the old target A and the new B."""
+def _ratio(hits, counted):
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(counted > 0, hits / np.maximum(counted, 1), np.nan)
+
+
+def tau_bands(hits_a, counted_a, hits_b, counted_b, reps: int = BOOTSTRAP_REPS, level: float = BAND_LEVEL,
+              seed: int = 0) -> dict:
+    """Bootstrap bands over sequences of τ on A and B, the gain kept, and the per-position acceptance.
+
+    The two targets saw the same sequences, so each resample draws sequences once for both (a paired
+    bootstrap): the band of the gain kept is that of a ratio whose two sides move together.
+
+    Args:
+        hits_a, hits_b: [N, k] per sequence and draft position, the positions where drafts 1..i were
+            all right (teacher forced) on A and on B.
+        counted_a, counted_b: [N, k] the positions counted.
+        reps: resamples; level: coverage of each percentile band; seed: the resampling's seed.
+
+    Returns:
+        ``{"kept", "tau_a", "tau_b": Band, "chain_a", "chain_b": [Band] per position, "sequences": N}``.
+    """
+    import numpy as np
+
+    arrays = [np.asarray(x, dtype=np.float64) for x in (hits_a, counted_a, hits_b, counted_b)]
+    n = arrays[0].shape[0]
+    if n == 0 or any(a.shape != arrays[0].shape or a.ndim != 2 for a in arrays):
+        raise ValueError("per-sequence hits and counts must be [N, k] arrays of one shape, N >= 1")
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=reps)  # [reps, N]
+    ha, ca, hb, cb = (weights @ a for a in arrays)  # [reps, k]
+    chain_a, chain_b = _ratio(ha, ca), _ratio(hb, cb)
+    tau_a, tau_b = 1 + np.nansum(chain_a, 1), 1 + np.nansum(chain_b, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = np.where(tau_a > 1, (tau_b - 1) / (tau_a - 1), 0.0)
+    q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
+
+    def band(x) -> Band:
+        lo, hi = np.nanpercentile(x, q) if np.isfinite(x).any() else (float("nan"), float("nan"))
+        return Band(float(lo), float(hi), level)
+
+    return {"kept": band(kept), "tau_a": band(tau_a), "tau_b": band(tau_b),
+            "chain_a": [band(chain_a[:, i]) for i in range(chain_a.shape[1])],
+            "chain_b": [band(chain_b[:, i]) for i in range(chain_b.shape[1])], "sequences": n}
+
+
+def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = None) -> Decision:
+    """Plug in as is, warm start, or train from scratch, from the old drafter's τ on the old target A and the new B.
+
+    Args:
+        accept_on_a, accept_on_b: τ (teacher forced) on A and on B.
+        bands: :func:`tau_bands` of those numbers; when the band of the gain kept straddles
+            :data:`PLUGIN_KEEP` (or that of τ on B straddles :data:`WARM_START_MIN_TAU`), the verdict
+            names both options (``between``) instead of one.
+    """
     kept = gain_kept(accept_on_a, accept_on_b)
     reasons = [f"τ {accept_on_a:.2f} on A vs {accept_on_b:.2f} on B: the drafter keeps "
                f"{100 * kept:.0f}% of its gain (τ - 1) on the new target"]
+    kept_band, tau_b_band = (bands or {}).get("kept"), (bands or {}).get("tau_b")
+    if kept_band is not None:
+        reasons[0] += f" ({kept_band.text(percent=True)} over {bands['sequences']} sequences)"
     if kept >= PLUGIN_KEEP:
-        return Decision(Option.PLUG_IN, reasons + [f"at least {100 * PLUGIN_KEEP:.0f}% kept: serve it as is, "
-                                              "fine-tune later"], kept)
-    if accept_on_b >= WARM_START_MIN_TAU:
-        return Decision(Option.WARM_START, reasons + [
-            f"τ on B {accept_on_b:.2f} ≥ {WARM_START_MIN_TAU}: the old drafter is a better start than random "
-            "weights; fine-tune it on the new target's data"], kept)
-    return Decision(Option.FROM_SCRATCH, reasons + [
-        f"τ on B {accept_on_b:.2f} < {WARM_START_MIN_TAU}: little of the old drafter transfers; train from "
-        "scratch (or check aux layers and tokenizer first)"], kept)
+        action, why = Option.PLUG_IN, f"at least {100 * PLUGIN_KEEP:.0f}% kept: serve it as is, fine-tune later"
+    elif accept_on_b >= WARM_START_MIN_TAU:
+        action, why = Option.WARM_START, (f"τ on B {accept_on_b:.2f} ≥ {WARM_START_MIN_TAU}: the old drafter is a "
+                                          "better start than random weights; fine-tune it on the new target's data")
+    else:
+        action, why = Option.FROM_SCRATCH, (f"τ on B {accept_on_b:.2f} < {WARM_START_MIN_TAU}: little of the old "
+                                            "drafter transfers; train from scratch (or check aux layers and "
+                                            "tokenizer first)")
+    between: tuple[str, ...] = ()
+    if kept_band is not None and kept_band.straddles(PLUGIN_KEEP):
+        other = Option.WARM_START if accept_on_b >= WARM_START_MIN_TAU else Option.FROM_SCRATCH
+        between = (Option.PLUG_IN, other)
+        why = (f"the band of the gain kept, {kept_band.text(percent=True)}, straddles {100 * PLUGIN_KEEP:.0f}%: "
+               f"{between[0]} or {between[1]} cannot be told apart on these sequences; probe more sequences, or "
+               "let the fine-tune's measured τ decide (notebook 04)")
+    elif action != Option.PLUG_IN and tau_b_band is not None and tau_b_band.straddles(WARM_START_MIN_TAU):
+        between = (Option.WARM_START, Option.FROM_SCRATCH)
+        why = (f"the band of τ on B, {tau_b_band.text()}, straddles {WARM_START_MIN_TAU}: warm start or from "
+               "scratch cannot be told apart on these sequences; let the fine-tune's measured τ decide")
+    return Decision(action, reasons + [why], kept, between,
+                    {k: bands[k] for k in ("kept", "tau_a", "tau_b")} if bands else None)
 
 
 def best_drafter(measured: Mapping[str, Mapping[str, float]], key: str = "accept_len") -> str:

@@ -81,3 +81,7 @@ class OverwriteError(EaglelabError):
 
 class OutputError(EaglelabError):
     """A write failed: a read-only place, a path under a file, no space left, a name the file system refuses."""
+
+
+class DumpError(SourceError):
+    """A hidden-state dump (SpecForge's or vLLM's) cannot be read or does not fit the probe."""

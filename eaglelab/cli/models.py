@@ -125,7 +125,8 @@ def probe_settings(args):
     return ProbeSettings(args.target_a, args.target_b, args.drafter, data=args.data, world_dir=args.world_dir,
                          sequences=args.sequences, seq_len=args.seq_len, k=args.k, batch_size=args.batch_size,
                          measure_prompts=args.measure_prompts, measure_tokens=args.measure_tokens, dtype=args.dtype,
-                         device=args.device, device_map=args.device_map, trust_remote_code=args.trust_remote_code)
+                         device=args.device, device_map=args.device_map, trust_remote_code=args.trust_remote_code,
+                         states_a=args.states_a, states_b=args.states_b)
 
 
 def cmd_probe(args) -> int:
@@ -348,6 +349,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch-size", type=count, default=d["batch_size"].default,
                    help="sequences per forward (memory is bounded by this)")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--states-a", help="folder of target A's hidden-state dumps (SpecForge or vLLM layout): the probe "
+                                      "then loads neither target, only their heads and embeddings")
+    p.add_argument("--states-b", help="folder of target B's dumps, on the same conversations as --states-a")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
 

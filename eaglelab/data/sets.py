@@ -99,19 +99,25 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
         With a world that keeps its targets' replies: the first ``n`` held-out conversations of
         target A whole (prompt + A's own reply, right-padded), counted where the next token is
         A's reply (what the old drafter serves; a user's prompt is not drafted). Otherwise
-        ``seq_len``-token rows, every position counted.
+        ``seq_len``-token rows, every position counted but the last (no token of the row follows it;
+        an engine's dump cannot say what would).
     """
     if data_file is not None:
         ids = sequences_from_file(data_file, tokenizer, seq_len)[:n]
-        return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
-                        DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"))
+        return ProbeSet(ids, _all_but_last(ids), DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"))
     if world is not None and world.has_replies():
         ids, counted, _ = response_rows(Responses.load(world.replies_a / "held_out.safetensors").subset(n))
         return ProbeSet(ids, counted, DataSource(
             "world-replies", f"target A's own replies to {len(ids)} held-out prompts ({world.root.name} world)"))
     ids = builtin_sequences(tokenizer, seq_len, "held_out", n)
-    return ProbeSet(ids, torch.ones_like(ids, dtype=torch.bool),
+    return ProbeSet(ids, _all_but_last(ids),
                     DataSource("built-in", f"built-in held-out stdlib text: {len(ids)} rows of {seq_len} tokens"))
+
+
+def _all_but_last(ids: torch.Tensor) -> torch.Tensor:
+    counted = torch.ones_like(ids, dtype=torch.bool)
+    counted[:, -1:] = False
+    return counted
 
 
 def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None, world: World | None = None,

@@ -1,4 +1,4 @@
-"""Captured target states as a dataset, and SpecForge's offline hidden-state files.
+"""Captured target states as a dataset (the engines' dump folders are read by :mod:`eaglelab.data.dumps`).
 
 A sample pairs token ids with what the target computed on them: the aux hidden states the
 drafter reads and the last hidden state (from which the target's logits are recomputed with
@@ -10,7 +10,7 @@ logits of the draft vocabulary (``H x Vd`` per token, not ``H x V``). Knows noth
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,54 +108,6 @@ def capture_hidden_states(target: Target, sequences: torch.Tensor, loss_mask: to
     mask = loss_mask if loss_mask is not None else torch.ones_like(sequences, dtype=torch.bool)
     return HiddenStates(sequences.cpu(), mask.bool().cpu(), torch.cat(aux), torch.cat(last), torch.cat(greedy),
                         tuple(target.aux_layer_outputs))
-
-
-def load_specforge_sample(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read one SpecForge ``prepare_hidden_states.py`` file (a torch.save dict), safely.
-
-    Uses ``torch.load(weights_only=True)``: plain tensors only, no code is unpickled.
-
-    Returns:
-        dict with ``input_ids`` [S], ``loss_mask`` [S], ``hidden_state`` [1, S, H],
-        ``aux_hidden_state`` [1, S, 3H].
-    """
-    try:
-        d = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise SourceError(path, f"not a SpecForge hidden-state file readable with weights_only=True ({exc})") from None
-    missing = {"input_ids", "loss_mask", "hidden_state", "aux_hidden_state"} - set(d)
-    if missing:
-        raise SourceError(path, f"SpecForge sample lacks {sorted(missing)}")
-    return d
-
-
-def hidden_states_from_specforge(paths: Iterable[str | Path]) -> HiddenStates:
-    """Stack SpecForge offline samples of equal length into a HiddenStates."""
-    samples = [load_specforge_sample(p) for p in paths]
-    if not samples:
-        raise SourceError("specforge", "no sample files given")
-    lengths = {s["input_ids"].shape[-1] for s in samples}
-    if len(lengths) != 1:
-        raise SourceError("specforge", f"samples have different lengths {sorted(lengths)}; pad or crop them first")
-    return HiddenStates(
-        torch.stack([s["input_ids"].reshape(-1) for s in samples]),
-        torch.stack([s["loss_mask"].reshape(-1).bool() for s in samples]),
-        torch.cat([s["aux_hidden_state"].reshape(1, -1, s["aux_hidden_state"].shape[-1]) for s in samples]),
-        torch.cat([s["hidden_state"].reshape(1, -1, s["hidden_state"].shape[-1]) for s in samples]),
-    )
-
-
-def save_specforge_samples(states: HiddenStates, out_dir: str | Path) -> list[Path]:
-    """Write HiddenStates as SpecForge offline files (``data_{i}.ckpt``), for interchange."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(len(states)):
-        p = out / f"data_{i}.ckpt"
-        torch.save({"input_ids": states.input_ids[i], "loss_mask": states.loss_mask[i].long(),
-                    "hidden_state": states.last_hidden[i: i + 1], "aux_hidden_state": states.aux[i: i + 1]}, p)
-        paths.append(p)
-    return paths
 
 
 @dataclass

@@ -30,8 +30,12 @@ class ProbeSettings:
         batch_size: sequences per forward: the probe's memory is bounded by it.
         measure_prompts: held-out prompts decoded for real on both targets (0: none).
         measure_tokens: new tokens per measured prompt.
-        dtype, device, device_map: how the targets load (``device_map="auto"`` spreads each over the GPUs).
+        dtype, device, device_map: how the targets load (``device_map="auto"`` spreads each over the GPUs);
+            from dumps, the dtype of the head products and the device they run on.
         trust_remote_code: allow the targets' own code (off unless asked).
+        states_a, states_b: folders of the engines' hidden-state dumps of A and of B (SpecForge's or
+            vLLM's layout, :mod:`eaglelab.data.dumps`): the probe then loads neither target, only
+            their heads and embeddings; ``sequences`` caps the sample pairs probed.
     """
 
     target_a: str
@@ -49,6 +53,12 @@ class ProbeSettings:
     device: str | None = None
     device_map: str | None = None
     trust_remote_code: bool = False
+    states_a: str | None = None
+    states_b: str | None = None
+
+    @property
+    def from_dumps(self) -> bool:
+        return self.states_a is not None or self.states_b is not None
 
     def __post_init__(self):
         from eaglelab.errors import ParameterError, require_whole
@@ -58,6 +68,8 @@ class ProbeSettings:
         require_whole("measure_prompts", self.measure_prompts, low=0)
         if self.dtype not in DTYPES:
             raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if (self.states_a is None) != (self.states_b is None):
+            raise ParameterError("--states-a / --states-b", "give both dump folders (A's and B's), or neither")
 
 
 @dataclass
@@ -108,6 +120,8 @@ class ProbeReport:
         out = {**self.result.to_json(), "checkpoints": {"target_a": self.settings.target_a,
                                                         "target_b": self.settings.target_b,
                                                         "drafter": self.settings.drafter},
+               "states": ({"a": self.settings.states_a, "b": self.settings.states_b} if self.settings.from_dumps
+                          else None), "notes": list(self.notes),
                "k": self.settings.k, "data": {"description": self.data, "positions": self.positions}}
         if self.measured is not None:
             out["measured"] = self.measured
@@ -116,24 +130,29 @@ class ProbeReport:
     def headline(self, tag: str = "") -> str:
         """One line: the verdict, τ on A and B, agreement, and which checkpoints were compared."""
         s = self.settings
-        return (f"Verdict{' ' + tag if tag else ''}: {self.result.decision.action.upper()} · drafter {s.drafter} "
+        return (f"Verdict{' ' + tag if tag else ''}: {self.result.decision.label.upper()} · drafter {s.drafter} "
                 f"on {s.target_a} (A) and {s.target_b} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
                 f"{self.tau_b:.2f} on B · next-token agreement {100 * self.result.argmax_agreement:.1f}%")
 
     def lines(self) -> list[str]:
         """What ``eaglelab probe`` prints."""
         out = [f"data: {self.data}; {self.positions} positions counted; next-token agreement "
-               f"{self.result.argmax_agreement:.3f}"]
+               f"{self.result.argmax_agreement:.3f}, total variation {self.result.tv:.3f}"]
         for layer in self.result.layers:
             out.append(f"  {layer.layer:<10} cosine {layer.cosine_mean:.4f}  rel L2 {layer.rel_l2:.3f}  "
                        f"norm ratio {layer.norm_ratio:.3f}  CKA {layer.cka:.4f}")
         out.append(f"drafter accept len (teacher forced, k={self.settings.k}): on A {self.tau_a:.2f}, on B {self.tau_b:.2f}")
+        bands = self.result.decision.bands
+        if bands:
+            out.append(f"  bootstrap over sequences: τ on A {bands['tau_a'].text()}, on B {bands['tau_b'].text()}, "
+                       f"gain kept {bands['kept'].text(percent=True)}")
         for name, m in (self.measured or {}).items():
             out.append(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
                        f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: "
                        f"{m['matches_greedy']}" + ("" if m["timing_ok"] else f"\n  warning: {m['timing_note']}"))
-        out.append(f"verdict: {self.result.decision.action}")
+        out.append(f"verdict: {self.result.decision.label}")
         out += [f"  - {r}" for r in self.result.decision.reasons]
+        out += [f"note: {n}" for n in self.notes]
         return out
 
 
@@ -201,6 +220,8 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
     from eaglelab.probe.plugin import measure_plugin, run_probe
     from eaglelab.progress import progress as progress_bar
 
+    if settings.from_dumps:
+        return probe_dumps(settings, progress)
     batches = -(-settings.sequences // settings.batch_size)
     with progress_bar(total=(0 if pair else 3) + batches, desc="plug-in probe", disable=not progress,
                       leave=True) as bar:
@@ -215,6 +236,66 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
         measured = measure_plugin(pair.model_a, pair.model_b, pair.drafter, pair.prompts(settings.measure_prompts),
                                   settings.measure_tokens, k=settings.k)
     return ProbeReport(settings, result, str(pair.data.source), pair.data.positions, measured)
+
+
+def check_dump_probe(settings: ProbeSettings) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The drafter against target A, and the two targets against each other, from configs and headers.
+
+    Returns:
+        ``(spec, cfg_a, cfg_b)``.
+    """
+    from eaglelab.checkpoints.preflight import check_drafter, check_target, check_target_pair
+
+    spec, cfg_a = check_drafter(settings.drafter, settings.target_a)
+    cfg_b = check_target(settings.target_b)
+    check_target_pair(settings.target_a, cfg_a, settings.target_b, cfg_b)
+    return spec, cfg_a, cfg_b
+
+
+def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
+    """The plug-in probe from two folders of the engines' hidden-state dumps: neither target loads.
+
+    Of each target only its final norm, ``lm_head`` and ``embed_tokens`` are read
+    (:func:`eaglelab.model.heads.read_target_heads`); the states are the dumps' (paired by sample
+    index, their tokens checked equal). Nothing is decoded for real: the measured τ needs the targets.
+    """
+    import torch
+
+    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+    from eaglelab.checkpoints.verdicts import target_layer_count
+    from eaglelab.data.dumps import open_dumps, pair_dumps
+    from eaglelab.errors import CheckpointMismatchError
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.heads import read_target_heads
+    from eaglelab.probe.dumps import run_dump_probe
+    from eaglelab.progress import progress as progress_bar
+
+    spec, cfg_a, _ = check_dump_probe(settings)
+    device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = getattr(torch, settings.dtype)
+    heads_a = read_target_heads(settings.target_a).to(device, dtype)
+    heads_b = read_target_heads(settings.target_b).to(device, dtype)
+    for heads in (heads_a, heads_b):
+        if heads.hidden_size != spec.target_hidden_size:
+            raise CheckpointMismatchError(heads.source, f"lm_head is {heads.hidden_size} wide, the drafter reads "
+                                                        f"{spec.target_hidden_size}")
+    drafter = load_drafter(settings.drafter).to(device)
+    folder_a = open_dumps(settings.states_a, heads_a.hidden_size, heads_a.vocab_size)
+    folder_b = open_dumps(settings.states_b, heads_b.hidden_size, heads_b.vocab_size)
+    pairs = pair_dumps(folder_a, folder_b, limit=settings.sequences)
+    outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, target_layer_count(cfg_a))
+    batches = -(-len(pairs.indices) // settings.batch_size)
+    with progress_bar(total=batches, desc="plug-in probe (dumps)", disable=not progress, leave=True) as bar:
+        result = run_dump_probe(pairs, heads_a, heads_b, drafter, outs, k=settings.k, batch_size=settings.batch_size,
+                                on_batch=bar.update)
+    paired = len(set(folder_a.files) & set(folder_b.files))
+    data = (f"hidden-state dumps: {len(pairs.indices)} paired samples ({folder_a.layout} {folder_a.root} as A, "
+            f"{folder_b.layout} {folder_b.root} as B)")
+    notes = pairs.notes()
+    if paired > len(pairs.indices):
+        notes.append(f"{len(pairs.indices)} of the {paired} paired samples probed (--sequences caps them)")
+    notes.append("from dumps nothing is decoded for real: the measured τ needs the targets (live probe or an engine)")
+    return ProbeReport(settings, result, data, result.tokens, None, notes)
 
 
 def settings_json(settings) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class ProbeResult:
     eval_a: dict | None = None
     eval_b: dict | None = None
     decision: Decision | None = None
+    tv: float = float("nan")
 
     def to_json(self) -> dict:
         plugin = {}
@@ -48,6 +49,7 @@ class ProbeResult:
             "cka_map": [[float(v) for v in row] for row in self.cka_map] if self.cka_map is not None else None,
             "labels": self.labels,
             "argmax_agreement": self.argmax_agreement,
+            "tv": self.tv,
             "tokens": self.tokens,
             "plugin": plugin,
             "verdict": self.decision.to_json() if self.decision else None,
@@ -62,50 +64,6 @@ def _split(states_aux: torch.Tensor, last: torch.Tensor) -> list[torch.Tensor]:
     """[N, S, 3H] aux + [N, S, H] last -> four [N*S, H] per-layer views."""
     parts = list(states_aux.chunk(3, dim=-1)) + [last]
     return [p.reshape(-1, p.shape[-1]) for p in parts]
-
-
-@torch.no_grad()
-def compare_states(states_a: HiddenStates, states_b: HiddenStates, labels: list[str],
-                   lm_head_a: torch.nn.Module | None = None, lm_head_b: torch.nn.Module | None = None,
-                   batch_size: int = 8, cka_batch: int = 256) -> dict:
-    """Similarity of two targets' states on the same tokens, streamed over sequence batches.
-
-    Works on live captures and on SpecForge offline files alike (both give HiddenStates).
-    """
-    if not torch.equal(states_a.input_ids, states_b.input_ids):
-        raise ValueError("the two targets' states are not on the same token sequences")
-    acc = SimilarityAccumulator(labels, cka_batch=cka_batch)
-    for i in range(0, len(states_a), batch_size):
-        idx = range(i, min(i + batch_size, len(states_a)))
-        update_similarity(acc, states_a.batch(idx), states_b.batch(idx), lm_head_a, lm_head_b)
-    return acc.result()
-
-
-def compare_live_and_specforge(model_a, model_b, spec, sequences: torch.Tensor, workdir) -> tuple[dict, dict]:
-    """The similarity of A and B computed twice: from live capture, and from SpecForge offline files.
-
-    The live states are written as SpecForge ``prepare_hidden_states.py`` files under ``workdir``,
-    read back with ``torch.load(weights_only=True)``, and compared the same way; the two results
-    must agree (this is how states of targets too large for the machine enter the probe).
-
-    Returns:
-        (live, from_files): two :func:`compare_states` results.
-    """
-    from pathlib import Path
-
-    from eaglelab.data.states import capture_hidden_states, hidden_states_from_specforge, save_specforge_samples
-
-    live, files = {}, {}
-    for name, model in (("a", model_a), ("b", model_b)):
-        target = Target.for_drafter(model, spec)
-        try:
-            live[name] = capture_hidden_states(target, sequences, progress=False)
-        finally:
-            target.close()
-        files[name] = hidden_states_from_specforge(save_specforge_samples(live[name], Path(workdir) / name))
-    labels = layer_labels(target.aux_layer_outputs)
-    return (compare_states(live["a"], live["b"], labels, model_a.lm_head, model_b.lm_head),
-            compare_states(files["a"], files["b"], labels, model_a.lm_head, model_b.lm_head))
 
 
 @torch.no_grad()
@@ -142,7 +100,8 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
             ids = sequences[i: i + batch_size]
             counted = None if loss_mask is None else loss_mask[i: i + batch_size]
             (sa, logits_a), (sb, logits_b) = capture_batch(ta, ids, counted), capture_batch(tb, ids, counted)
-            update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1))
+            tv = 0.5 * (torch.softmax(logits_a.float(), -1) - torch.softmax(logits_b.float(), -1)).abs().sum(-1)
+            update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1), tv=tv)
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
             with drafter.serving_embedding(embed_a):
                 evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=logits_a)
@@ -153,10 +112,23 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     finally:
         ta.close()
         tb.close()
+    return finish_probe(sim, labels, tally_a, tally_b)
+
+
+def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b) -> ProbeResult:
+    """The probe's result from its accumulators: summaries, τ on A and B with their bootstrap bands, the verdict."""
+    from eaglelab.decisions import tau_bands
+
     res = sim.result()
     ev_a, ev_b = tally_a.result(), tally_b.result()
+    bands = None
+    if tally_a.seq_hits and len(tally_a.seq_hits) == len(tally_b.seq_hits):
+        bands = tau_bands(tally_a.seq_hits, tally_a.seq_counted, tally_b.seq_hits, tally_b.seq_counted)
+        ev_a["chain_band"] = [b.to_json() for b in bands["chain_a"]]
+        ev_b["chain_band"] = [b.to_json() for b in bands["chain_b"]]
     return ProbeResult(res["layers"], res["cka_map"], labels, res["cosines"], res["argmax_agreement"],
-                       res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"]))
+                       res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"], bands),
+                       tv=res["tv"])
 
 
 def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
@@ -199,22 +171,21 @@ def capture_batch(target: Target, ids: torch.Tensor, counted: torch.Tensor | Non
     return states, out.logits
 
 
-def update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, lm_head_a=None, lm_head_b=None,
-                       argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None):
-    """Feed one batch of paired states (masked positions only) into the accumulator.
+def update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, argmax_a: torch.Tensor,
+                      argmax_b: torch.Tensor, tv: torch.Tensor | None = None):
+    """Feed one batch of paired states (counted positions only) into the accumulator.
 
-    Next-token argmaxes come from ``argmax_a/b`` [B, S] when given, else from the lm_heads applied
-    to the last hidden states (the offline-file path, where no logits are stored).
+    Args:
+        a, b: the two targets' states on the same tokens, [B, S, ...].
+        argmax_a, argmax_b: [B, S] each target's next token.
+        tv: [B, S] total variation of the two next-token distributions.
     """
     mask = a.loss_mask.reshape(-1).to(a.aux.device)
     xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
     ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
-    if argmax_a is not None and argmax_b is not None:
-        argmax_a, argmax_b = argmax_a.reshape(-1)[mask], argmax_b.reshape(-1)[mask]
-    elif lm_head_a is not None and lm_head_b is not None:
-        argmax_a = (xs[-1] @ lm_head_a.weight.T.to(xs[-1].dtype)).argmax(-1)
-        argmax_b = (ys[-1] @ lm_head_b.weight.T.to(ys[-1].dtype)).argmax(-1)
-    acc.update(xs, ys, argmax_a, argmax_b)
+    m = mask.to(argmax_a.device)
+    acc.update(xs, ys, argmax_a.reshape(-1)[m], argmax_b.reshape(-1)[m],
+               None if tv is None else tv.reshape(-1)[mask.to(tv.device)])
 
 
 @torch.no_grad()

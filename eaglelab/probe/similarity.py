@@ -138,6 +138,8 @@ class SimilarityAccumulator:
     tokens: int = field(default=0, init=False)
     agree: int = field(default=0, init=False)
     compared: int = field(default=0, init=False)
+    tv_sum: float = field(default=0.0, init=False)
+    tv_count: int = field(default=0, init=False)
 
     def __post_init__(self):
         n = len(self.labels)
@@ -148,8 +150,10 @@ class SimilarityAccumulator:
         self._buf_b = [[] for _ in range(n)]
 
     def update(self, states_a: Sequence[torch.Tensor], states_b: Sequence[torch.Tensor],
-               argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None) -> None:
-        """Add paired per-token states, each [N, D] (one tensor per layer), and optional next-token argmaxes [N]."""
+               argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None,
+               tv: torch.Tensor | None = None) -> None:
+        """Add paired per-token states, each [N, D] (one tensor per layer), optional next-token argmaxes [N]
+        and the total variation of the two next-token distributions [N]."""
         n = states_a[0].shape[0]
         self.tokens += n
         for i, (a, b) in enumerate(zip(states_a, states_b)):
@@ -167,6 +171,9 @@ class SimilarityAccumulator:
         if argmax_a is not None and argmax_b is not None:
             self.agree += int((argmax_a.cpu() == argmax_b.cpu()).sum())
             self.compared += int(argmax_a.numel())
+        if tv is not None:
+            self.tv_sum += float(tv.double().sum())
+            self.tv_count += int(tv.numel())
         self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
@@ -205,4 +212,5 @@ class SimilarityAccumulator:
                 cka=float(cka[i, i]),
             ))
         return {"layers": layers, "cka_map": cka.numpy(), "cosines": cosines, "tokens": self.tokens,
-                "argmax_agreement": self.agree / self.compared if self.compared else float("nan")}
+                "argmax_agreement": self.agree / self.compared if self.compared else float("nan"),
+                "tv": self.tv_sum / self.tv_count if self.tv_count else float("nan")}

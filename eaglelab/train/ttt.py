@@ -62,6 +62,8 @@ class TTTOutput:
         convention: the loss convention, ``specforge`` or ``speculators``.
         convention_acc: per-step accuracy as the convention's reference reports it (SpecForge's
             ``acc``, speculators' ``full_acc``).
+        seq_counted: per step, [B] positions counted in each sequence (the denominators of ``chain``
+            per sequence: what a bootstrap over sequences resamples).
     """
 
     loss: torch.Tensor
@@ -72,6 +74,7 @@ class TTTOutput:
     chain_hits: list[torch.Tensor] = field(default_factory=list)
     convention: str = DEFAULT_CONVENTION
     convention_acc: list[float] = field(default_factory=list)
+    seq_counted: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def simulated_accept_len(self) -> float:
@@ -148,7 +151,7 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetToken
         prev = shift_mask(token_mask, 1)
     logits = drafter.ttt_logits(ids, batch.aux.to(dev, drafter.fc.weight.dtype), steps)
     loss = torch.zeros((), device=dev)
-    step_losses, acc, chain, counted, hits, conv_acc = [], [], [], [], [], []
+    step_losses, acc, chain, counted, hits, conv_acc, seq_counted = [], [], [], [], [], [], []
     alive = None
     for i, lg in enumerate(logits):
         logp = torch.log_softmax(lg.float(), dim=-1)
@@ -179,7 +182,8 @@ def ttt_forward(drafter: Eagle3Drafter, batch: HiddenStates, target: TargetToken
         hits.append(alive & valid)
         chain.append(float(hits[-1].sum()) / max(n_valid, 1))
         counted.append(n_valid)
-    return TTTOutput(loss, step_losses, acc, chain, counted, hits, convention, conv_acc)
+        seq_counted.append(valid.sum(1))
+    return TTTOutput(loss, step_losses, acc, chain, counted, hits, convention, conv_acc, seq_counted)
 
 
 class TTTObjective(torch.nn.Module):
@@ -199,7 +203,11 @@ class TTTObjective(torch.nn.Module):
 
 @dataclass
 class AcceptanceTally:
-    """Running sums of per-step accuracy and chain rates over batches (weights: counted positions)."""
+    """Running sums of per-step accuracy and chain rates over batches (weights: counted positions).
+
+    Also keeps, per sequence, the chain hits and counted positions of every step (``seq_hits``,
+    ``seq_counted``: lists of [k] int lists), what :func:`eaglelab.decisions.tau_band` resamples.
+    """
 
     steps: int
     acc: list = None
@@ -207,9 +215,12 @@ class AcceptanceTally:
     n: list = None
     loss_sum: float = 0.0
     sequences: int = 0
+    seq_hits: list = None
+    seq_counted: list = None
 
     def __post_init__(self):
         self.acc, self.chain, self.n = [0.0] * self.steps, [0.0] * self.steps, [0] * self.steps
+        self.seq_hits, self.seq_counted = [], []
 
     def add(self, out: TTTOutput, sequences: int) -> None:
         for s in range(self.steps):
@@ -218,6 +229,10 @@ class AcceptanceTally:
             self.n[s] += out.counted[s]
         self.loss_sum += float(out.loss) * sequences
         self.sequences += sequences
+        if out.seq_counted and out.chain_hits:
+            hits = torch.stack([h.sum(1) for h in out.chain_hits], 1).tolist()  # [B, k]
+            self.seq_hits += hits
+            self.seq_counted += torch.stack(out.seq_counted, 1).tolist()
 
     def result(self) -> dict:
         acc = [a / max(n, 1) for a, n in zip(self.acc, self.n)]
@@ -227,18 +242,20 @@ class AcceptanceTally:
 
 
 @torch.no_grad()
-def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module, k: int,
+def evaluate_batch(drafter: Eagle3Drafter, batch: HiddenStates, target_lm_head: torch.nn.Module | None, k: int,
                    tally: AcceptanceTally, t_logits: torch.Tensor | None = None,
-                   convention: str = DEFAULT_CONVENTION) -> TTTOutput:
+                   convention: str = DEFAULT_CONVENTION, target: TargetTokens | None = None) -> TTTOutput:
     """Add one batch's teacher-forced acceptance to ``tally`` (drafter in eval mode) and return it.
 
-    ``t_logits`` [B, S, V]: the target's logits when the caller has them (else recomputed);
+    The target's tokens come from ``target`` when the caller computed them (the dump probe's head
+    pass), else from ``t_logits`` [B, S, V] (a live forward's), else recomputed with ``target_lm_head``;
     ``convention``: that of the loss in the tally.
     """
     was_training = drafter.training
     drafter.eval()
-    target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
-              else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
+    if target is None:
+        target = (TargetTokens.recompute(target_lm_head, batch, drafter.draft_target_ids()) if t_logits is None
+                  else TargetTokens.from_logits(t_logits, drafter.draft_target_ids()))
     out = ttt_forward(drafter, batch, target, k, convention=convention)
     tally.add(out, len(batch))
     drafter.train(was_training)

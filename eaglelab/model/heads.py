@@ -1,0 +1,201 @@
+"""A target's head and embedding without the target: three tensors read by name from its shard index.
+
+The probe from hidden-state dumps (:func:`eaglelab.probe.dumps.run_dump_probe`) needs of each target
+only what turns a last hidden state into next-token logits (the final norm and ``lm_head``) and what
+the drafter reads for the tokens (``embed_tokens``). At Kimi size that is a few GB out of a TB: they
+are read by name, from local safetensors or from a hub repository by range requests, and nothing
+else of the target is touched.
+
+The names follow the checkpoint: a text model's ``model.embed_tokens.weight``, a multimodal one's
+``language_model.model.embed_tokens.weight`` (Kimi-K2.5) or ``model.language_model.embed_tokens.weight``
+(Qwen2.5-VL in transformers 4.52+); the norm and ``lm_head`` are looked up beside the embedding found,
+and a tied ``lm_head`` (``tie_word_embeddings``) is the embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, is_hub_id, load_checkpoint
+from eaglelab.errors import CheckpointMismatchError, HubError, SourceError
+from eaglelab.inputs import printable
+
+_TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+#: Tensors under these parts of a name belong to a vision tower or projector, never the language model.
+_NOT_TEXT = ("vision", "visual", "mm_projector", "multi_modal_projector", "audio", "mtp")
+#: Bytes per hub range request when reading a tensor (each request under the hub's deadline).
+HUB_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class TargetHeads:
+    """What the probe needs of one target: final norm, ``lm_head`` and input embedding.
+
+    Attributes:
+        source: the target as the user named it.
+        norm_weight: [H] the final RMSNorm's weight.
+        eps: its epsilon (``rms_norm_eps`` of the text config).
+        lm_head: [V, H].
+        embedding: [V, H] ``embed_tokens`` (the same tensor as ``lm_head`` when tied).
+        names: the checkpoint's name of each of the three (``norm``, ``lm_head``, ``embed_tokens``).
+    """
+
+    source: str
+    norm_weight: torch.Tensor
+    eps: float
+    lm_head: torch.Tensor
+    embedding: torch.Tensor
+    names: dict[str, str]
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.lm_head.shape[1])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.lm_head.shape[0])
+
+    def to(self, device: str | torch.device, dtype: torch.dtype | None = None) -> TargetHeads:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, dtype or t.dtype)
+
+        tied = self.embedding is self.lm_head
+        head = move(self.lm_head)
+        return TargetHeads(self.source, move(self.norm_weight), self.eps, head,
+                           head if tied else move(self.embedding), self.names)
+
+    def norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final RMSNorm as Llama / DeepSeek compute it (float32 variance, weight after the cast back)."""
+        x = hidden.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.norm_weight.to(hidden.device, torch.float32) * x
+
+
+def text_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The language model's config: ``text_config`` / ``language_config`` of a multimodal target, else itself."""
+    config = config or {}
+    for key in ("text_config", "language_config"):
+        if isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
+def head_names(ck: Checkpoint) -> dict[str, str]:
+    """The checkpoint's names of ``embed_tokens``, the final ``norm`` and ``lm_head`` (prefixes followed).
+
+    Raises:
+        CheckpointMismatchError: no language-model embedding, or no norm / lm_head beside it.
+    """
+    names = set(ck.tensors)
+    embeds = sorted((n for n in names if n.endswith("embed_tokens.weight")
+                     and not any(part in n.lower() for part in _NOT_TEXT)), key=lambda n: (len(n), n))
+    if not embeds:
+        raise CheckpointMismatchError(ck.source, "holds no embed_tokens.weight of a language model (needed for the "
+                                                 "drafter's token embedding)")
+    embed = embeds[0]
+    base = embed[: -len("embed_tokens.weight")]  # e.g. "language_model.model." or "model."
+    norm = base + "norm.weight"
+    if norm not in names:
+        raise CheckpointMismatchError(ck.source, f"holds {printable(embed)} but no {printable(norm)} (the final norm)")
+    outer = base[: -len("model.")] if base.endswith("model.") else base
+    candidates = [outer + "lm_head.weight", base + "lm_head.weight", "lm_head.weight"]
+    head = next((c for c in candidates if c in names), None)
+    tied = text_config(ck.config).get("tie_word_embeddings", (ck.config or {}).get("tie_word_embeddings"))
+    if head is None:
+        if tied is False:
+            raise CheckpointMismatchError(ck.source, f"holds no {printable(candidates[0])} and its config says "
+                                                     "tie_word_embeddings false")
+        head = embed  # tied (transformers' default), the lm_head is the embedding
+    return {"embed_tokens": embed, "norm": norm, "lm_head": head}
+
+
+def _decode(raw: bytes | bytearray, info: TensorInfo, where: str) -> torch.Tensor:
+    if info.dtype not in _TORCH_DTYPES:
+        raise SourceError(where, f"tensor {printable(info.name)} is {info.dtype}; a head is read in floating point "
+                                 f"({', '.join(_TORCH_DTYPES)})")
+    if len(raw) != info.nbytes:
+        raise SourceError(where, f"tensor {printable(info.name)}: {len(raw):,} bytes read, {info.nbytes:,} expected")
+    return torch.frombuffer(bytearray(raw) if isinstance(raw, bytes) else raw,
+                            dtype=_TORCH_DTYPES[info.dtype]).reshape(info.shape).clone()
+
+
+def _read_local(info: TensorInfo) -> torch.Tensor:
+    from eaglelab.inputs import open_regular
+
+    where = printable(info.file)
+    if info.dtype not in _TORCH_DTYPES:
+        return _decode(b"", info, where)
+    out = torch.empty(info.shape, dtype=_TORCH_DTYPES[info.dtype])
+    view = memoryview(out.view(torch.uint8).reshape(-1).numpy()) if out.numel() else memoryview(b"")
+    with open_regular(info.file, SourceError) as fh:
+        try:
+            fh.seek(info.data_start + info.span[0])
+            got = fh.readinto(view) if info.nbytes else 0
+        except OSError as exc:
+            raise SourceError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
+    if got != info.nbytes:
+        raise SourceError(where, f"tensor {printable(info.name)}: file ends inside its data")
+    return out
+
+
+def _read_hub(repo_id: str, info: TensorInfo, revision: str | None) -> torch.Tensor:
+    """One tensor's bytes by range requests of :data:`HUB_CHUNK_BYTES`, each under the hub's deadline."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import hf_raise_for_status
+
+    from eaglelab.checkpoints.hub import hub_fetch, hub_problem, hub_timeout
+
+    where = printable(f"{repo_id}/{info.file}")
+    url = hf_hub_url(repo_id, info.file, revision=revision)
+    start = info.data_start + info.span[0]
+    buf = bytearray()
+    timeout = hub_timeout()
+    try:
+        while len(buf) < info.nbytes:
+            n = min(HUB_CHUNK_BYTES, info.nbytes - len(buf))
+            lo = start + len(buf)
+            r = hub_fetch(url, n, timeout, {"Range": f"bytes={lo}-{lo + n - 1}"})
+            hf_raise_for_status(r)
+            if r.status_code != 206 or len(r.content) != n:
+                raise SourceError(where, f"the hub answered a range request with {len(r.content):,} bytes "
+                                         f"(status {r.status_code}), {n:,} asked")
+            buf += r.content
+    except SourceError:
+        raise
+    except Exception as exc:
+        raise HubError(repo_id, f"reading {printable(info.name)}: {hub_problem(exc, revision, timeout)}") from None
+    return _decode(buf, info, where)
+
+
+def read_target_heads(source: str, revision: str | None = None) -> TargetHeads:
+    """The final norm, ``lm_head`` and ``embed_tokens`` of a target, read by name and nothing else.
+
+    Args:
+        source: a target folder, shard index or hub id (its config and safetensors headers say where
+            the three tensors are).
+        revision: hub revision.
+
+    Raises:
+        SourceError, HubError, HeaderError, ConfigError: the files cannot be read.
+        CheckpointMismatchError: the tensors are missing or do not fit one another.
+    """
+    ck = load_checkpoint(source, revision)
+    names = head_names(ck)
+    hub = is_hub_id(str(source)) and not ck.local
+
+    def read(name: str) -> torch.Tensor:
+        info = ck.tensors[name]
+        return _read_hub(str(source), info, revision) if hub else _read_local(info)
+
+    tensors = {key: read(name) for key, name in names.items() if key != "lm_head" or name != names["embed_tokens"]}
+    tensors.setdefault("lm_head", tensors["embed_tokens"])
+    cfg = text_config(ck.config)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    embed, head, norm = tensors["embed_tokens"], tensors["lm_head"], tensors["norm"]
+    if embed.dim() != 2 or head.dim() != 2 or norm.dim() != 1 or not (embed.shape[1] == head.shape[1] == norm.shape[0]):
+        raise CheckpointMismatchError(source, f"embed_tokens {list(embed.shape)}, lm_head {list(head.shape)} and norm "
+                                              f"{list(norm.shape)} do not share one hidden size")
+    return TargetHeads(str(source), norm, float(eps), head, embed, names)
