@@ -55,8 +55,9 @@ class Band:
         return self.low < threshold <= self.high
 
     def text(self, percent: bool = False) -> str:
+        """``"90% band 1.82–1.95"`` (``percent``: ``"90% band 49%–60%"``)."""
         f = (lambda v: f"{100 * v:.0f}%") if percent else (lambda v: f"{v:.2f}")
-        return f"{f(self.low)}–{f(self.high)} ({100 * self.level:.0f}% band)"
+        return f"{100 * self.level:.0f}% band {f(self.low)}–{f(self.high)}"
 
     def to_json(self) -> dict:
         return {"low": self.low, "high": self.high, "level": self.level}
@@ -166,7 +167,7 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = 
                f"{100 * kept:.0f}% of its gain (τ - 1) on the new target"]
     kept_band, tau_b_band = (bands or {}).get("kept"), (bands or {}).get("tau_b")
     if kept_band is not None:
-        reasons[0] += f" ({kept_band.text(percent=True)} over {bands['sequences']} sequences)"
+        reasons[0] += f"; {kept_band.text(percent=True)} over {bands['sequences']} sequences"
     if kept >= PLUGIN_KEEP:
         action, why = Option.PLUG_IN, f"at least {100 * PLUGIN_KEEP:.0f}% kept: serve it as is, fine-tune later"
     elif accept_on_b >= WARM_START_MIN_TAU:
@@ -180,12 +181,12 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = 
     if kept_band is not None and kept_band.straddles(PLUGIN_KEEP):
         other = Option.WARM_START if accept_on_b >= WARM_START_MIN_TAU else Option.FROM_SCRATCH
         between = (Option.PLUG_IN, other)
-        why = (f"the band of the gain kept, {kept_band.text(percent=True)}, straddles {100 * PLUGIN_KEEP:.0f}%: "
+        why = (f"the gain kept ({kept_band.text(percent=True)}) straddles {100 * PLUGIN_KEEP:.0f}%: "
                f"{between[0]} or {between[1]} cannot be told apart on these sequences; probe more sequences, or "
                "let the fine-tune's measured τ decide (notebook 04)")
     elif action != Option.PLUG_IN and tau_b_band is not None and tau_b_band.straddles(WARM_START_MIN_TAU):
         between = (Option.WARM_START, Option.FROM_SCRATCH)
-        why = (f"the band of τ on B, {tau_b_band.text()}, straddles {WARM_START_MIN_TAU}: warm start or from "
+        why = (f"τ on B ({tau_b_band.text()}) straddles {WARM_START_MIN_TAU}: warm start or from "
                "scratch cannot be told apart on these sequences; let the fine-tune's measured τ decide")
     return Decision(action, reasons + [why], kept, between,
                     {k: bands[k] for k in ("kept", "tau_a", "tau_b")} if bands else None)

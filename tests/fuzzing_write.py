@@ -18,7 +18,11 @@ garbage accepted, or code run):
 - ``hub``: a hub-compatible server that trickles, sends huge or lying bodies, or garbage, answering
   ``inspect OWNER/NAME``: one line within the deadline;
 - ``picker``: hostile folder trees for the notebooks' pickers (FIFOs named config.json, huge and
-  broken configs, symlink loops, deep trees): they answer in time and list exactly the drafters.
+  broken configs, symlink loops, deep trees): they answer in time and list exactly the drafters;
+- ``dump``: the engines' hidden-state dumps (issue #27), SpecForge's ``data_{i}.ckpt[.gz]`` and vLLM's
+  ``hs_{i}.safetensors``, mutated as bytes (flips, cuts, appends) and as tensors (NaN / Inf, widths,
+  layer counts, token ids, dtypes, ranks, a pickled global ``weights_only`` refuses): what reads is
+  finite and of the promised shapes, the rest one line.
 
 Function-level categories (``worker``, ``picker``) run through :func:`cli_errors`, which prints an
 :class:`~eaglelab.errors.EaglelabError` exactly as ``eaglelab.cli.main`` does.
@@ -45,7 +49,7 @@ from tests import script_stubs
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
-CATEGORIES = ("param", "out", "recipe", "readback", "worker", "hub", "picker")
+CATEGORIES = ("param", "out", "recipe", "readback", "worker", "hub", "picker", "dump")
 #: Seconds per case where a category needs more than the readers' cap: a hub case waits out its 1 s deadline,
 #: a picker walks a tree, a findings file that reads renders the game plan's figure (PNG and PDF, about 1 s here).
 TIME_CAPS = {"hub": 4.0, "picker": 20.0, "readback": 10.0}
@@ -516,9 +520,139 @@ def picker_cases(draw, root: Path) -> fz.Case:
                    main=cli_errors("pickers", listing))
 
 
+# --------------------------------------------------------------------------- dump
+
+DUMP_H, DUMP_S, DUMP_V = 8, 6, 32
+
+
+class _Global:  # pickled by reference: torch.load(weights_only=True) must refuse it, never call it
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def _dump_tensors(layout: str) -> dict[str, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, DUMP_V, (DUMP_S,), generator=g)
+    mask = torch.tensor([0, 0, 1, 1, 1, 1])
+    if layout == "specforge":
+        return {"input_ids": ids, "loss_mask": mask, "hidden_state": torch.randn(1, DUMP_S, DUMP_H, generator=g),
+                "aux_hidden_state": torch.randn(1, DUMP_S, 3 * DUMP_H, generator=g)}
+    return {"hidden_states": torch.randn(DUMP_S, 4, DUMP_H, generator=g), "token_ids": ids, "loss_mask": mask}
+
+
+def _tensor_mutation(draw, tensors: dict[str, Any]) -> str:
+    import torch
+
+    key = draw(st.sampled_from(sorted(tensors)))
+    how = draw(st.sampled_from(["nan", "inf", "wider", "drop row", "rank", "dtype", "ids high", "ids negative",
+                                "empty", "drop key", "not a tensor", "global", "zero dims"]))
+    t = tensors[key]
+    if how in ("nan", "inf") and t.is_floating_point():
+        t = t.clone()
+        t.view(-1)[draw(st.integers(0, t.numel() - 1))] = float(how)
+    elif how == "wider":
+        t = torch.cat([t, t[..., :1]], -1)
+    elif how == "drop row":
+        t = t[..., :-1, :] if t.dim() >= 2 else t[:-1]
+    elif how == "rank":
+        t = t[None]
+    elif how == "dtype":
+        t = t.to(draw(st.sampled_from([torch.float16, torch.int32, torch.bool, torch.uint8, torch.complex64])))
+    elif how in ("ids high", "ids negative") and not t.is_floating_point():
+        t = t.clone()
+        t[0] = DUMP_V + 5 if how == "ids high" else -1
+    elif how == "empty":
+        t = t[..., :0]
+    elif how == "zero dims":
+        t = t.reshape(-1)[:1].reshape(())
+    elif how == "drop key":
+        del tensors[key]
+        return f"{key}: {how}"
+    elif how == "not a tensor":
+        t = draw(st.sampled_from([[1, 2], "x", 3.5, {"a": 1}, None]))
+    elif how == "global":
+        t = _Global()
+    tensors[key] = t
+    return f"{key}: {how}"
+
+
+def _write_dump(folder: Path, layout: str, tensors: dict[str, Any], compress: bool) -> Path:
+    import gzip
+
+    import torch
+
+    if layout == "specforge":
+        path = folder / "rows_0-2000" / ("data_0.ckpt" + (".gz" if compress else ""))
+        path.parent.mkdir(parents=True)
+        buf = io.BytesIO()
+        torch.save(tensors, buf)
+        path.write_bytes(gzip.compress(buf.getvalue()) if compress else buf.getvalue())
+        return path
+    from safetensors.torch import save_file
+
+    path = folder / "hs_0.safetensors"
+    folder.mkdir(parents=True)
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    except Exception:  # a mutation safetensors cannot write (a global, a list): write the clean file
+        save_file(_dump_tensors(layout), str(path))
+    return path
+
+
+def _read_dump(argv: list[str]) -> None:
+    from eaglelab.data.dumps import open_dumps
+
+    folder = open_dumps(argv[0], hidden_size=DUMP_H, vocab_size=DUMP_V)
+    for sample in folder:
+        print(json.dumps({"len": len(sample), "aux": list(sample.aux.shape), "last": list(sample.last.shape),
+                          "finite": bool(sample.aux.isfinite().all() and sample.last.isfinite().all()),
+                          "ids": [int(sample.input_ids.min()), int(sample.input_ids.max())],
+                          "mask": list(sample.loss_mask.shape)}))
+
+
+def _dump_sane(outcome: fz.Outcome):
+    for line in outcome.stdout.splitlines():
+        d = json.loads(line)
+        n = d["len"]
+        ok = (d["finite"] and d["aux"] == [n, 3 * DUMP_H] and d["last"] == [n, DUMP_H] and d["mask"] == [n]
+              and 0 <= d["ids"][0] <= d["ids"][1] < DUMP_V)
+        if not ok:
+            return "garbage", "a hostile dump was read as a sample", line
+    return None
+
+
+@st.composite
+def dump_cases(draw, root: Path) -> fz.Case:
+    folder = fz.new_dir(root, "dump")
+    layout = draw(st.sampled_from(["specforge", "vllm"]))
+    compress = layout == "specforge" and draw(st.booleans())
+    tensors = _dump_tensors(layout)
+    label = "clean"
+    if draw(st.booleans()):
+        label = _tensor_mutation(draw, tensors)
+    path = _write_dump(folder / "states", layout, tensors, compress)
+    if draw(st.booleans()):
+        raw = bytearray(path.read_bytes())
+        op = draw(st.sampled_from(["flip", "cut", "append"]))
+        at = draw(st.integers(0, len(raw) - 1))
+        if op == "flip":
+            raw[at] ^= draw(st.integers(1, 255))
+        elif op == "cut":
+            raw = raw[:at]
+        else:
+            raw += draw(st.binary(min_size=1, max_size=64))
+        path.write_bytes(bytes(raw))
+        label += f", bytes {op} at {at}"
+    return fz.Case("dump", f"{layout}{' gz' if compress else ''}: {label}"[:120], [str(folder / "states")], "any",
+                   folder, check_ok=_dump_sane, kind=f"{layout} {label.split(',')[0].split(': ')[-1]}",
+                   main=cli_errors("probe", _read_dump))
+
+
 STRATEGIES: dict[str, Callable[..., st.SearchStrategy[fz.Case]]] = {
     "param": param_cases, "out": out_cases, "recipe": recipe_cases, "readback": readback_cases, "worker": worker_cases,
-    "hub": hub_cases, "picker": picker_cases,
+    "hub": hub_cases, "picker": picker_cases, "dump": dump_cases,
 }
 
 

@@ -148,7 +148,7 @@ def test_fuzz_special(tmp_path, data):
 
 
 @pytest.mark.parametrize("category, examples", [("param", 60), ("out", 60), ("recipe", 60), ("readback", 60),
-                                                ("worker", 80), ("picker", 25)])
+                                                ("worker", 80), ("picker", 25), ("dump", 80)])
 def test_fuzz_write_side(tmp_path, category, examples):
     from tests import fuzzing_write as fw
 

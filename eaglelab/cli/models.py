@@ -140,6 +140,22 @@ def cmd_probe(args) -> int:
     return 0
 
 
+def cmd_dump(args) -> int:
+    from eaglelab.jobs.probe import DumpSettings, dump_states
+
+    settings = DumpSettings(args.target, args.drafter, args.out, layout=args.layout, compress=args.compress,
+                            data=args.data, world_dir=args.world_dir, sequences=args.sequences, seq_len=args.seq_len,
+                            batch_size=args.batch_size, dtype=args.dtype, force=args.force,
+                            trust_remote_code=args.trust_remote_code)
+    done = dump_states(settings, progress=not args.json)
+    if args.json:
+        print_json(done)
+    else:
+        print(f"{done['samples']} samples of {done['data']} written to {done['out']} in {done['layout']}'s layout; "
+              f"probe them with `eaglelab probe --states-a ... --states-b ...`")
+    return 0
+
+
 # --------------------------------------------------------------------------- finetune
 
 def finetune_settings(args):
@@ -354,6 +370,29 @@ def add_parsers(sub) -> None:
     p.add_argument("--states-b", help="folder of target B's dumps, on the same conversations as --states-a")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
+
+    u = sub.add_parser("dump", help="write a target's hidden states as SpecForge or vLLM would (the probe's dumps)",
+                       description="Run a target that loads here over the probe's sequences and write its states "
+                                   "at the drafter's layers in an engine's layout: what `probe --states-a/-b` reads. "
+                                   "At scale the engines write them (`eaglelab recipe --job probe`).")
+    from eaglelab.jobs.probe import DumpSettings
+
+    ud = DumpSettings.__dataclass_fields__
+    u.add_argument("--target", required=True, help="target folder or hub id")
+    u.add_argument("--drafter", required=True, help="the drafter whose three layers to dump")
+    u.add_argument("--out", required=True, help="folder to write")
+    u.add_argument("--layout", choices=["specforge", "vllm"], default=ud["layout"].default)
+    u.add_argument("--compress", action="store_true", help="SpecForge's --compress (.ckpt.gz)")
+    u.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
+    u.add_argument("--world-dir", help="world folder whose held-out conversations to dump")
+    u.add_argument("--sequences", type=count, default=ud["sequences"].default)
+    u.add_argument("--seq-len", type=count, default=ud["seq_len"].default)
+    u.add_argument("--batch-size", type=count, default=ud["batch_size"].default)
+    u.add_argument("--dtype", choices=list(DTYPES), default=ud["dtype"].default, help="storage dtype")
+    u.add_argument("--force", action="store_true", help="replace an earlier dump eaglelab wrote in --out")
+    u.add_argument("--trust-remote-code", action="store_true")
+    u.add_argument("--json", action="store_true", help="machine-readable output")
+    u.set_defaults(func=cmd_dump)
 
     f = sub.add_parser("finetune", help="train a drafter for a target: warm start or from scratch",
                        description="EAGLE-3 training-time test on the target's own states. Writes checkpoints and "

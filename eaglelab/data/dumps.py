@@ -31,6 +31,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,24 +177,33 @@ def open_dumps(path: str | Path, hidden_size: int | None = None, vocab_size: int
     return DumpFolder(root, layout, dict(sorted(indexed.items())), hidden_size, vocab_size, total)
 
 
+def _read_capped(fh, where: str, what: str) -> bytes:
+    """Everything ``fh`` holds, in chunks (no buffer of the cap's size), refused past :data:`MAX_SAMPLE_BYTES`."""
+    chunks, size = [], 0
+    while True:
+        chunk = fh.read(1 << 26)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_SAMPLE_BYTES:
+            raise DumpError(where, f"{what} over the {MAX_SAMPLE_BYTES:,}-byte cap on one sample")
+        chunks.append(chunk)
+
+
 def _read_bounded(path: Path, where: str) -> bytes:
     from eaglelab.inputs import open_regular
 
     with open_regular(path, DumpError) as fh:
         try:
-            raw = fh.read(MAX_SAMPLE_BYTES + 1)
+            raw = _read_capped(fh, where, "is")
         except OSError as exc:
             raise DumpError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) > MAX_SAMPLE_BYTES:
-        raise DumpError(where, f"is over the {MAX_SAMPLE_BYTES:,}-byte cap on one sample")
     if path.name.endswith(".gz"):
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-                raw = gz.read(MAX_SAMPLE_BYTES + 1)
-        except (OSError, EOFError, ValueError) as exc:
+                raw = _read_capped(gz, where, "decompresses to")
+        except (OSError, EOFError, ValueError, zlib.error) as exc:
             raise DumpError(where, f"not a readable gzip file ({printable(str(exc)) or type(exc).__name__})") from None
-        if len(raw) > MAX_SAMPLE_BYTES:
-            raise DumpError(where, f"decompresses to over the {MAX_SAMPLE_BYTES:,}-byte cap on one sample")
     return raw
 
 

@@ -144,7 +144,7 @@ class ProbeReport:
         out.append(f"drafter accept len (teacher forced, k={self.settings.k}): on A {self.tau_a:.2f}, on B {self.tau_b:.2f}")
         bands = self.result.decision.bands
         if bands:
-            out.append(f"  bootstrap over sequences: τ on A {bands['tau_a'].text()}, on B {bands['tau_b'].text()}, "
+            out.append(f"  bootstrap over sequences: τ on A {bands['tau_a'].text()}; on B {bands['tau_b'].text()}; "
                        f"gain kept {bands['kept'].text(percent=True)}")
         for name, m in (self.measured or {}).items():
             out.append(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
@@ -301,3 +301,80 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
 def settings_json(settings) -> dict[str, Any]:
     """A settings dataclass as a record (the findings keep what produced them)."""
     return asdict(settings)
+
+
+@dataclass(frozen=True)
+class DumpSettings:
+    """Dumps of a (small) target in an engine's layout: what SpecForge or vLLM would write, made here.
+
+    The probe's dump path run end to end where a target loads in one process (the demo world, a
+    check of the pipeline before the cluster); at scale the engine writes them (``eaglelab recipe --job probe``).
+
+    Attributes:
+        target: the target folder or hub id.
+        drafter: the drafter whose three layers are dumped.
+        out: the folder to write (eaglelab's; ``force`` replaces an earlier dump there).
+        layout: ``specforge`` (``rows_*/data_{i}.ckpt``) or ``vllm`` (``hs_{i}.safetensors``).
+        compress: SpecForge's ``--compress`` (``.ckpt.gz``).
+        data, world_dir, sequences, seq_len: the sequences, as the probe picks them (:class:`ProbeSettings`).
+        batch_size: sequences per forward.
+        dtype: the storage dtype (``bfloat16`` is what engines write; ``float32`` keeps the live probe's numbers).
+    """
+
+    target: str
+    drafter: str
+    out: str
+    layout: str = "specforge"
+    compress: bool = False
+    data: str | None = None
+    world_dir: str | None = None
+    sequences: int = 24
+    seq_len: int = 64
+    batch_size: int = 8
+    dtype: str = "float32"
+    force: bool = False
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        from eaglelab.data.dumps import LAYOUTS
+        from eaglelab.errors import ParameterError, require_whole
+
+        for name in ("sequences", "seq_len", "batch_size"):
+            require_whole(name, getattr(self, name))
+        if self.layout not in LAYOUTS:
+            raise ParameterError("--layout", f"must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.dtype not in DTYPES:
+            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.compress and self.layout != "specforge":
+            raise ParameterError("--compress", "only SpecForge's layout is compressed (.ckpt.gz)")
+
+
+def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]:
+    """Run the target over the probe's sequences and write its dumps in ``settings.layout``.
+
+    Returns:
+        ``{"out", "layout", "samples", "data"}``.
+    """
+    import torch
+
+    from eaglelab.checkpoints.preflight import check_context, check_drafter
+    from eaglelab.data.dumps import capture_dumps
+    from eaglelab.data.sets import probe_set, world_of
+    from eaglelab.data.world import World
+    from eaglelab.errors import SourceError
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.outputs import open_output_folder
+
+    _, cfg = check_drafter(settings.drafter, settings.target)
+    check_context(settings.seq_len, "--seq-len", (settings.target, cfg))
+    with open_output_folder(settings.out, "hidden-state dumps", force=settings.force) as out:
+        model, tok = load_target(settings.target, dtype="float32", trust_remote_code=settings.trust_remote_code)
+        if tok is None:
+            raise SourceError(settings.target, "no tokenizer found beside the target")
+        world = World.at(settings.world_dir) if settings.world_dir else world_of(settings.target)
+        data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data)
+        spec = load_drafter(settings.drafter).spec
+        n = capture_dumps(model, spec, data.ids, data.counted, out, settings.layout, settings.batch_size,
+                          getattr(torch, settings.dtype), settings.compress, progress)
+    return {"out": str(out.path), "layout": settings.layout, "samples": n, "data": str(data.source)}

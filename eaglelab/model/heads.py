@@ -100,7 +100,7 @@ def head_names(ck: Checkpoint) -> dict[str, str]:
     norm = base + "norm.weight"
     if norm not in names:
         raise CheckpointMismatchError(ck.source, f"holds {printable(embed)} but no {printable(norm)} (the final norm)")
-    outer = base[: -len("model.")] if base.endswith("model.") else base
+    outer = base[: -len("model.")] if base == "model." or base.endswith(".model.") else base
     candidates = [outer + "lm_head.weight", base + "lm_head.weight", "lm_head.weight"]
     head = next((c for c in candidates if c in names), None)
     tied = text_config(ck.config).get("tie_word_embeddings", (ck.config or {}).get("tie_word_embeddings"))
@@ -143,6 +143,8 @@ def _read_local(info: TensorInfo) -> torch.Tensor:
 
 def _read_hub(repo_id: str, info: TensorInfo, revision: str | None) -> torch.Tensor:
     """One tensor's bytes by range requests of :data:`HUB_CHUNK_BYTES`, each under the hub's deadline."""
+    import struct
+
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import hf_raise_for_status
 
@@ -150,10 +152,14 @@ def _read_hub(repo_id: str, info: TensorInfo, revision: str | None) -> torch.Ten
 
     where = printable(f"{repo_id}/{info.file}")
     url = hf_hub_url(repo_id, info.file, revision=revision)
-    start = info.data_start + info.span[0]
     buf = bytearray()
     timeout = hub_timeout()
     try:
+        first = hub_fetch(url, 8, timeout, {"Range": "bytes=0-7"}, truncate=True)  # the header's length
+        hf_raise_for_status(first)
+        if len(first.content) != 8:
+            raise SourceError(where, "the hub sent no safetensors header length")
+        start = 8 + struct.unpack("<Q", first.content)[0] + info.span[0]
         while len(buf) < info.nbytes:
             n = min(HUB_CHUNK_BYTES, info.nbytes - len(buf))
             lo = start + len(buf)
