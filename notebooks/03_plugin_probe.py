@@ -25,11 +25,16 @@
 # probe`): your file (`DATA`), else the world's held-out conversations with A's own replies (demo
 # world), else held-out stdlib docstrings and code. Every section runs one job of
 # `eaglelab.jobs.probe` on one `ProbeSettings` built from the parameters below (the command line's
-# `eaglelab probe` takes the same settings, with the same defaults). For targets too large for this
-# machine, SpecForge offline hidden-state files of both targets (section 4).
+# `eaglelab probe` takes the same settings, with the same defaults). **For targets too large for one
+# process** (two 1T-parameter MoE models on 8 GPUs each): set `STATES_A` / `STATES_B` to the folders
+# of hidden-state dumps the serving engines wrote on the same conversations (SpecForge's
+# `prepare_hidden_states.py` on SGLang, or vLLM's hidden-state connector; `eaglelab recipe --job
+# probe` writes the script). Neither target is then loaded: only their final norm, `lm_head` and
+# embedding are read by name (section 4 shows, on the world, that this path gives the live numbers).
 #
 # **Outputs.** Similarity table, figures `03_*` in `FIGURES_DIR`, measured speculative decoding of
-# the old drafter on both targets, and a verdict: plug in, warm start, or from scratch.
+# the old drafter on both targets (live only), and a verdict with its bootstrap band: plug in, warm
+# start, or from scratch, or the two a band straddles.
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -49,6 +54,8 @@ DEVICE = None  # None: cuda when available
 DEVICE_MAP = None  # "auto": spread each target over all GPUs (large targets; needs accelerate)
 DTYPE = "float32"  # bfloat16 for large targets on GPUs
 BATCH_SIZE = 8  # sequences per forward: the probe's memory is bounded by the batch
+STATES_A = None  # a folder of target A's hidden-state dumps (SpecForge or vLLM layout): probe without loading the targets
+STATES_B = None  # target B's, on the same conversations
 # the user's serving scenario, for the projected throughput
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
@@ -57,7 +64,6 @@ SERVING_ENGINE = "vllm"  # measure the drafter in vLLM too when its environment 
 # %%
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -85,7 +91,8 @@ choices = Choices("03", [Slot("TARGET_A", "old target (A)", "target", TARGET_A, 
 TARGET_A, TARGET_B, DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
 settings = ProbeSettings(TARGET_A, TARGET_B, DRAFTER, data=DATA or None, sequences=SEQUENCES, seq_len=SEQ_LEN, k=K,
                          batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS,
-                         dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP)
+                         dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP, states_a=STATES_A, states_b=STATES_B)
+FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, nothing is decoded for real
 
 # %% [markdown]
 # ## Pick the checkpoints
@@ -105,9 +112,12 @@ ChoicePanel(choices, lambda values: probe_answer(settings, values, str(world.roo
 # %%
 EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
-pair = load_pair(settings)
-print(f"{pair.data.source}; {len(pair.data.ids)} sequences x {pair.data.ids.shape[1]} tokens, {pair.data.positions} "
-      f"positions counted; drafter reads layer outputs {list(pair.drafter.spec.aux_layer_ids)}")
+pair = None if FROM_DUMPS else load_pair(settings)
+if pair is not None:
+    print(f"{pair.data.source}; {len(pair.data.ids)} sequences x {pair.data.ids.shape[1]} tokens, {pair.data.positions} "
+          f"positions counted; drafter reads layer outputs {list(pair.drafter.spec.aux_layer_ids)}")
+else:
+    print(f"from the engines' dumps: A {STATES_A}, B {STATES_B}; the targets are read for their heads only")
 
 # %% [markdown]
 # ## 1 · Paired capture and similarity at the drafter's layers
@@ -120,33 +130,49 @@ probe = probe_checkpoints(settings, pair)
 result = probe.result
 similarity = pd.DataFrame(probe.to_json()["layers"]).set_index("layer")
 display(similarity.round(4))
-print(f"next-token argmax agreement A vs B: {result.argmax_agreement:.3f} over {result.tokens} tokens")
+print(f"next-token argmax agreement A vs B: {result.argmax_agreement:.3f}, total variation {result.tv:.3f}, over "
+      f"{result.tokens} tokens")
 
 # %%
 fig = plots.plot_cosine_distributions(result.cosines)
 plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": TARGET_A, "b": TARGET_B, "tokens": result.tokens})
-cka_all = layerwise_cka(pair.model_a, pair.model_b, pair.data.ids, loss_mask=pair.data.counted)
-names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
-fig = plots.plot_cka_map(cka_all.numpy(), names, names)
-plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": TARGET_A, "b": TARGET_B})
+if pair is not None:  # every layer of both targets: only where they load (the dumps hold the drafter's layers)
+    cka_all = layerwise_cka(pair.model_a, pair.model_b, pair.data.ids, loss_mask=pair.data.counted)
+    names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
+    fig = plots.plot_cka_map(cka_all.numpy(), names, names)
+    plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": TARGET_A, "b": TARGET_B})
 
 # %% [markdown]
 # ## 2 · Plug-in acceptance: the old drafter on the new target
-# Teacher-forced per-position accuracy and simulated τ (bonus included) on A's states and on B's.
+# Teacher-forced per-position accuracy and simulated τ (bonus included) on A's states and on B's;
+# the chain rate (drafts 1..i all right) with its bootstrap band over sequences, which is what the
+# verdict's band is made of: a verdict whose band straddles its threshold names both options.
 
 # %%
 fig = plots.plot_position_acceptance({"drafter A on target A": result.eval_a["acc"],
                                       "drafter A on target B (plug-in)": result.eval_b["acc"]})
 plots.savefig(fig, "03_position_acceptance", FIGURES_DIR, {"drafter": DRAFTER, "k": K})
+chain = pd.DataFrame({f"{name} chain": ev["chain"] for name, ev in (("A", result.eval_a), ("B", result.eval_b))}
+                     | {f"{name} 90% band": [f"{b['low']:.3f}-{b['high']:.3f}" for b in ev["chain_band"]]
+                        for name, ev in (("A", result.eval_a), ("B", result.eval_b))},
+                     index=[f"draft {i + 1}" for i in range(K)])
 display(pd.DataFrame({"on A": result.eval_a["acc"], "on B": result.eval_b["acc"]},
                      index=[f"draft {i + 1}" for i in range(K)]).T.round(3))
+display(chain.round(3))
+bands = result.decision.bands
+print(f"verdict: {result.decision.label}; gain kept {100 * result.decision.kept:.0f}% "
+      f"({bands['kept'].text(percent=True)}, resampling the probed sequences)")
 
 # %% [markdown]
 # ## 3 · Measured: real speculative decoding with the old drafter on both targets
 
 # %%
-measured = probe.measured
-display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy", "timing_note"]])
+measured = probe.measured  # None from dumps: decoding needs the targets
+if measured:
+    display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy",
+                                      "timing_note"]])
+else:
+    print("from dumps: nothing decoded for real (the teacher-forced τ above is the evidence; measure in the engine)")
 
 # %% [markdown]
 # ### Measured in vLLM: the engine you serve with, on the same prompt token ids
@@ -157,27 +183,46 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # the workbook's conditional (draft i accepted given the ones before): both are shown, named.
 
 # %%
-eos = [pair.tokenizer.eos_token_id] if pair.tokenizer.eos_token_id is not None else None
-engine = engine_beside_workbook({"A": (TARGET_A, DRAFTER), "B": (TARGET_B, DRAFTER)}, pair.prompts(MEASURE_PROMPTS),
-                                MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
-display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
+engine = None
+if pair is not None:
+    eos = [pair.tokenizer.eos_token_id] if pair.tokenizer.eos_token_id is not None else None
+    engine = engine_beside_workbook({"A": (TARGET_A, DRAFTER), "B": (TARGET_B, DRAFTER)}, pair.prompts(MEASURE_PROMPTS),
+                                    MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
+    display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]
-# ## 4 · The SpecForge offline path gives the same numbers
-# Large targets are captured offline (SpecForge `prepare_hidden_states.py`); the probe reads those
-# files (with `torch.load(weights_only=True)`) and must agree with the live path.
+# ## 4 · The engines' dump path gives the live numbers
+# At scale the states come from the engines: SpecForge's `prepare_hidden_states.py` (SGLang; the
+# one that works for MLA targets such as Kimi) or vLLM's hidden-state connector (Llama, Qwen). Here
+# both targets are dumped on the probe's sequences as those engines lay them out (A as SpecForge
+# `rows_*/data_{i}.ckpt`, the last layer after the final norm; B as vLLM `hs_{i}.safetensors`, before
+# it), and the probe runs on the dumps with the targets read for their heads only. Every number must
+# match the live probe's.
 
 # %%
 import tempfile
 
-from eaglelab.probe.plugin import compare_live_and_specforge
+from eaglelab.jobs.probe import DumpSettings, dump_states
 
-with tempfile.TemporaryDirectory() as tmp:
-    live, from_files = compare_live_and_specforge(pair.model_a, pair.model_b, pair.drafter.spec, pair.data.ids[:8], tmp)
-live_cos = [layer.cosine_mean for layer in live["layers"]]
-off_cos = [layer.cosine_mean for layer in from_files["layers"]]
-offline_gap = max(abs(x - y) for x, y in zip(live_cos, off_cos))
-print("cosine per layer, live:", np.round(live_cos, 4), "from SpecForge files:", np.round(off_cos, 4))
+dump_gap = None
+if pair is not None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, target, layout in (("a", TARGET_A, "specforge"), ("b", TARGET_B, "vllm")):
+            dump_states(DumpSettings(target, DRAFTER, f"{tmp}/{name}", layout=layout, data=settings.data,
+                                     world_dir=WORLD_DIR, sequences=SEQUENCES, seq_len=SEQ_LEN), progress=False)
+        dumped = probe_checkpoints(replace(settings, states_a=f"{tmp}/a", states_b=f"{tmp}/b"), progress=False).result
+    live_numbers = [x for layer in result.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
+    dump_numbers = [x for layer in dumped.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
+    gaps = {"similarity": max(abs(x - y) for x, y in zip(live_numbers, dump_numbers)),
+            "agreement": abs(result.argmax_agreement - dumped.argmax_agreement), "tv": abs(result.tv - dumped.tv),
+            "τ per position": max(abs(x - y) for ev, dv in ((result.eval_a, dumped.eval_a), (result.eval_b, dumped.eval_b))
+                                  for x, y in zip(ev["chain"], dv["chain"]))}
+    dump_gap = max(gaps.values())
+    display(pd.DataFrame({"live": {"τ on A": result.eval_a["accept_len"], "τ on B": result.eval_b["accept_len"],
+                                   "agreement": result.argmax_agreement, "TV": result.tv},
+                          "from dumps": {"τ on A": dumped.eval_a["accept_len"], "τ on B": dumped.eval_b["accept_len"],
+                                         "agreement": dumped.argmax_agreement, "TV": dumped.tv}}).round(5))
+    print("largest difference, live vs dumps:", {k: f"{v:.1e}" for k, v in gaps.items()})
 
 # %% [markdown]
 # ## Findings
@@ -192,23 +237,32 @@ scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on t
             "not projected: τ measured on the demo world illustrates the method and is no forecast for your model; "
             "run this notebook on your checkpoints (`TARGET_A`, `TARGET_B`, `DRAFTER`) for the number the decision "
             "table needs.")
+if measured:
+    measured_line = (
+        f"- **Measured {TAG} (real speculative decoding on {next(pair.model_b.parameters()).device.type}):** τ "
+        f"{measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× "
+        f"plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}){timing_warning(measured)}.\n"
+        f"- **Measured in vLLM {TAG}:** {engine.findings()}")
+else:
+    measured_line = "- **Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
+dump_line = (f"probed from {STATES_A} (A) and {STATES_B} (B), the targets read for their heads only."
+             if FROM_DUMPS else f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number "
+                                f"(similarity, agreement, TV, τ per position) within {dump_gap:.1e}.")
 findings = f"""
 - **Compared {TAG}:** the drafter `{DRAFTER}` on `{TARGET_A}` (A, old) and `{TARGET_B}` (B, new).
 - **How far the target moved {TAG}:** mean per-token cosine between A and B ranges from
   {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
   {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
-  the two targets agree on the next token {100 * result.argmax_agreement:.1f}% of the time.
+  the two targets agree on the next token {100 * result.argmax_agreement:.1f}% of the time (total variation {result.tv:.3f}).
 - **Data {TAG}:** {probe.data} ({probe.positions} positions counted).
-- **Plug-in acceptance {TAG} (teacher forced, k = {K}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**;
-  first-draft accuracy {result.eval_a['acc'][0]:.2f} → {result.eval_b['acc'][0]:.2f}.
-- **Measured {TAG} (real speculative decoding on {next(pair.model_b.parameters()).device.type}):** τ {measured['A']['accept_len']:.2f}
-  on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× plain decoding on B (outputs identical
-  to greedy: {measured['B']['matches_greedy']}){timing_warning(measured)}.
-- **Measured in vLLM {TAG}:** {engine.findings()}
-- **Verdict {TAG}: {result.decision.action.upper()}.** {'; '.join(result.decision.reasons)}.
+- **Plug-in acceptance {TAG} (teacher forced, k = {K}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**
+  ({bands['tau_b'].text()}); first-draft accuracy {result.eval_a['acc'][0]:.2f} → {result.eval_b['acc'][0]:.2f}.
+{measured_line}
+- **Verdict {TAG}: {result.decision.label.upper()}.** {'; '.join(result.decision.reasons)}.
 - **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}
-- **Offline files {TAG}:** the SpecForge-file path reproduces the live cosines (max difference {offline_gap:.1e}).
+- **The engines' dumps {TAG}:** {dump_line}
 """
 display(Markdown(findings))
-save_findings("03", {**probe.to_json(), "measured": measured, "engine": engine.rows, "evidence": EVIDENCE},
+save_findings("03", {**probe.to_json(), "measured": measured, "engine": engine.rows if engine else None,
+                     "evidence": EVIDENCE, "dump_gap": dump_gap},
               bullets_from_markdown(findings), FIGURES_DIR)

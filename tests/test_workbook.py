@@ -155,3 +155,25 @@ def test_notebook_01_takes_tau_from_the_users_logs(tiny_world, tmp_path):
     plan = findings["numbers"]["plan"]
     assert plan["sources"]["accept_len"] == "logs" and plan["scenario"]["accept_len"] != 2.0
     assert any(b.startswith("- **Logs [your logs]:**") for b in findings["bullets"])
+
+
+def test_notebook_03_from_the_engines_dumps_gives_the_live_verdict(tiny_world, smoke_run, tmp_path):
+    """STATES_A / STATES_B: no target loaded, nothing decoded, and the live smoke run's numbers and verdict."""
+    from eaglelab.jobs.probe import DumpSettings, dump_states
+
+    out, _ = smoke_run("03")
+    live = json.loads((out / "figures" / "03_findings.json").read_text())["numbers"]
+    assert live["dump_gap"] < 1e-5  # section 4 of the live run: the dump path reproduced it
+    for name, target, layout in (("a", tiny_world.target_a, "vllm"), ("b", tiny_world.target_b, "specforge")):
+        dump_states(DumpSettings(str(target), str(tiny_world.drafter_a), str(tmp_path / name), layout=layout,
+                                 sequences=16), progress=False)
+    run_workbook(tmp_path / "out", smoke=True, only=["03"], notebooks_dir=REPO / "notebooks", progress=False,
+                 parameters={"STATES_A": str(tmp_path / "a"), "STATES_B": str(tmp_path / "b")})
+    findings = json.loads((tmp_path / "out" / "figures" / "03_findings.json").read_text())
+    numbers = findings["numbers"]
+    assert numbers["measured"] is None and numbers["states"] == {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    for key in ("accept_len_on_a", "accept_len_on_b"):
+        assert numbers["plugin"][key] == pytest.approx(live["plugin"][key], abs=1e-5)
+    assert numbers["verdict"]["level"] == live["verdict"]["level"]
+    assert any("nothing decoded for real" in b for b in findings["bullets"])
+    assert not (tmp_path / "out" / "figures" / "03_cka_map.png").exists()  # every layer needs the targets
