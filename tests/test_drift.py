@@ -327,6 +327,27 @@ def test_predict_with_a_sweeps_calibration(engine_files, tmp_path, capsys):
     assert out["calibration_error"] is not None and out["calibration_error"] < 1e-3
 
 
+def test_predict_calibrated_on_one_probe(engine_files, tmp_path, capsys):
+    """A probe's result (here of the shape `eaglelab probe --json` prints) solves agreement^γ on the user's own pair."""
+    chain = [0.8, 0.6, 0.45]
+    agreement, gamma = 0.9, 1.7
+    tau_b = 1 + sum(c * agreement ** (gamma * (i + 1)) for i, c in enumerate(chain))
+    probe = {"argmax_agreement": agreement, "checkpoints": {"target_a": "kimi-k2", "target_b": "kimi-k2.5"},
+             "plugin": {"chain_on_a": chain, "accept_len_on_b": tau_b},
+             "verdict": {"bands": {"tau_b": {"low": tau_b - 0.05, "high": tau_b + 0.1, "level": 0.9}}}}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    old, new = engine_files
+    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.8,0.6,0.45", "--calibration",
+                 str(tmp_path / "probe.json"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "agreement^γ" and out["gamma"] == pytest.approx(gamma, rel=1e-3)
+    assert out["calibration_error"] == pytest.approx(0.1 / tau_b) and "kimi-k2 → kimi-k2.5" in out["calibration"]
+    (tmp_path / "bad.json").write_text(json.dumps({**probe, "plugin": {"chain_on_a": [2], "accept_len_on_b": 2}}))
+    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.5", "--calibration",
+                 str(tmp_path / "bad.json")]) == 2
+    assert "chain_on_a must be a list of rates" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("extra,problem", [
     (["--accept-len", "2.2"], "--k: --accept-len needs the drafts per cycle"),
     (["--chain", "0.5,0.7"], "must lie in [0, 1] and not increase"),

@@ -43,7 +43,7 @@ def test_argument_errors_are_one_line_exit_2(args):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "error:" in proc.stderr and "--help" in proc.stderr
 
 
-def test_metadata_commands_do_not_import_torch(tmp_path):
+def test_metadata_commands_do_not_import_torch(tmp_path, tiny_world):
     from eaglelab.checkpoints.synthetic import write_synthetic_drafter
     from tests.test_drift import SGLANG, VLLM_HTTP
 
@@ -56,7 +56,10 @@ def test_metadata_commands_do_not_import_torch(tmp_path):
             " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2']);"
             " main(['plan', '--old-samples', '1400000']);"
             f" main(['predict', '--old', {str(tmp_path / 'old.jsonl')!r}, '--new', {str(tmp_path / 'new.jsonl')!r},"
-            " '--chain', '0.6,0.4'])\n"
+            " '--chain', '0.6,0.4']);"
+            f" main(['recipe', '--job', 'probe', '--engine', 'specforge', '--init', {str(tiny_world.drafter_a)!r},"
+            f" '--target-a', {str(tiny_world.target_a)!r}, '--target', {str(tiny_world.target_b)!r}, '--out',"
+            f" {str(tmp_path / 'recipe')!r}])\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.strip() == "[]" and (tmp_path / "recipe" / "run.sh").is_file()

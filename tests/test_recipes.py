@@ -124,3 +124,54 @@ def test_refuses_a_warm_start_that_would_replace_the_map(tiny_world, tmp_path):
                            "--target", str(tiny_world.target_b), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no d2t / t2d" in proc.stderr
+
+
+# --------------------------------------------------------------------------- the probe's dumps at scale (#27)
+
+def test_probe_recipe_dumps_both_targets_on_the_same_data_and_probes_them(tiny_world, tmp_path):
+    from eaglelab.cli import build_parser
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, build_probe_recipe
+
+    from .script_stubs import run_script
+
+    s = ProbeRecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_a), str(tiny_world.target_b),
+                            data="my convs.jsonl", workdir="w d", gpus=4)
+    recipe = build_probe_recipe(s)
+    out = recipe.write(tmp_path / "recipe")
+    (tmp_path / "w d").mkdir()  # mkdir is a recorder here
+    calls, proc = run_script(out / "run.sh", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    dumps = [c for c in calls if c[0] == "torchrun"]
+    assert [c[c.index("--target-model-path") + 1] for c in dumps] == [str(tiny_world.target_a), str(tiny_world.target_b)]
+    assert all(c[c.index("--data-path") + 1] == "my convs.jsonl" and "--nproc_per_node=4" in c for c in dumps)
+    probe = next(c for c in calls if c[0] == "eaglelab")
+    args = build_parser().parse_args(probe[1:])  # eaglelab's own parser takes the step as written
+    assert (args.states_a, args.states_b) == tuple(c[c.index("--output-path") + 1] for c in dumps)
+    assert (tmp_path / "w d" / "probe.json").exists()  # the probe's JSON kept for `predict --calibration`
+    assert json.loads((out / "recipe.json").read_text())["layers"]["aux_layer_outputs"] == [1, 3, 4]
+
+
+def test_probe_recipe_for_vllm_is_accepted_by_speculators_and_refused_for_mla_targets(tiny_world, tmp_path):
+    import shutil
+
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, build_probe_recipe
+
+    s = ProbeRecipeSettings("speculators", str(tiny_world.drafter_a), str(tiny_world.target_a), str(tiny_world.target_b))
+    recipe = build_probe_recipe(s)
+    checked = [st for st in recipe.steps if st.engine_command and st.engine_command[0] == "speculators"]
+    assert [st.engine_command[1] for st in checked] == ["prepare-data", "generate-offline-data", "generate-offline-data"]
+    for step in checked:
+        engines.speculators_command(step.engine_command[1], step.words()[2:])
+    serve = [st for st in recipe.steps if st.argv[:2] == ["vllm", "serve"]]
+    layers = {json.loads(st.argv[st.argv.index("--speculative-config") + 1])["draft_model_config"]["hf_config"]
+              ["eagle_aux_hidden_state_layer_ids"][-1] for st in serve}
+    assert layers == {8}  # the last layer of the 8-layer targets, after the drafter's three
+    mla = tmp_path / "mla-target"
+    shutil.copytree(tiny_world.target_b, mla)
+    cfg = json.loads((mla / "config.json").read_text())
+    (mla / "config.json").write_text(json.dumps({**cfg, "kv_lora_rank": 16}))
+    with pytest.raises(ParameterError, match="refuses MLA targets; use --engine specforge"):
+        build_probe_recipe(ProbeRecipeSettings("speculators", str(tiny_world.drafter_a), str(tiny_world.target_a),
+                                               str(mla)))
+    assert build_probe_recipe(ProbeRecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_a),
+                                                  str(mla))).steps

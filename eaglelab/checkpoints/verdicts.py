@@ -93,6 +93,15 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
     return Verdict(level, reasons)
 
 
+def text_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """The language model's config: ``text_config`` / ``language_config`` of a multimodal target, else itself."""
+    config = config or {}
+    for key in ("text_config", "language_config"):
+        if isinstance(config.get(key), dict):
+            return config[key]
+    return config
+
+
 def target_layer_count(target_cfg: dict[str, Any]) -> int | None:
     """``num_hidden_layers`` of a target config, looking inside ``text_config`` for VL models."""
     for cfg in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):

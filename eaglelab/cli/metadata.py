@@ -275,9 +275,14 @@ def cmd_report(args) -> int:
 
 def cmd_recipe(args) -> int:
     from eaglelab.engines.recipes import RecipeSettings, build_recipe
+    from eaglelab.errors import ParameterError
 
-    settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data,
-                              workdir=args.workdir, gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
+    if args.job == "probe":
+        return _probe_recipe(args)
+    if args.target_a is not None:
+        raise ParameterError("--target-a", "is the probe's old target: give it with --job probe")
+    settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data or "prompts.jsonl",
+                              workdir=args.workdir or "warm-start", gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
                               ttt_length=args.ttt_length, k=args.k, max_length=args.max_length,
                               chat_template=args.chat_template)
     recipe = build_recipe(settings, from_run=args.from_run)
@@ -290,6 +295,32 @@ def cmd_recipe(args) -> int:
     for key, value in recipe.provenance.items():
         print(f"  {key}: {value}")
     print(f"  vocabulary map kept: {recipe.vocab_map['draft_slots']} draft slots of {recipe.vocab_map['target_vocab']}")
+    return 0
+
+
+def _probe_recipe(args) -> int:
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
+    from eaglelab.errors import ParameterError
+
+    if args.target_a is None:
+        raise ParameterError("--target-a", "--job probe dumps the old target too: give it (folder or hub id)")
+    unused = [f"--{n.replace('_', '-')}" for n in ("from_run", "lr", "epochs", "ttt_length") if getattr(args, n) is not None]
+    if unused:
+        raise ParameterError(unused[0], "is a warm-start setting; --job probe trains nothing")
+    defaults = ProbeRecipeSettings.__dataclass_fields__
+    settings = ProbeRecipeSettings(
+        engine=args.engine, init=args.init, target_a=args.target_a, target=args.target,
+        data=args.data if args.data is not None else defaults["data"].default,
+        workdir=args.workdir if args.workdir is not None else defaults["workdir"].default, gpus=args.gpus,
+        max_length=args.max_length, chat_template=args.chat_template)
+    recipe = write_probe_recipe(settings, args.out, overwrite=args.force)
+    if args.json:
+        print_json(recipe.to_json())
+        return 0
+    print(f"wrote {args.out}/run.sh ({len(recipe.steps)} steps, {settings.engine}): dumps of both targets at layer "
+          f"outputs {recipe.vocab_map['aux_layer_outputs']}, then `eaglelab probe --states-a --states-b`")
+    for key, value in recipe.provenance.items():
+        print(f"  {key}: {value}")
     return 0
 
 
@@ -404,8 +435,10 @@ def add_parsers(sub) -> None:
     pr.add_argument("--k", type=count, help="drafts per cycle (for --accept-len, or a SGLang log)")
     pr.add_argument("--method", choices=["agreement", "agreement^γ", "1 - TV(top-k)", "(1 - TV(top-k))^γ", "unchanged"],
                     help="predictor (default: the calibration's choice, else agreement)")
-    pr.add_argument("--calibration", help="a drift sweep's calibration (notebook 05's figures/05_predictor.json): "
-                                                "the chosen predictor, its fitted γ and held-out error")
+    pr.add_argument("--calibration", help="a drift sweep's calibration (notebook 05's figures/05_predictor.json: the "
+                                          "chosen predictor, its fitted γ and held-out error), or one probe's result "
+                                          "(`eaglelab probe --json`, live or from dumps, or figures/03_findings.json): "
+                                          "agreement^γ solved on your own pair")
     pr.add_argument("--cycle-ms", type=positive, default=30.0, help="speculative cycle on the new target, ms (default 30)")
     pr.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s, for the break-even τ")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
@@ -417,17 +450,24 @@ def add_parsers(sub) -> None:
     r.add_argument("--out", help="output file (default FIGURES/GAME_PLAN.md)")
     r.set_defaults(func=cmd_report)
 
-    rc = sub.add_parser("recipe", help="a warm-start script for SpecForge or speculators that keeps the vocabulary map",
-                        description="Write a runnable, commented script (and its config files) that warm-starts the "
-                                    "old drafter for the new target at scale: regenerate responses, capture hidden "
-                                    "states, train with the old drafter's own d2t / t2d, export, check, serve. Reads "
-                                    "configs and headers only.")
+    rc = sub.add_parser("recipe", help="scripts for the cluster: the warm start (SpecForge / speculators), or the "
+                                       "probe's hidden-state dumps",
+                        description="Write a runnable, commented script (and its config files). --job warm-start "
+                                    "(default): warm-start the old drafter for the new target at scale: regenerate "
+                                    "responses, capture hidden states, train with the old drafter's own d2t / t2d, "
+                                    "export, check, serve. --job probe: dump both targets' hidden states at the old "
+                                    "drafter's layers on the same conversations (SpecForge on SGLang, or vLLM through "
+                                    "speculators where the targets are not MLA), then probe the dumps. Reads configs "
+                                    "and headers only.")
+    rc.add_argument("--job", choices=["warm-start", "probe"], default="warm-start", help="what the script does")
     rc.add_argument("--engine", required=True, choices=["specforge", "speculators"])
     rc.add_argument("--init", required=True, help="the old drafter (folder or hub id)")
     rc.add_argument("--target", required=True, help="the new target (folder, config.json or hub id)")
+    rc.add_argument("--target-a", help="--job probe: the old target (the drafter was trained on it)")
     rc.add_argument("--out", required=True, help="folder for run.sh, its config files and recipe.json")
-    rc.add_argument("--data", default="prompts.jsonl", help="prompts / conversations to regenerate (path on the cluster)")
-    rc.add_argument("--workdir", default="warm-start", help="work folder on the cluster")
+    rc.add_argument("--data", help="prompts / conversations on the cluster (warm start: regenerated; default "
+                                   "prompts.jsonl; probe: run through both targets, default conversations.jsonl)")
+    rc.add_argument("--workdir", help="work folder on the cluster (default warm-start, or probe)")
     rc.add_argument("--gpus", type=count, default=8, help="GPUs of the node")
     rc.add_argument("--from-run", help="a workbook fine-tune folder (notebook 04's warm run): epochs and TTT length")
     rc.add_argument("--lr", type=positive, help="learning rate (default: the engine's)")

@@ -276,18 +276,61 @@ def chains_from_log(path, k: int | None = None) -> list[list[float]]:
         raise LogFormatError(path, exc.problem) from None
 
 
+def calibration_from_probe(probe: dict, where: str) -> dict:
+    """``agreement^γ`` fitted on one plug-in probe (``eaglelab probe --json``, live or from dumps, or 03's findings).
+
+    The probe measured, on the user's own pair, the drafter's chain on A, the next-token agreement of A
+    and B and the τ the drafter keeps on B: one record, on which γ is solved. Its error is the
+    relative half-width of the probe's bootstrap band of τ on B (how well that one point is known).
+
+    Raises:
+        ParameterError: the file holds no probe numbers of that shape.
+    """
+    from eaglelab.errors import ParameterError
+    from eaglelab.inputs import field_number
+
+    plugin = probe.get("plugin")
+    if not isinstance(plugin, dict):
+        raise ParameterError(where, "not a probe result (no plugin numbers)")
+    chain = plugin.get("chain_on_a")
+    if not isinstance(chain, list) or not chain or not all(isinstance(c, (int, float)) and not isinstance(c, bool)
+                                                           and 0 <= c <= 1 for c in chain):
+        raise ParameterError(where, "its plugin.chain_on_a must be a list of rates in [0, 1]")
+    agreement = field_number(probe, "argmax_agreement", where, ParameterError, low=0.0, low_open=False, high=1.0)
+    tau_b = field_number(plugin, "accept_len_on_b", where, ParameterError, low=1.0, low_open=False)
+    record = {"on_a": {"chain": [float(c) for c in chain]}, "measures": {"agreement": agreement},
+              "conditional": {"accept_len": tau_b}, "on_b": {"accept_len": tau_b}}
+    method = "agreement^γ"
+    gamma = fit_gamma(by_name(method), [record])
+    band = ((probe.get("verdict") or {}).get("bands") or {}).get("tau_b") or {}
+    try:
+        error = max(field_number(band, "high", where, ParameterError) - tau_b,
+                    tau_b - field_number(band, "low", where, ParameterError)) / tau_b
+    except ParameterError:
+        error = 0.0
+    checkpoints = probe.get("checkpoints") if isinstance(probe.get("checkpoints"), dict) else {}
+    pair = " → ".join(str(checkpoints.get(k, "?")) for k in ("target_a", "target_b"))
+    return {"method": method, "gamma": gamma, "error": min(max(error, 0.0), 0.999999),
+            "source": f"the plug-in probe of {where} ({pair}: τ {tau_b:.2f} on B at agreement {agreement:.3f})"}
+
+
 def load_calibration(path) -> dict:
-    """A drift sweep's predictor calibration (notebook 05's ``05_predictor.json``, or its ``05_findings.json``).
+    """A predictor calibration: a drift sweep's (notebook 05's ``05_predictor.json`` or ``05_findings.json``),
+    or one plug-in probe's (``eaglelab probe --json`` output, live or from the engines' dumps, or notebook 03's
+    ``03_findings.json``: :func:`calibration_from_probe`).
 
     Returns:
-        ``{"method", "gamma", "error", "source"}`` of the sweep's chosen engine-computable predictor;
-        ``source`` says which sweep (whose checkpoints) it was fitted on.
+        ``{"method", "gamma", "error", "source"}`` of the chosen engine-computable predictor;
+        ``source`` says which sweep or probe (whose checkpoints) it was fitted on.
     """
     from eaglelab.errors import ParameterError
     from eaglelab.inputs import field_number, printable, read_json_object
 
     where = printable(str(path))
     data = read_json_object(path, ParameterError)
+    probe = data.get("numbers", data) if isinstance(data.get("numbers", data), dict) else {}
+    if "plugin" in probe and "argmax_agreement" in probe:
+        return calibration_from_probe(probe, where)
     try:
         numbers = data["numbers"]
         chosen = numbers["chosen_engine"]

@@ -58,6 +58,7 @@ class Step:
         notes: comment lines printed above it (why, what to watch).
         engine_command: ``(engine, subcommand)`` whose own parser checks ``argv``, or None.
         background: start it in the background (a server the next steps talk to).
+        stdout: a file its standard output goes to (quoted as data), or None.
     """
 
     title: str
@@ -65,6 +66,14 @@ class Step:
     notes: list[str] = field(default_factory=list)
     engine_command: tuple[str, str] | None = None
     background: bool = False
+    stdout: str | None = None
+
+    def command(self) -> str:
+        """The step as bash: its words quoted, one ``--flag value`` per line, its output redirected."""
+        cmd = " \\\n    ".join(quote_args(self.argv))
+        if self.stdout is not None:
+            cmd += f" \\\n    > {shlex.quote(script_value('recipe output', self.stdout))}"
+        return cmd
 
     def words(self) -> list[str]:
         """The argv as text, the script's variables spelled ``$NAME`` (what ``recipe.json`` records)."""
@@ -77,7 +86,7 @@ class Step:
     def to_json(self) -> dict[str, Any]:
         return {"title": self.title, "argv": self.words(), "notes": list(self.notes),
                 "engine_command": list(self.engine_command) if self.engine_command else None,
-                "background": self.background}
+                "background": self.background, "stdout": self.stdout}
 
 
 def script_value(name: str, value: Any) -> str:

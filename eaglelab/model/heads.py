@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, is_hub_id, load_checkpoint
+from eaglelab.checkpoints.verdicts import text_config
 from eaglelab.errors import CheckpointMismatchError, HubError, SourceError
 from eaglelab.inputs import printable
 
@@ -72,15 +73,6 @@ class TargetHeads:
         x = hidden.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.norm_weight.to(hidden.device, torch.float32) * x
-
-
-def text_config(config: dict[str, Any] | None) -> dict[str, Any]:
-    """The language model's config: ``text_config`` / ``language_config`` of a multimodal target, else itself."""
-    config = config or {}
-    for key in ("text_config", "language_config"):
-        if isinstance(config.get(key), dict):
-            return config[key]
-    return config
 
 
 def head_names(ck: Checkpoint) -> dict[str, str]:

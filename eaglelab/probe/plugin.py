@@ -43,7 +43,8 @@ class ProbeResult:
         plugin = {}
         if self.eval_a and self.eval_b:
             plugin = {"accept_len_on_a": self.eval_a["accept_len"], "accept_len_on_b": self.eval_b["accept_len"],
-                      "acc_on_a": self.eval_a["acc"], "acc_on_b": self.eval_b["acc"]}
+                      "acc_on_a": self.eval_a["acc"], "acc_on_b": self.eval_b["acc"],
+                      "chain_on_a": self.eval_a["chain"], "chain_on_b": self.eval_b["chain"]}
         return {
             "layers": [asdict(layer) for layer in self.layers],
             "cka_map": [[float(v) for v in row] for row in self.cka_map] if self.cka_map is not None else None,

@@ -1,0 +1,197 @@
+"""The plug-in probe's inputs at scale: a script that dumps both targets' hidden states, then probes them.
+
+Two 1T-parameter MoE targets do not fit in one process; their serving engines can dump the states
+the old drafter reads (:mod:`eaglelab.data.dumps`). ``eaglelab recipe --job probe`` writes the script:
+both targets captured on the **same** conversations, tokenized the same way, at the old drafter's
+layers, then ``eaglelab probe --states-a --states-b`` on the two folders (targets read for their heads
+only), its JSON kept for ``eaglelab predict --calibration``.
+
+- ``specforge``: SpecForge's ``scripts/prepare_hidden_states.py`` on SGLang, the path that works for
+  MLA targets (Kimi, DeepSeek); it writes ``rows_*/data_{idx}.ckpt``.
+- ``speculators``: vLLM's ``extract_hidden_states`` with the hidden-state connector, driven by
+  speculators' ``generate-offline-data`` (``hs_{i}.safetensors``); vLLM refuses MLA targets, so this
+  engine is refused for them here, with the reason.
+
+Argument names follow the pinned engines (SpecForge 0.2.0's repository script, speculators 0.9.0,
+whose parser the tests run). Building the script reads configs and safetensors headers only.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter
+from eaglelab.engines.scripts import Step, Var, comment_line, script_value, wait_for_server
+from eaglelab.errors import ConfigError, ParameterError
+
+#: Config fields that mark multi-head latent attention (DeepSeek-V3 / Kimi-K2 and their kin).
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")
+
+
+@dataclass(frozen=True)
+class ProbeRecipeSettings:
+    """What the dump-and-probe script needs.
+
+    Attributes:
+        engine: ``specforge`` (SGLang capture) or ``speculators`` (vLLM capture).
+        init: the old drafter (local folder or hub id): its layers are dumped, it is probed.
+        target_a: the old target (the drafter was trained on it).
+        target: the new target.
+        data: the conversations both targets are run on (JSONL on the cluster), the same for both.
+        workdir: the folder on the cluster for the dumps and the probe's JSON.
+        gpus: GPUs per target (tensor parallel).
+        max_length: tokens per conversation.
+        chat_template: SpecForge's template name (one for both: the tokens must be the same).
+    """
+
+    engine: str
+    init: str
+    target_a: str
+    target: str
+    data: str = "conversations.jsonl"
+    workdir: str = "probe"
+    gpus: int = 8
+    max_length: int = 4096
+    chat_template: str = "llama3"
+
+
+class ProbeRecipe(Recipe):
+    """The dump-and-probe script: steps, and where each setting came from."""
+
+    def script(self) -> str:
+        s = self.settings
+        head = [
+            "#!/usr/bin/env bash",
+            f"# The plug-in probe at scale with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe --job probe`.",
+            comment_line(f"  old drafter: {s.init}"),
+            comment_line(f"  old target (A): {s.target_a}"),
+            comment_line(f"  new target (B): {s.target}"),
+            comment_line(f"  data:        {s.data} (the same conversations for both targets)"),
+            comment_line(f"  work folder: {s.workdir}"),
+            *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
+            "set -euo pipefail",
+            f"mkdir -p -- {shlex.quote(s.workdir)}",
+            "",
+        ]
+        body = []
+        for n, step in enumerate(self.steps, 1):
+            body.append(comment_line(f" --- {n}. {step.title}"))
+            body += [comment_line(f" {line}") for line in step.notes]
+            cmd = step.command()
+            body.append(f"{cmd} &\nSERVER_PID=$!\n{wait_for_server(step)}" if step.background else cmd)
+            body.append("")
+        return "\n".join(head + body)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": "probe", "settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],
+                "files": sorted(self.files), "provenance": self.provenance, "layers": self.vocab_map}
+
+
+def is_mla(config: dict[str, Any]) -> bool:
+    """Whether a target config describes multi-head latent attention (its text config, for a multimodal one)."""
+    from eaglelab.checkpoints.verdicts import text_config
+
+    text = text_config(config)
+    return any(text.get(f) is not None for f in MLA_FIELDS)
+
+
+def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
+    """The drafter on target A, the two targets comparable, the engine able to capture them; the layers dumped.
+
+    Returns:
+        ``{"aux_layer_outputs", "vllm_layer_ids", "target_layers"}``.
+
+    Raises:
+        ParameterError: an unknown engine, a value the script cannot hold, vLLM asked for an MLA target.
+        ConfigError, CheckpointMismatchError: the checkpoints (from configs and headers).
+    """
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
+    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+    from eaglelab.checkpoints.verdicts import target_layer_count
+
+    if s.engine not in TRAINING_ENGINES:
+        raise ParameterError("--engine", f"unknown engine {s.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
+    for name in ("gpus", "max_length"):
+        if getattr(s, name) < 1:
+            raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(s, name)}")
+    for name in ("init", "target_a", "target", "data", "workdir", "chat_template"):
+        script_value(f"--{name.replace('_', '-')}", getattr(s, name))
+    spec, cfg_a = check_drafter(s.init, s.target_a)
+    cfg_b = load_target_config(s.target)
+    check_target_pair(s.target_a, cfg_a, s.target, cfg_b)
+    if s.engine == "speculators":
+        for name, cfg in ((s.target_a, cfg_a), (s.target, cfg_b)):
+            if is_mla(cfg):
+                raise ParameterError("--engine", f"{name} uses multi-head latent attention, and vLLM's hidden-state "
+                                                 "extractor refuses MLA targets; use --engine specforge (SGLang)")
+    layers = target_layer_count(cfg_a)
+    if layers is None:
+        raise ConfigError(s.target_a, "config has no num_hidden_layers")
+    outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, layers)
+    return {"aux_layer_outputs": list(outs), "vllm_layer_ids": [i + 1 for i in outs] + [layers],
+            "target_layers": layers}
+
+
+def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
+    """The dump-and-probe script for ``s.engine``, after :func:`check_probe_recipe`."""
+    layers = check_probe_recipe(s)
+    steps: list[Step] = []
+    old = _local_drafter(s, steps)
+    w = s.workdir
+    folders = {"a": f"{w}/states-a", "b": f"{w}/states-b"}
+    targets = {"a": s.target_a, "b": s.target}
+    if s.engine == "specforge":
+        for key in ("a", "b"):
+            steps.append(Step(
+                f"dump target {key.upper()}'s hidden states at the old drafter's layers (SpecForge repository script)",
+                ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
+                 targets[key], "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
+                 s.data, "--output-path", folders[key], "--chat-template", s.chat_template, "--max-length",
+                 str(s.max_length)],
+                [f"Layer outputs {layers['aux_layer_outputs']} (the old drafter's) and the last hidden state after the "
+                 "final norm;", "the same data, template, GPUs and batch size for both targets: the probe pairs the "
+                 "samples by index.", "Run from a SpecForge checkout (scripts/ is not in its wheel)."]))
+    else:
+        steps.append(Step(
+            "tokenize the conversations once, with target A's tokenizer (both targets read the same token ids)",
+            ["speculators", "prepare-data", "--model", s.target_a, "--data", s.data, "--output", f"{w}/data",
+             "--seq-length", str(s.max_length)], engine_command=("speculators", "prepare-data")))
+        for key in ("a", "b"):
+            extract = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                       "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layers["vllm_layer_ids"]}}}
+            connector = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
+                         "kv_connector_extra_config": {"shared_storage_path": f"{w}/vllm-{key}"}}
+            steps.append(Step(
+                f"serve target {key.upper()} with vLLM, extracting hidden states at the old drafter's layers",
+                ["vllm", "serve", targets[key], "--tensor-parallel-size", str(s.gpus), "--port", "8000",
+                 "--speculative-config", json.dumps(extract), "--kv-transfer-config", json.dumps(connector)],
+                [f"vLLM's layer inputs {layers['vllm_layer_ids']}: the drafter's three, then the last layer (taken "
+                 "before the final norm; the probe applies the target's norm)."], background=True))
+            steps.append(Step(
+                f"dump target {key.upper()}'s states on the tokenized conversations",
+                ["speculators", "generate-offline-data", "--model", targets[key], "--endpoint",
+                 "http://127.0.0.1:8000/v1", "--preprocessed-data", f"{w}/data", "--output", folders[key]],
+                engine_command=("speculators", "generate-offline-data")))
+            steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
+    steps.append(Step(
+        "probe the two dumps (the targets are read for their norm, lm_head and embedding only)",
+        ["eaglelab", "probe", "--states-a", folders["a"], "--states-b", folders["b"], "--drafter", old,
+         "--target-a", s.target_a, "--target-b", s.target, "--sequences", "1000000000", "--json"],
+        ["Its JSON (probe.json) holds the verdict with its bootstrap band; `eaglelab predict --calibration",
+         f"{w}/probe.json` then predicts the next target's plug-in τ from engine logprobs alone."],
+        engine_command=("eaglelab", "probe"), stdout=f"{w}/probe.json"))
+    provenance = {"layers dumped": f"{layers['aux_layer_outputs']} (layer outputs, the old drafter's) + the last",
+                  "pairing": "by sample index, token ids checked equal"}
+    return ProbeRecipe(s, steps, {}, provenance, layers)
+
+
+def write_probe_recipe(s: ProbeRecipeSettings, out_dir: str | Path, overwrite: bool = False) -> ProbeRecipe:
+    """Build and write ``run.sh`` and ``recipe.json`` into ``out_dir`` (atomically; ``overwrite`` only eaglelab's own)."""
+    recipe = build_probe_recipe(s)
+    recipe.write(out_dir, overwrite=overwrite)
+    return recipe
