@@ -192,14 +192,6 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = 
                     {k: bands[k] for k in ("kept", "tau_a", "tau_b")} if bands else None)
 
 
-def best_drafter(measured: Mapping[str, Mapping[str, float]], key: str = "accept_len") -> str:
-    """The name of the drafter with the highest measured ``key`` (τ by default); the first wins a tie."""
-    if not measured:
-        raise ValueError("no measured drafters to choose from")
-    names = list(measured)
-    return max(names, key=lambda n: (measured[n][key], -names.index(n)))
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """What to do for the new target, from the measured τ of each option on it.
@@ -237,3 +229,34 @@ def recommend(taus: Mapping[str, float]) -> Recommendation:
     }[action]
     text = f"{lead} (measured τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
     return Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)
+
+
+def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
+    """One answer from the probe's verdict (notebook 03) and the fine-tune's recommendation (notebook 04).
+
+    The probe predicts from the old drafter teacher-forced on the new target's states; the fine-tune
+    trains each option and measures it by real decoding, so where they differ the fine-tune decides,
+    and the sentence says why they could differ.
+
+    Args:
+        verdict: :meth:`Decision.to_json` (``level``, ``between``, ``kept``).
+        recommendation: :meth:`Recommendation.to_json` (``action``, ``taus``).
+
+    Returns:
+        the sentence the game plan prints.
+    """
+    between = verdict.get("between") if isinstance(verdict.get("between"), list) else []
+    level, between = str(verdict.get("level")), [str(o) for o in between]
+    action = str(recommendation.get("action"))
+    kept = verdict.get("kept")
+    kept_text = f"{100 * kept:.0f}% of the gain kept" if isinstance(kept, (int, float)) else "its gain kept"
+    if not between and level == action:
+        return f"Notebook 03's probe and notebook 04's fine-tune agree: **{action}**."
+    if between and action in between:
+        return (f"Notebook 03's probe could not tell {between[0]} from {between[1]} ({kept_text}, its band straddling "
+                f"the threshold); notebook 04's measured τ settles it: **{action}**.")
+    said = " or ".join(between) if between else level
+    return (f"Notebook 03's probe said {said} ({kept_text}, teacher forced on the new target's states); notebook 04, "
+            f"which trains each option and measures it by real decoding (ties within {TAU_TIE} go to the cheaper), "
+            f"says **{action}**, and decides: the probe's {100 * PLUGIN_KEEP:.0f}% rule and the measured τ disagree "
+            "on this pair, so read the measured τ of each option above.")

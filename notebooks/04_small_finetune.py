@@ -74,7 +74,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab.decisions import Option, best_drafter, recommend
+from eaglelab.decisions import Option, recommend
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.finetune import (
     FinetuneSettings,
@@ -197,12 +197,17 @@ display(sweep.pivot_table(index="sequences", columns="start", values="τ", aggfu
 display(equal.round(2))
 
 # %% [markdown]
-# ## 5 · Export the chosen drafter for SGLang and vLLM
+# ## 5 · Export the recommended drafter for SGLang and vLLM
+# The recommendation is the cheapest option whose measured τ is within the tie rule of the best
+# (`eaglelab.decisions.recommend`); the drafter exported is that option's: the old drafter itself
+# when plugging in wins, so the recommendation, the export and the game plan name one drafter.
 
 # %%
-best = best_drafter({n: measured[n] for n in runs})
-sglang_dir, vllm_dir = export_for_serving(settings, inputs, runs[best].drafter, Path(RUNS_DIR) / "export")
-print(f"chosen: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
+decision = recommend({option: m["accept_len"] for option, m in measured.items()})
+best = decision.action
+chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
+sglang_dir, vllm_dir = export_for_serving(settings, inputs, chosen_drafter, Path(RUNS_DIR) / "export")
+print(f"{decision.text}\nexported: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 
 # %% [markdown]
 # ## 6 · Hand-over: the warm start at scale, in SpecForge and speculators
@@ -222,7 +227,6 @@ print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)"
 
 # %%
 warm, scratch, plug = measured[Option.WARM_START], measured[Option.FROM_SCRATCH], measured[Option.PLUG_IN]
-decision = recommend({option: m["accept_len"] for option, m in measured.items()})
 b = fit.exponent
 top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm start's need is the least extrapolated
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
@@ -248,9 +252,9 @@ bullets = [
      + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.YOURS else
      "- **Your scenario:** not projected: these τ were measured on the demo world and illustrate the method; the game "
      "plan's decision table takes τ from your numbers only."),
-    f"- **Exported {TAG}** `{best}` (the trained start with the highest measured τ) for SGLang (`{sglang_dir}`) and "
-    f"vLLM (`{vllm_dir}`)" + ("; the recommendation below is to plug the old drafter in, which needs no export."
-                              if decision.action == Option.PLUG_IN else "."),
+    f"- **Exported {TAG}** the recommended option's drafter, `{best}`"
+    + (" (the old drafter as it is)" if best == Option.PLUG_IN else "") + f", for SGLang (`{sglang_dir}`) and "
+    f"vLLM (`{vllm_dir}`).",
     f"- **Hand-over** (the chosen path here is **{decision.action}** {TAG}): warm-start recipes that keep the old drafter's "
     f"{recipes['specforge'].vocab_map['draft_slots']}-slot vocabulary map, "
     + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())

@@ -8,7 +8,6 @@ from eaglelab.decisions import (
     PLUGIN_KEEP,
     TAU_TIE,
     WARM_START_MIN_TAU,
-    best_drafter,
     gain_kept,
     plugin_verdict,
     recommend,
@@ -32,14 +31,15 @@ def test_plugin_verdict_branches(tau_a, tau_b, action):
     assert f"{tau_b:.2f}" in d.reasons[0] and d.to_json()["level"] == action
 
 
-def test_best_drafter_is_the_highest_measured_tau_first_on_ties():
-    measured = {"warm": {"accept_len": 1.7}, "scratch": {"accept_len": 1.4}, "other": {"accept_len": 1.7}}
-    assert best_drafter(measured) == "warm"
-    assert best_drafter({"a": {"accept_len": 1.2, "speedup": 2.0}, "b": {"accept_len": 1.3, "speedup": 1.0}},
-                        key="speedup") == "a"
-    with pytest.raises(ValueError):
-        best_drafter({})
+def test_reconcile_says_when_the_probe_and_the_fine_tune_agree_differ_or_the_probe_was_too_close():
+    from eaglelab.decisions import reconcile
 
+    plug = {"action": "plug in", "taus": {"plug in": 1.8, "warm start": 1.83}}
+    assert "agree: **plug in**" in reconcile({"level": "plug in", "between": [], "kept": 0.93}, plug)
+    close = reconcile({"level": "warm start", "between": ["plug in", "warm start"], "kept": 0.88}, plug)
+    assert "could not tell plug in from warm start" in close and "settles it: **plug in**" in close
+    differ = reconcile({"level": "warm start", "between": [], "kept": 0.7}, plug)
+    assert "probe said warm start (70% of the gain kept" in differ and "says **plug in**, and decides" in differ
 
 def test_recommend_takes_the_cheapest_option_within_the_tie():
     clear = recommend({"plug in": 1.5, "warm start": 1.8, "from scratch": 1.4})

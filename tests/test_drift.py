@@ -249,6 +249,40 @@ def _record(family, agreement, chain_a, gamma_true, label=None):
             "conditional": {"accept_len": tau_b}}
 
 
+def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_upper_end():
+    """Records with per-sequence hits: each worst error gets a band around it; a lucky predictor does not win."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    chain = [0.8, 0.6, 0.45]
+
+    def noisy(rec, n=30):
+        out = json.loads(json.dumps(rec))
+        for side, rates in (("on_a", rec["on_a"]["chain"]),
+                            ("on_b", [(rec["on_b"]["accept_len"] - 1) * c / sum(chain) for c in chain])):
+            counted = np.full((n, 3), 20)
+            hits = rng.binomial(counted, np.clip(rates, 0, 1))
+            out[side].update(seq_counted=counted.tolist(), seq_hits=hits.tolist(),
+                             chain=(hits.sum(0) / counted.sum(0)).tolist())
+            out[side]["accept_len"] = 1 + sum(out[side]["chain"])  # the point estimate is what the sequences say
+        return out
+
+    recs = [noisy(_record("none", 1.0, chain, 1.7))] + [noisy(_record(f, a, chain, 1.7)) for f, ags in
+                                                         (("path", (0.9, 0.7)), ("quant", (0.97, 0.85)),
+                                                          ("train", (0.8, 0.75))) for a in ags]
+    held = pr.leave_one_family_out(recs, [pr.by_name("agreement^γ"), pr.by_name("agreement")])
+    bands = pr.held_out_bands(held, recs, reps=200)
+    rows = {r["predictor"]: r for r in pr.summarise(held, bands)}
+    for name, (lo, hi) in bands.items():
+        assert 0 <= lo < hi and lo <= rows[name]["worst"] + 0.01
+    assert bands["agreement^γ"][1] < bands["agreement"][1]  # the fitted law is the better one, band and all
+    # the ranking reads the band's upper end: a smaller worst with a wider band loses
+    fake = {"agreement^γ": (0.01, 0.30), "agreement": (0.05, 0.10)}
+    assert pr.summarise(held, fake)[0]["predictor"] == "agreement"
+    bare = [dict(r, on_a={"chain": chain}) for r in recs]  # records without per-sequence hits: no band, no claim
+    assert pr.held_out_bands(held, bare) == {}
+
+
 def test_a_fitted_exponent_is_recovered_and_held_out_errors_vanish():
     chain = [0.8, 0.6, 0.45]
     recs = [_record("none", 1.0, chain, 1.7)] + [_record(f, a, chain, 1.7) for f, ags in

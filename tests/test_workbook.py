@@ -87,6 +87,11 @@ def test_game_plan_of_the_smoke_workbook(smoke_run, tmp_path):
     tags = ("[default]", "[entered]", "[demo]", "[sample]", "[derived]", "[assumed]", "[your")
     untagged = [b for b in bullets if not any(t in b for t in tags) and not b.startswith("- **[")]
     assert all("not projected" in b for b in untagged), untagged  # the only bullets without a source carry no number
+    # one answer: 03's verdict and 04's recommendation, reconciled; 04 exports the drafter it recommends
+    one = plan[plan.index("## One answer"):].split("\n## ")[0]
+    recommended = json.loads((tmp_path / "04_findings.json").read_text())["numbers"]
+    assert f"**{recommended['recommendation']['action']}**" in one
+    assert recommended["chosen"] == recommended["recommendation"]["action"]
 
 
 BROKEN = """\

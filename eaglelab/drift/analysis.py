@@ -10,7 +10,16 @@ from pathlib import Path
 
 import numpy as np
 
-from eaglelab.drift.predictors import PREDICTORS, HeldOut, by_name, choose, fit_gamma, leave_one_family_out, summarise
+from eaglelab.drift.predictors import (
+    PREDICTORS,
+    HeldOut,
+    by_name,
+    choose,
+    fit_gamma,
+    held_out_bands,
+    leave_one_family_out,
+    summarise,
+)
 
 #: the measures notebook 05 plots τ against: key -> axis label
 MEASURE_PANELS = {"agreement": "top-1 agreement of A and B'", "tv": "total variation of next-token distributions",
@@ -79,7 +88,7 @@ def held_out_choice(records: Sequence[dict], pair: Sequence[dict] = ()) -> dict:
         ``chosen_engine`` (names), and ``gamma_all`` (each predictor's γ fitted on all records).
     """
     held = leave_one_family_out(records, extra=pair)
-    rows = summarise(held)
+    rows = summarise(held, held_out_bands(held, records, pair))
     return {"held_out": held, "summary": rows, "chosen": choose(rows)["predictor"],
             "chosen_engine": choose(rows, engine_only=True)["predictor"],
             "gamma_all": {p.name: fit_gamma(p, records) for p in PREDICTORS}}
@@ -130,10 +139,11 @@ def gap_text(gaps: Sequence[float], tolerance: float) -> str:
 
 def calibration(choice: dict) -> dict:
     """What ``eaglelab predict --calibration`` reads: the engine predictor chosen, each one's γ and held-out error."""
-    worst = {r["predictor"]: r["worst"] for r in choice["summary"]}
+    rows = {r["predictor"]: r for r in choice["summary"]}
     return {"chosen": choice["chosen"], "chosen_engine": choice["chosen_engine"],
-            "predictors": {name: {"gamma": choice["gamma_all"][name], "worst_held_out": worst[name],
-                                  "engine": by_name(name).engine} for name in worst}}
+            "predictors": {name: {"gamma": choice["gamma_all"][name], "worst_held_out": r["worst"],
+                                  "worst_band": r.get("worst_band"), "engine": by_name(name).engine}
+                           for name, r in rows.items()}}
 
 
 def save_calibration(path: str | Path, choice: dict, source: str) -> Path:

@@ -37,7 +37,7 @@ class DriftMeasures:
         tv_topk: mean :func:`tv_top_k`, what engine files give.
         positions: counted positions.
         on_a, on_b: the drafter teacher forced on A / on B': ``acc``, ``chain`` (per draft), ``accept_len``,
-            ``walk_accept_len`` (:class:`CycleWalk`).
+            ``walk_accept_len`` (:class:`CycleWalk`), and per sequence ``seq_hits`` / ``seq_counted`` ([N][k]).
         conditional: the per-token prediction of ``on_b``: ``chain`` and ``accept_len``.
     """
 
@@ -186,8 +186,11 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
     layers = {("last" if layer.layer == "last" else layer.layer.split(" ")[0]):
               {"cosine": layer.cosine_mean, "rel_l2": layer.rel_l2, "cka": layer.cka} for layer in res["layers"]}
     keep = ("acc", "chain", "accept_len")
-    on_a = {**{k: tally_a.result()[k] for k in keep}, "walk_accept_len": walk_a.value()}
-    on_b = {**{k: tally_b.result()[k] for k in keep}, "walk_accept_len": walk_b.value()}
+    # per sequence, for the bootstrap band of the predictors' held-out errors
+    on_a = {**{k: tally_a.result()[k] for k in keep}, "walk_accept_len": walk_a.value(),
+            "seq_hits": tally_a.seq_hits, "seq_counted": tally_a.seq_counted}
+    on_b = {**{k: tally_b.result()[k] for k in keep}, "walk_accept_len": walk_b.value(),
+            "seq_hits": tally_b.seq_hits, "seq_counted": tally_b.seq_counted}
     return DriftMeasures(layers, res["argmax_agreement"], tv / n, kl / n, tv_k / n, res["tokens"], on_a, on_b,
                          cond.result())
 

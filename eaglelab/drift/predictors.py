@@ -165,20 +165,90 @@ def leave_one_family_out(records: Sequence[dict], predictors: Sequence[Predictor
     return out
 
 
-def summarise(held_out: Sequence[HeldOut]) -> list[dict]:
-    """One row per predictor: worst and mean held-out error over all left-out families, best first."""
+#: Bootstrap resamples behind a held-out error's band, its coverage.
+ERROR_BAND_REPS = 400
+ERROR_BAND_LEVEL = 0.9
+
+
+def _resampled(record: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """A record's chain on A [reps, k] and τ on B [reps] under sequence weights [reps, N] (None without per-sequence data)."""
+    try:
+        ha, ca = np.asarray(record["on_a"]["seq_hits"], float), np.asarray(record["on_a"]["seq_counted"], float)
+        hb, cb = np.asarray(record["on_b"]["seq_hits"], float), np.asarray(record["on_b"]["seq_counted"], float)
+    except KeyError:
+        return None
+    if ha.ndim != 2 or ha.shape[0] != weights.shape[1] or not (ha.shape == ca.shape == hb.shape == cb.shape):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        chain_a = np.nan_to_num((weights @ ha) / (weights @ ca))
+        tau_b = 1 + np.nan_to_num((weights @ hb) / (weights @ cb)).sum(1)
+    return chain_a, tau_b
+
+
+def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[dict], extra: Sequence[dict] = (),
+                   reps: int = ERROR_BAND_REPS, level: float = ERROR_BAND_LEVEL, seed: int = 0) -> dict[str, tuple]:
+    """A bootstrap band of each predictor's worst held-out error, resampling the probed sequences.
+
+    Every point of a sweep is measured on the same sequences, so one draw of sequence weights serves
+    all its points (the other pair's records get their own draw): what moves is the drafter's chain
+    on A (the predictors' input) and its τ on B' (the truth), as another draw of conversations would
+    move them. γ stays as fitted, and the similarity measures as measured.
+
+    Returns:
+        ``{predictor: (low, high)}`` of the worst |error|, for predictors whose records carry
+        per-sequence hits (``on_a.seq_hits`` ...); others are left out.
+    """
+    rng = np.random.default_rng(seed)
+    draws = {}
+    for group in (records, extra):
+        if group:
+            n = len(group[0]["on_a"].get("seq_hits") or [])
+            if n:
+                w = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(float)
+                for r in group:
+                    draws[(r["point"]["family"], r["point"]["label"])] = _resampled(r, w)
+    by_key = {(r["point"]["family"], r["point"]["label"]): r for r in [*records, *extra]}
+    q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
+    out = {}
+    for name in dict.fromkeys(h.predictor for h in held_out):
+        p, worst = by_name(name), np.zeros(reps)
+        ok = True
+        for h in (h for h in held_out if h.predictor == name):
+            for label in h.labels:
+                d = draws.get((h.family, label))
+                if d is None:
+                    ok = False
+                    break
+                r = by_key[(h.family, label)]
+                pred = np.array([p.predict(d[0][i], r["measures"], h.gamma, r["conditional"]["accept_len"])
+                                 for i in range(reps)])
+                worst = np.maximum(worst, np.abs(pred / d[1] - 1))
+        if ok:
+            lo, hi = np.percentile(worst, q)
+            out[name] = (float(lo), float(hi))
+    return out
+
+
+def summarise(held_out: Sequence[HeldOut], bands: dict[str, tuple] | None = None) -> list[dict]:
+    """One row per predictor: worst and mean held-out error over all left-out families, and the worst's band.
+
+    Ranked by the upper end of the band of the worst error where there is one (a predictor whose
+    worst error is small only on these sequences does not win), then by the worst itself.
+    """
     rows = []
     for name in dict.fromkeys(h.predictor for h in held_out):
         hs = [h for h in held_out if h.predictor == name]
         errs = np.abs(np.concatenate([h.errors for h in hs]))
         p = by_name(name)
+        band = (bands or {}).get(name)
         rows.append({"predictor": name, "worst": float(errs.max()), "mean_abs": float(errs.mean()),
+                     "worst_band": list(band) if band else None,
                      "per_family": {h.family: h.worst for h in hs}, "fitted": p.fitted, "engine": p.engine})
-    return sorted(rows, key=lambda r: (r["worst"], r["mean_abs"]))
+    return sorted(rows, key=lambda r: (r["worst_band"][1] if r["worst_band"] else r["worst"], r["worst"], r["mean_abs"]))
 
 
 def choose(rows: Sequence[dict], engine_only: bool = False) -> dict:
-    """The predictor with the smallest worst-case held-out error (among the engine-computable ones if asked)."""
+    """The predictor ranked first by :func:`summarise` (among the engine-computable ones if asked)."""
     pool = [r for r in rows if r["engine"] or not engine_only]
     return pool[0]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from eaglelab.drift.families import ZERO, DriftPoint
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 
 #: the demo sweep: A, then >= 5 magnitudes of each family; real speculative decoding at the marked points
 DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)),

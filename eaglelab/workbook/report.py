@@ -107,6 +107,11 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
         if source == pv.DEMO:
             lines += ["This compares the options on the demo pair to show the method; it is not a forecast for your "
                       "model. Run notebooks 03 and 04 on your checkpoints for your own.", ""]
+    verdict, recommended = numbers.get("03", {}).get("verdict"), numbers.get("04", {}).get("recommendation")
+    if isinstance(verdict, dict) and isinstance(recommended, dict) and "level" in verdict and "action" in recommended:
+        from eaglelab.decisions import reconcile
+
+        lines += ["## One answer: the probe and the fine-tune", "", reconcile(verdict, recommended), ""]
     recipes = numbers.get("04", {}).get("recipes")
     if isinstance(recipes, dict) and recipes and all(isinstance(v, str) for v in recipes.values()):
         lines += ["## Hand-over: the warm start at scale", "",
