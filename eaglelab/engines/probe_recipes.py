@@ -66,7 +66,7 @@ class ProbeRecipe(Recipe):
         s = self.settings
         head = [
             "#!/usr/bin/env bash",
-            f"# The plug-in probe at scale with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe --job probe`.",
+            f"# The plug-in probe at scale with {s.engine} {ENGINE_VERSIONS[s.engine]}, by `eaglelab recipe --job probe`.",
             comment_line(f"  old drafter: {s.init}"),
             comment_line(f"  old target (A): {s.target_a}"),
             comment_line(f"  new target (B): {s.target}"),

@@ -15,7 +15,6 @@ and a tied ``lm_head`` (``tie_word_embeddings``) is the embedding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
