@@ -65,14 +65,14 @@ def timing(args) -> None:
 
     def similarity_only():
         from eaglelab.model.targets import Target
-        from eaglelab.probe.plugin import _capture, _update_similarity, layer_labels
+        from eaglelab.probe.plugin import capture_batch, layer_labels, update_similarity
         from eaglelab.probe.similarity import SimilarityAccumulator
 
         ta, tb = Target.for_drafter(a, drafter.spec), Target.for_drafter(b, drafter.spec)
         acc = SimilarityAccumulator(layer_labels(ta.aux_layer_outputs))
         for i in range(0, len(seqs), 8):
-            (sa, la), (sb, lb) = _capture(ta, seqs[i:i + 8]), _capture(tb, seqs[i:i + 8])
-            _update_similarity(acc, sa, sb, argmax_a=la.argmax(-1), argmax_b=lb.argmax(-1))
+            (sa, la), (sb, lb) = capture_batch(ta, seqs[i:i + 8]), capture_batch(tb, seqs[i:i + 8])
+            update_similarity(acc, sa, sb, argmax_a=la.argmax(-1), argmax_b=lb.argmax(-1))
         acc.result()
         ta.close()
         tb.close()

@@ -24,14 +24,16 @@ def test_world_of_finds_the_world_a_checkpoint_lies_in(tiny_world, tmp_path):
 def test_probe_set_precedence(tiny_world, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(tiny_world.target_a))
     built_in = probe_set(tok, 6, 32)
-    assert built_in.source.kind == "built-in" and built_in.ids.shape == (6, 32) and bool(built_in.counted.all())
+    assert built_in.source.kind == "built-in" and built_in.ids.shape == (6, 32)
+    # every position counts but the last of a row: no token of the row follows it (nor can an engine's dump say)
+    assert bool(built_in.counted[:, :-1].all()) and not built_in.counted[:, -1].any()
     assert torch.equal(built_in.ids, builtin_sequences(tok, 32, "held_out", 6))
     # the tiny world keeps no replies: its probe set is the built-in one
     assert torch.equal(probe_set(tok, 6, 32, world_of(tiny_world.target_a)).ids, built_in.ids)
     f = tmp_path / "mine.jsonl"
     f.write_text("\n".join(json.dumps({"text": "def add(a, b):\n    return a + b\n" * 20}) for _ in range(4)))
     mine = probe_set(tok, 3, 16, tiny_world, data_file=f)
-    assert mine.source.kind == "file" and str(f) in str(mine.source) and len(mine.ids) == 3 and mine.positions == 48
+    assert mine.source.kind == "file" and str(f) in str(mine.source) and len(mine.ids) == 3 and mine.positions == 45
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     with pytest.raises(SourceError, match="line 1"):

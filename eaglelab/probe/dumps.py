@@ -126,8 +126,7 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
     tally_a, tally_b = AcceptanceTally(k), AcceptanceTally(k)
     dev, dtype = drafter.fc.weight.device, heads_a.lm_head.dtype
     draft_ids = drafter.draft_target_ids()
-    embed_a = heads_a.embedding.to(dev, drafter.fc.weight.dtype)
-    embed_b = heads_b.embedding.to(dev, drafter.fc.weight.dtype)
+    embed_a, embed_b = heads_a.embedding.to(dev), heads_b.embedding.to(dev)  # rows are cast as they are looked up
     for start in range(0, len(pairs.indices), batch_size):
         read = [pairs.read(i) for i in pairs.indices[start: start + batch_size]]
         sa = stack_batch([p[0] for p in read], heads_a, dev, dtype)

@@ -153,16 +153,24 @@ class SimilarityAccumulator:
                argmax_a: torch.Tensor | None = None, argmax_b: torch.Tensor | None = None,
                tv: torch.Tensor | None = None) -> None:
         """Add paired per-token states, each [N, D] (one tensor per layer), optional next-token argmaxes [N]
-        and the total variation of the two next-token distributions [N]."""
+        and the total variation of the two next-token distributions [N].
+
+        Per token, three row sums serve cosine, relative L2 and both norms (a·b, |a|², |b|², and
+        |a - b|² taken from the difference itself, so that near-identical states lose no digits).
+        """
         n = states_a[0].shape[0]
         self.tokens += n
         for i, (a, b) in enumerate(zip(states_a, states_b)):
             a, b = a.detach().cpu(), b.detach().cpu()
-            cos = cosine_per_token(a, b)
+            x, y = a.float(), b.float()
+            aa, bb = (x * x).sum(-1).double(), (y * y).sum(-1).double()
+            ab, dd = (x * y).sum(-1).double(), (x - y).pow(2).sum(-1).double()
+            na, nb = aa.sqrt(), bb.sqrt()
+            cos = (ab / (na * nb).clamp_min(1e-12)).float()
             self._sums["cos"][i] += cos.double().sum()
-            self._sums["rel"][i] += relative_l2_per_token(a, b).double().sum()
-            self._sums["na"][i] += a.double().norm(dim=-1).sum()
-            self._sums["nb"][i] += b.double().norm(dim=-1).sum()
+            self._sums["rel"][i] += (dd.sqrt() / na.clamp_min(1e-12)).sum()
+            self._sums["na"][i] += na.sum()
+            self._sums["nb"][i] += nb.sum()
             room = self.keep_cosines - sum(len(c) for c in self._cos[i])
             if room > 0:
                 self._cos[i].append(cos[:room])
@@ -177,21 +185,30 @@ class SimilarityAccumulator:
         self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
-        while True:
-            have = sum(x.shape[0] for x in self._buf_a[0])
-            if have < self.cka_batch and not (final and have >= 4):
-                return
-            take = min(self.cka_batch, have)
-            xs, ys = [], []
-            for i in range(len(self.labels)):
-                cat_a, cat_b = torch.cat(self._buf_a[i]), torch.cat(self._buf_b[i])
-                xs.append(cat_a[:take])
-                ys.append(cat_b[:take])
-                self._buf_a[i] = [cat_a[take:]] if cat_a.shape[0] > take else []
-                self._buf_b[i] = [cat_b[take:]] if cat_b.shape[0] > take else []
-            self._cka.update(xs, ys)
-            if final and not self._buf_a[0]:
-                return
+        """Feed the CKA every whole minibatch of ``cka_batch`` buffered tokens (and, at the end, the rest if >= 4).
+
+        The buffer is joined once per call and cut into minibatches; the remainder is copied, so no
+        view keeps the joined block alive.
+        """
+        have = sum(x.shape[0] for x in self._buf_a[0])
+        whole = have // self.cka_batch * self.cka_batch
+        tail = have - whole
+        last = final and tail >= 4
+        if whole == 0 and not last:
+            if final:  # fewer than 4 tokens left: too few for an unbiased HSIC; dropped
+                self._buf_a = [[] for _ in self.labels]
+                self._buf_b = [[] for _ in self.labels]
+            return
+        cat_a = [torch.cat(buf) for buf in self._buf_a]
+        cat_b = [torch.cat(buf) for buf in self._buf_b]
+        for start in range(0, whole, self.cka_batch):
+            self._cka.update([c[start: start + self.cka_batch] for c in cat_a],
+                             [c[start: start + self.cka_batch] for c in cat_b])
+        if last:
+            self._cka.update([c[whole:] for c in cat_a], [c[whole:] for c in cat_b])
+        keep = tail and not final
+        self._buf_a = [[c[whole:].clone()] if keep else [] for c in cat_a]
+        self._buf_b = [[c[whole:].clone()] if keep else [] for c in cat_b]
 
     def result(self) -> dict:
         """Per-layer summaries, the CKA map, argmax agreement and per-layer cosine samples."""
