@@ -26,6 +26,32 @@ def relative_l2_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).float()
 
 
+def _row_dots(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Per-row dot products of u, v [N, D] -> [N], as one batched BLAS product (no [N, D] temporary)."""
+    return torch.bmm(u.unsqueeze(1), v.unsqueeze(2)).reshape(-1)
+
+
+def _take(buf: list[torch.Tensor], n: int) -> torch.Tensor:
+    """The first ``n`` rows of a list of [*, D] pieces, removed from it (a view when one piece holds them)."""
+    if buf[0].shape[0] >= n:
+        head, buf[0] = buf[0][:n], buf[0][n:]
+        if buf[0].shape[0] == 0:
+            buf.pop(0)
+        return head
+    parts, got = [], 0
+    while got < n:
+        piece = buf[0]
+        want = n - got
+        if piece.shape[0] <= want:
+            parts.append(buf.pop(0))
+            got += piece.shape[0]
+        else:
+            parts.append(piece[:want])
+            buf[0] = piece[want:]
+            got += want
+    return torch.cat(parts)
+
+
 def _zero_diag_stats(G: torch.Tensor):
     """A Gram matrix with its diagonal zeroed, its row sums and total: what every HSIC pair reuses."""
     G = G.double().clone()
@@ -163,8 +189,7 @@ class SimilarityAccumulator:
         for i, (a, b) in enumerate(zip(states_a, states_b)):
             a, b = a.detach().cpu(), b.detach().cpu()
             x, y = a.float(), b.float()
-            aa, bb = (x * x).sum(-1).double(), (y * y).sum(-1).double()
-            ab, dd = (x * y).sum(-1).double(), (x - y).pow(2).sum(-1).double()
+            aa, bb, ab, dd = (_row_dots(u, v).double() for u, v in ((x, x), (y, y), (x, y), (x - y, x - y)))
             na, nb = aa.sqrt(), bb.sqrt()
             cos = (ab / (na * nb).clamp_min(1e-12)).float()
             self._sums["cos"][i] += cos.double().sum()
@@ -187,28 +212,23 @@ class SimilarityAccumulator:
     def _flush(self, final: bool) -> None:
         """Feed the CKA every whole minibatch of ``cka_batch`` buffered tokens (and, at the end, the rest if >= 4).
 
-        The buffer is joined once per call and cut into minibatches; the remainder is copied, so no
-        view keeps the joined block alive.
+        A minibatch inside one update's tensor is a view of it; only one straddling two updates is
+        copied, and the remainder (under ``cka_batch`` rows) is cloned, so no view keeps a batch alive.
         """
-        have = sum(x.shape[0] for x in self._buf_a[0])
-        whole = have // self.cka_batch * self.cka_batch
-        tail = have - whole
-        last = final and tail >= 4
-        if whole == 0 and not last:
-            if final:  # fewer than 4 tokens left: too few for an unbiased HSIC; dropped
-                self._buf_a = [[] for _ in self.labels]
-                self._buf_b = [[] for _ in self.labels]
-            return
-        cat_a = [torch.cat(buf) for buf in self._buf_a]
-        cat_b = [torch.cat(buf) for buf in self._buf_b]
-        for start in range(0, whole, self.cka_batch):
-            self._cka.update([c[start: start + self.cka_batch] for c in cat_a],
-                             [c[start: start + self.cka_batch] for c in cat_b])
-        if last:
-            self._cka.update([c[whole:] for c in cat_a], [c[whole:] for c in cat_b])
-        keep = tail and not final
-        self._buf_a = [[c[whole:].clone()] if keep else [] for c in cat_a]
-        self._buf_b = [[c[whole:].clone()] if keep else [] for c in cat_b]
+        while True:
+            have = sum(x.shape[0] for x in self._buf_a[0])
+            if have < self.cka_batch and not (final and have >= 4):
+                break
+            take = min(self.cka_batch, have)
+            xs = [_take(buf, take) for buf in self._buf_a]
+            ys = [_take(buf, take) for buf in self._buf_b]
+            self._cka.update(xs, ys)
+        if final:  # fewer than 4 tokens left: too few for an unbiased HSIC
+            self._buf_a = [[] for _ in self.labels]
+            self._buf_b = [[] for _ in self.labels]
+        else:
+            self._buf_a = [[b.clone() for b in buf] for buf in self._buf_a]
+            self._buf_b = [[b.clone() for b in buf] for buf in self._buf_b]
 
     def result(self) -> dict:
         """Per-layer summaries, the CKA map, argmax agreement and per-layer cosine samples."""
