@@ -84,19 +84,11 @@ def vm_status(key: str) -> float:
     return float("nan")
 
 
-def matmul_peak(dtype_name: str = "float32", n: int = 2048, repeat: int = 5) -> float:
-    """Best FLOP/s of an n^3 matmul in this process (``bench_training.matmul_peak_flops``, any dtype)."""
-    import torch
+def matmul_peak(dtype_name: str = "float32") -> float:
+    """Best FLOP/s of a 2048^3 matmul in ``dtype_name`` in this process (the training benchmark's measure)."""
+    from bench_training import matmul_peak_flops  # a sibling script: benchmarks/ is on sys.path when run
 
-    dtype = getattr(torch, dtype_name)
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = 0.0
-    for _ in range(repeat):
-        t = time.perf_counter()
-        a @ b
-        best = max(best, 2 * n**3 / (time.perf_counter() - t))
-    return best
+    return matmul_peak_flops(dtype=dtype_name)
 
 
 def ops_breakdown(prof, top: int = 6) -> list[tuple[str, float]]:

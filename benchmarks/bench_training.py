@@ -23,10 +23,11 @@ SIZES = {
 }
 
 
-def matmul_peak_flops(n: int = 2048, repeat: int = 5) -> float:
+def matmul_peak_flops(n: int = 2048, repeat: int = 5, dtype: str = "float32") -> float:
+    """Best FLOP/s of an n^3 matmul in ``dtype`` in this process."""
     import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, dtype=getattr(torch, dtype)), torch.randn(n, n, dtype=getattr(torch, dtype))
     a @ b
     best = 0.0
     for _ in range(repeat):

@@ -302,12 +302,22 @@ def read_small_tensor(info: TensorInfo, max_bytes: int = 64 * 1024 * 1024):
         raise SourceError(where, f"tensor {printable(repr(info.name))} ({info.nbytes} bytes, {len(info.shape)} "
                                  "dimensions) is not a small table; not read here")
     arr = np.empty(info.shape, dtype=np_dtypes[info.dtype])  # aligned: frombuffer views can be unaligned and slow
+    read_tensor_into(info, memoryview(arr).cast("B"))
+    return arr
+
+
+def read_tensor_into(info: TensorInfo, buffer: memoryview) -> None:
+    """Read one tensor's bytes from its local file into ``buffer`` (``info.nbytes`` long), nothing else of the file.
+
+    Raises:
+        SourceError: the file cannot be read; HeaderError: it ends inside the tensor's data.
+    """
+    where = printable(info.file)
     with open_regular(info.file, SourceError) as fh:
         try:
             fh.seek(info.data_start + info.span[0])
-            got = fh.readinto(memoryview(arr).cast("B")) if info.nbytes else 0
+            got = fh.readinto(buffer) if info.nbytes else 0
         except OSError as exc:
             raise SourceError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
     if got != info.nbytes:
         raise HeaderError(where, f"tensor {printable(repr(info.name))}: file ends inside its data")
-    return arr

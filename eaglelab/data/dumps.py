@@ -233,10 +233,7 @@ def _read_specforge(index: int, path: Path) -> DumpSample:
         raise DumpError(where, f"input_ids {list(ids.shape)} and loss_mask {list(mask.shape)}: expected two [S]")
     if mask.dtype not in _INTS + (torch.bool,):
         raise DumpError(where, f"loss_mask is {mask.dtype}, not an integer or bool mask")
-    # SpecForge's mask marks response *tokens*; eaglelab's marks positions whose next token is one
-    shifted = torch.zeros_like(ids, dtype=torch.bool)
-    shifted[:-1] = mask[1:] != 0
-    return DumpSample(index, path, ids, shifted, aux, last, last_normed=True)
+    return DumpSample(index, path, ids, counted_from_tokens(mask), aux, last, last_normed=True)
 
 
 def _read_vllm(index: int, path: Path) -> DumpSample:
@@ -277,10 +274,29 @@ def _read_vllm(index: int, path: Path) -> DumpSample:
     else:
         if mask.shape != ids.shape or mask.dtype not in _INTS + (torch.bool,):
             raise DumpError(where, f"loss_mask {list(mask.shape)} {mask.dtype}: expected an integer mask [S]")
-        counted = torch.zeros_like(ids, dtype=torch.bool)
-        counted[:-1] = mask[1:] != 0
+        counted = counted_from_tokens(mask)
     aux = states[:, :3].reshape(states.shape[0], -1)
     return DumpSample(index, path, ids, counted, aux, states[:, 3], last_normed=False)
+
+
+def counted_from_tokens(token_mask: torch.Tensor) -> torch.Tensor:
+    """The engines' mask (token t is a response token) as eaglelab's (the token after t is one). [S] -> [S] bool."""
+    counted = torch.zeros(token_mask.shape, dtype=torch.bool)
+    counted[:-1] = token_mask[1:] != 0
+    return counted
+
+
+def tokens_from_counted(counted: torch.Tensor) -> torch.Tensor:
+    """eaglelab's mask as the engines' token mask (int64, the first token never counts). [S] -> [S]."""
+    token_mask = torch.zeros(counted.shape, dtype=torch.long)
+    token_mask[1:] = counted[:-1].long()
+    return token_mask
+
+
+def counted_length(counted: torch.Tensor) -> int:
+    """Positions a sample needs: up to its last counted one and the token it predicts (all when none counts)."""
+    on = torch.nonzero(counted).reshape(-1)
+    return min(int(on[-1]) + 2, len(counted)) if len(on) else len(counted)
 
 
 def check_sample(s: DumpSample, hidden_size: int | None, vocab_size: int | None) -> None:
@@ -311,9 +327,7 @@ def check_sample(s: DumpSample, hidden_size: int | None, vocab_size: int | None)
 
 def trimmed(s: DumpSample) -> DumpSample:
     """The sample without its trailing positions that count for nothing (padding, a last prompt token)."""
-    on = torch.nonzero(s.loss_mask).reshape(-1)
-    keep = int(on[-1]) + 2 if len(on) else 1  # the last counted position and the token it predicts
-    keep = min(keep, len(s))
+    keep = counted_length(s.loss_mask) if bool(s.loss_mask.any()) else 1
     if keep == len(s):
         return s
     return DumpSample(s.index, s.path, s.input_ids[:keep].long(), s.loss_mask[:keep], s.aux[:keep], s.last[:keep],
@@ -335,6 +349,11 @@ class DumpPairs:
     indices: list[int]
     only_a: int
     only_b: int
+
+    @property
+    def paired(self) -> int:
+        """Sample indices both folders hold (``indices`` may be capped below it)."""
+        return len(self.a) - self.only_a
 
     def read(self, index: int) -> tuple[DumpSample, DumpSample]:
         """Sample ``index`` of A and of B, which must hold the same tokens and counted positions."""
@@ -380,9 +399,7 @@ def specforge_payload(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: tor
         input_ids: [S]; loss_mask: [S] bool (the token after t is a response token);
         aux: [S, 3H]; last: [S, H] after the final norm.
     """
-    token_mask = torch.zeros_like(input_ids, dtype=torch.long)
-    token_mask[1:] = loss_mask[:-1].long()
-    return {"input_ids": input_ids.long().clone(), "loss_mask": token_mask,
+    return {"input_ids": input_ids.long().clone(), "loss_mask": tokens_from_counted(loss_mask),
             "hidden_state": last[None].clone(), "aux_hidden_state": aux[None].clone()}
 
 
@@ -394,10 +411,9 @@ def vllm_payload(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Te
         aux: [S, 3H]; last_before_norm: [S, H] the last decoder layer's output (before the final norm).
     """
     S, H = last_before_norm.shape
-    token_mask = torch.zeros_like(input_ids, dtype=torch.long)
-    token_mask[1:] = loss_mask[:-1].long()
     states = torch.cat([aux.reshape(S, 3, H), last_before_norm[:, None]], 1).contiguous()
-    return {"hidden_states": states, "token_ids": input_ids.long().contiguous(), "loss_mask": token_mask}
+    return {"hidden_states": states, "token_ids": input_ids.long().contiguous(),
+            "loss_mask": tokens_from_counted(loss_mask)}
 
 
 @torch.no_grad()
@@ -450,8 +466,7 @@ def capture_dumps(model, drafter_spec, ids: torch.Tensor, counted: torch.Tensor,
                     with out.writing(name) as tmp:
                         Path(tmp).write_bytes(raw)
                 else:
-                    on = torch.nonzero(sample[1]).reshape(-1)
-                    n = min(int(on[-1]) + 2 if len(on) else len(sample[0]), len(sample[0]))  # a request is unpadded
+                    n = counted_length(sample[1])  # a request is unpadded
                     with out.writing(f"hs_{i}.safetensors") as tmp:
                         save_file(vllm_payload(*(t[:n] for t in sample)), str(tmp))
     finally:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter
-from eaglelab.engines.scripts import Step, Var, comment_line, script_value, wait_for_server
+from eaglelab.engines.scripts import Step, Var, comment_line, script_value, steps_text
 from eaglelab.errors import ConfigError, ParameterError
 
 #: Config fields that mark multi-head latent attention (DeepSeek-V3 / Kimi-K2 and their kin).
@@ -77,14 +77,7 @@ class ProbeRecipe(Recipe):
             f"mkdir -p -- {shlex.quote(s.workdir)}",
             "",
         ]
-        body = []
-        for n, step in enumerate(self.steps, 1):
-            body.append(comment_line(f" --- {n}. {step.title}"))
-            body += [comment_line(f" {line}") for line in step.notes]
-            cmd = step.command()
-            body.append(f"{cmd} &\nSERVER_PID=$!\n{wait_for_server(step)}" if step.background else cmd)
-            body.append("")
-        return "\n".join(head + body)
+        return "\n".join(head + steps_text(self.steps))
 
     def to_json(self) -> dict[str, Any]:
         return {"job": "probe", "settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],

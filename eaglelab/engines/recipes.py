@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, wait_for_server, yaml_text
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, steps_text, yaml_text
 from eaglelab.errors import ConfigError, ParameterError
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
@@ -98,14 +98,7 @@ class Recipe:
             f"mkdir -p -- {shlex.quote(s.workdir)}",
             "",
         ]
-        body = []
-        for n, step in enumerate(self.steps, 1):
-            body.append(comment_line(f" --- {n}. {step.title}"))
-            body += [comment_line(f" {line}") for line in step.notes]
-            cmd = step.command()
-            body.append(f"{cmd} &\nSERVER_PID=$!\n{wait_for_server(step)}" if step.background else cmd)
-            body.append("")
-        return "\n".join(head + body)
+        return "\n".join(head + steps_text(self.steps))
 
     def to_json(self) -> dict[str, Any]:
         return {"settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],

@@ -143,6 +143,19 @@ def quote_args(argv: list[Word]) -> list[str]:
     return [" ".join(first)] + lines
 
 
+def steps_text(steps: list[Step]) -> list[str]:
+    """The numbered, commented steps of a script: each one's title and notes, then its command (a server in
+    the background, waited for)."""
+    body = []
+    for n, step in enumerate(steps, 1):
+        body.append(comment_line(f" --- {n}. {step.title}"))
+        body += [comment_line(f" {line}") for line in step.notes]
+        cmd = step.command()
+        body.append(f"{cmd} &\nSERVER_PID=$!\n{wait_for_server(step)}" if step.background else cmd)
+        body.append("")
+    return body
+
+
 def wait_for_server(step: Step) -> str:
     port = int(step.argv[step.argv.index("--port") + 1])
     return (f"trap 'kill $SERVER_PID 2>/dev/null' EXIT\n"

@@ -288,12 +288,11 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     with progress_bar(total=batches, desc="plug-in probe (dumps)", disable=not progress, leave=True) as bar:
         result = run_dump_probe(pairs, heads_a, heads_b, drafter, outs, k=settings.k, batch_size=settings.batch_size,
                                 on_batch=bar.update)
-    paired = len(set(folder_a.files) & set(folder_b.files))
     data = (f"hidden-state dumps: {len(pairs.indices)} paired samples ({folder_a.layout} {folder_a.root} as A, "
             f"{folder_b.layout} {folder_b.root} as B)")
     notes = pairs.notes()
-    if paired > len(pairs.indices):
-        notes.append(f"{len(pairs.indices)} of the {paired} paired samples probed (--sequences caps them)")
+    if pairs.paired > len(pairs.indices):
+        notes.append(f"{len(pairs.indices)} of the {pairs.paired} paired samples probed (--sequences caps them)")
     notes.append("from dumps nothing is decoded for real: the measured τ needs the targets (live probe or an engine)")
     return ProbeReport(settings, result, data, result.tokens, None, notes)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, is_hub_id, load_checkpoint
+from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, is_hub_id, load_checkpoint, read_tensor_into
 from eaglelab.checkpoints.verdicts import text_config
 from eaglelab.errors import CheckpointMismatchError, HubError, SourceError
 from eaglelab.inputs import printable
@@ -116,21 +116,10 @@ def _decode(raw: bytes | bytearray, info: TensorInfo, where: str) -> torch.Tenso
 
 
 def _read_local(info: TensorInfo) -> torch.Tensor:
-    from eaglelab.inputs import open_regular
-
-    where = printable(info.file)
     if info.dtype not in _TORCH_DTYPES:
-        return _decode(b"", info, where)
+        return _decode(b"", info, printable(info.file))
     out = torch.empty(info.shape, dtype=_TORCH_DTYPES[info.dtype])
-    view = memoryview(out.view(torch.uint8).reshape(-1).numpy()) if out.numel() else memoryview(b"")
-    with open_regular(info.file, SourceError) as fh:
-        try:
-            fh.seek(info.data_start + info.span[0])
-            got = fh.readinto(view) if info.nbytes else 0
-        except OSError as exc:
-            raise SourceError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
-    if got != info.nbytes:
-        raise SourceError(where, f"tensor {printable(info.name)}: file ends inside its data")
+    read_tensor_into(info, memoryview(out.view(torch.uint8).reshape(-1).numpy()) if out.numel() else memoryview(b""))
     return out
 
 
