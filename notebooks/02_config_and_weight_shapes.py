@@ -14,17 +14,18 @@
 # ---
 
 # %% [markdown]
-# # 02 · Config and weight shapes: can drafter A take drafter B's slot?
+# # 02 · Config and weight shapes: can drafter A take drafter B's slot, and what changed in the target?
 #
-# **Question.** Two EAGLE-3 drafter checkpoints (say the community's Kimi-K2 drafter and your
-# own Kimi-K2.5 one): which config differences matter, do the tensors match, and is the old
-# drafter interchangeable, a warm start, or incompatible, for the new target?
+# **Question.** Two EAGLE-3 drafter checkpoints (say the community's Kimi-K2 drafter and a Kimi-K2.5
+# one, Llama or MLA): which config differences matter, do the tensors match, and is the old drafter
+# interchangeable, a warm start, or incompatible, for the new target? And the two targets themselves,
+# before any probe: the same architecture, RoPE and quantization, the same tokenizer, the same chat template?
 #
-# **Inputs.** Two checkpoints (folders, `.safetensors` files, shard indexes or hub ids) and
-# optionally the target's config. Only configs and safetensors *headers* are read: no tensor is
-# loaded, so this works the same for a 2 MB and a 5 GB drafter.
+# **Inputs.** Two drafters and the two targets (folders, `.safetensors` files, shard indexes or hub ids).
+# Only configs, tokenizer files and safetensors *headers* are read: no tensor is loaded, so this works the
+# same for a 2 MB drafter and a 1 TB target.
 #
-# **Outputs.** Config and tensor tables, the verdict, figures `02_*` in `FIGURES_DIR`.
+# **Outputs.** Config and tensor tables, the verdicts, figures `02_*` in `FIGURES_DIR`.
 
 # %% tags=["parameters"]
 SMOKE = False
@@ -34,8 +35,10 @@ WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
 DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
 DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)
 TARGET = None  # None: the world's target B (the new target)
-SCRATCH_DIR = "../data/runs/02"  # where the full-size synthetic K2 / K2.5 checkpoints go (sparse files)
+TARGET_A = None  # None: the world's target A (the old target the drafters were trained on)
+SCRATCH_DIR = "../data/runs/02"  # where the full-size Kimi-shaped checkpoints go (sparse files)
 FIXTURES_DIR = "../data/fixtures/specforge-configs"  # real SpecForge drafter configs, shipped with the repository
+KIMI_FIXTURES_DIR = "../data/fixtures/kimi"  # the Kimi family's public configs (sources in its README)
 
 # %%
 import json
@@ -47,6 +50,7 @@ from IPython.display import Markdown, display
 
 from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
+from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
@@ -61,9 +65,10 @@ SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
 world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
 choices = Choices("02", [Slot("DRAFTER_A", "drafter A (old)", "drafter", DRAFTER_A, str(world.drafter_a)),
                          Slot("DRAFTER_B", "drafter B (new)", "drafter", DRAFTER_B, str(world.drafter_b_small)),
-                         Slot("TARGET", "the new target", "target", TARGET, str(world.target_b))], root=str(world.root))
-DRAFTER_A, DRAFTER_B, TARGET = choices.values().values()  # a pick made below survives Run All
-TAG = pv.tag(pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET], world.root))
+                         Slot("TARGET", "the new target", "target", TARGET, str(world.target_b)),
+                         Slot("TARGET_A", "the old target", "target", TARGET_A, str(world.target_a))], root=str(world.root))
+DRAFTER_A, DRAFTER_B, TARGET, TARGET_A = choices.values().values()  # a pick made below survives Run All
+TAG = pv.tag(pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET, TARGET_A], world.root))
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
@@ -118,33 +123,73 @@ fig = plots.plot_mismatch_map(report["tensor_diff"])
 plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER_B})
 
 # %% [markdown]
-# ## 4 · The seed's case at full size: Kimi-K2 drafter vs a Kimi-K2.5 drafter
-# Two checkpoints with the real Kimi-K2 drafter shapes are written as sparse files (no bytes of
-# weights on disk), their configs differing as the seed's did: `max_position_embeddings`,
-# `max_window_layers` and `transformers_version`; the K2.5 one saved without the embedding.
+# ## 4 · The two targets, before any probe
+# The old target against the new one, from configs, headers and tokenizer files: the language models'
+# fields classified (a multimodal wrapper's `text_config` read as the language model), each target's
+# quantization and weight prefix, the tokenizers id by id (and the ids drafter A's vocabulary map uses), and
+# the chat templates rendered on one conversation. Another tokenizer invalidates the drafter's maps and
+# `lm_head`; another template changes every prompt it meets (one Kimi drafter accepted 74.6% of drafts on raw
+# prompts and 48.5% on chat-templated ones); neither: the probe (notebook 03) decides.
 
 # %%
-from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
-
-k25_config = {**KIMI_K2_DRAFTER_CONFIG, "max_position_embeddings": 262144, "max_window_layers": 48,
-              "transformers_version": "4.56.2"}
-k2_dir = write_synthetic_drafter(Path(SCRATCH_DIR) / "kimi-k2-drafter", KIMI_K2_DRAFTER_CONFIG)
-k25_dir = write_synthetic_drafter(Path(SCRATCH_DIR) / "kimi-k25-drafter", k25_config, include_embedding=False)
-start = time.perf_counter()
-kimi = compare_checkpoints(str(k2_dir), str(k25_dir))
-kimi_s = time.perf_counter() - start
-kimi_a = kimi.a.to_json()
-kimi_spec = kimi.a.spec
-print(f"Kimi-K2 drafter: H {kimi_spec.hidden_size}, V {kimi_spec.vocab_size}, Vd {kimi_spec.draft_vocab_size}; "
-      f"{kimi_a['total_bytes'] / 1e9:.2f} GB in {KIMI_K2_DRAFTER_CONFIG['torch_dtype']}")
-display(pd.DataFrame(kimi.to_json()["config_diff"]))
-display(pd.DataFrame([t for t in kimi.to_json()["tensor_diff"] if t["status"] != "same"]))
-print(f"verdict: {kimi.verdict.level}; read in {kimi_s * 1e3:.0f} ms without loading a tensor")
-for r in kimi.verdict.reasons:
-    print("  -", r)
+targets = compare_targets(TargetCompareSettings(TARGET_A, TARGET, DRAFTER_A))
+print(targets.headline())
+display(pd.DataFrame([vars(d) for d in targets.config_diff]) if targets.config_diff
+        else Markdown("*the language models' configs are identical*"))
+for side, t in (("old", targets.a), ("new", targets.b)):
+    print(f"{side}: {t.source}: {t.quantization.line}; tokenizer {t.tokenizer.kind}, {t.tokenizer.size:,} ids; "
+          f"chat template {t.tokenizer.template_file or 'none'}")
+print(f"tokenizers: {targets.tokenizers.line}\nchat templates: {targets.templates.line}")
+for line in targets.templates.diff:
+    print("   ", line)
 
 # %% [markdown]
-# ## 5 · Real SpecForge configs
+# ## 5 · The Kimi family at full size: K2's drafter, K2.5's Llama and MLA drafters, K2.6's, the two targets
+# Kimi-shaped checkpoints built from the public configs (`KIMI_FIXTURES_DIR`, each with its source):
+# real safetensors headers, weights as holes in sparse files, so a 163,840 x 7,168 head costs no disk. The
+# K2.5 drafters are what the Kimi community publishes: TorchSpec's Llama drafter over the *whole*
+# vocabulary (no `draft_vocab_size`), its MLA drafter (`Eagle3DeepseekV2ForCausalLM`, computed as SGLang
+# computes it), and a K2.6 MLA drafter as NVIDIA publishes one (K2.5's shapes, no `lm_head` in the file).
+# The targets: Kimi-K2 (FP8 blocks) and Kimi-K2.5 (multimodal, INT4 experts, weights under `language_model.`),
+# each a header-only sample with its tokenizer files.
+
+# %%
+from eaglelab.checkpoints.kimi_shapes import KIMI_SAMPLE, build_kimi_sample
+
+start = time.perf_counter()
+kimi = build_kimi_sample(Path(SCRATCH_DIR) / "kimi", KIMI_FIXTURES_DIR, force=True)
+drafters = {name: inspect_checkpoint(str(getattr(kimi, name))) for name in
+            ("k2_drafter", "k25_llama_drafter", "k25_mla_drafter", "k26_mla_drafter")}
+display(pd.DataFrame([{"drafter": name, "what": KIMI_SAMPLE[name], "attention": i.spec.attention,
+                       "draft vocabulary": i.spec.draft_vocab_size, "params (B)": round(i.checkpoint.total_parameters / 1e9, 2),
+                       "problems": len(i.problems), "status": i.status_line, "cautions": len(i.cautions)}
+                      for name, i in drafters.items()]).set_index("drafter"))
+kimi_pairs = {"K2 -> K2.5 Llama": ("k2_drafter", "k25_llama_drafter"), "K2 -> K2.5 MLA": ("k2_drafter", "k25_mla_drafter"),
+              "K2.5 MLA -> K2.6 MLA": ("k25_mla_drafter", "k26_mla_drafter")}
+kimi_cmp = {label: compare_checkpoints(str(getattr(kimi, a)), str(getattr(kimi, b)), str(kimi.k25_target))
+            for label, (a, b) in kimi_pairs.items()}
+kimi_s = time.perf_counter() - start
+display(pd.DataFrame([{"pair": label, "verdict": c.verdict.level, "first reason": c.verdict.reasons[0],
+                       "config keys differing": len(c.config_diff),
+                       "unclassified": sum(d.category == "unknown" for d in c.config_diff),
+                       "tensors differing": sum(t.status != "same" for t in c.tensor_diff)}
+                      for label, c in kimi_cmp.items()]).set_index("pair"))
+for r in kimi_cmp["K2.5 MLA -> K2.6 MLA"].target_verdicts["b"].reasons:
+    print("  K2.6 on K2.5:", r)
+
+# %%
+kimi_targets = compare_targets(TargetCompareSettings(str(kimi.k2_target), str(kimi.k25_target), str(kimi.k2_drafter)))
+template_only = compare_targets(TargetCompareSettings(str(kimi.k25_tokenizer_k2_template), str(kimi.k25_tokenizer)))
+print(kimi_targets.headline())
+display(pd.DataFrame([vars(d) for d in kimi_targets.config_diff]).drop(columns="why"))
+print(f"prefixes: K2 '{kimi_targets.a.prefix}', K2.5 '{kimi_targets.b.prefix}'; tokenizers: {kimi_targets.tokenizers.line}")
+print(f"\ntwo tokenizer folders that differ only in the template: {template_only.headline()}")
+for line in template_only.templates.diff:
+    print("   ", line)
+print(f"\nKimi family read in {kimi_s * 1e3:.0f} ms without loading a tensor")
+
+# %% [markdown]
+# ## 6 · Real SpecForge configs
 # Every drafter config SpecForge ships (copied into `data/fixtures/specforge-configs`, see its
 # README) must parse into a consistent expected-tensor table (`tensor_table.table_problems`: fc, q/k/v,
 # o_proj, MLP, lm_head and vocabulary maps wired into one layer), and says whether eaglelab computes
@@ -175,11 +220,16 @@ findings = f"""
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
   **{comparison.target_verdicts['b'].level}**. Vocabulary maps: **{vocab.level if vocab else 'not readable'}**{
   (' — ' + vocab.message) if vocab else ''}.
-- **Kimi-K2 vs K2.5 drafter shapes [sample]** (public configs, zero-filled sparse weights): verdict **{kimi.verdict.level}** — the config differences are
-  {', '.join(f"`{d['key']}` ({d['category']})" for d in kimi.to_json()['config_diff'])}. The {kimi_spec.vocab_size}-row
-  `embed_tokens` is the *target's vocabulary* copied from the target, present in one checkpoint only and
-  injected by SGLang anyway; attention weights are present in both ({kimi_a['parameters_without_embedding'] / 1e9:.2f} B
-  parameters without the embedding, {kimi_a['total_bytes'] / 1e9:.2f} GB with it), read in {kimi_s * 1e3:.0f} ms from headers.
+- **The two targets {TAG}** (`{TARGET_A}` -> `{TARGET}`): **{targets.verdict.level}**: {targets.verdict.line}.
+  {len(targets.config_diff)} language-model fields differ; tokenizers: {targets.tokenizers.line}; chat templates:
+  {targets.templates.line}.
+- **The Kimi family [sample]** (public configs, sparse weights): {'; '.join(f"{label}: **{c.verdict.level}** ({c.verdict.reasons[0]})" for label, c in kimi_cmp.items())}.
+  Every config key of the three pairs is classified ({sum(d.category == 'unknown' for c in kimi_cmp.values() for d in c.config_diff)} unknown);
+  the full-vocabulary and MLA drafters are computed with {sum(len(i.problems) for i in drafters.values())} problems; the K2.6 drafter ships no
+  `lm_head` with `draft_vocab_size` written ({'SGLang would serve a random head' if any('27829' in c for c in drafters['k26_mla_drafter'].cautions) else 'no caution'}).
+  K2 -> K2.5 targets: **{kimi_targets.verdict.level}**, {', '.join(f"`{d.key}` {d.a} -> {d.b}" for d in kimi_targets.config_diff if d.category in ('rope and context', 'quantization') and d.key != 'quantization.kept')};
+  K2.5 keeps its language model under `{kimi_targets.b.prefix}`; two K2.5 tokenizer folders that differ in the template only:
+  **{template_only.verdict.level}**.
 - **SpecForge configs [sample]:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
   tables{'' if table['consistent'].all() else ' (inconsistent: ' + ', '.join(table.index[~table['consistent']]) + ')'};
   eaglelab computes {int(table['computed'].sum())} of them exactly as SpecForge does{'' if table['computed'].all() else
@@ -189,6 +239,9 @@ findings = f"""
 """
 display(Markdown(findings))
 save_findings("02", {"headline": report["headline"], "verdict": report["verdict"], "vocab_maps": report["vocab_maps"],
-                     "checkpoints": {"a": DRAFTER_A, "b": DRAFTER_B, "target": TARGET},
-                     "kimi_verdict": kimi.to_json()["verdict"]},
+                     "checkpoints": {"a": DRAFTER_A, "b": DRAFTER_B, "target": TARGET, "target_a": TARGET_A},
+                     "targets": {"verdict": targets.to_json()["verdict"], "tokenizers": targets.tokenizers.line,
+                                 "templates": targets.templates.line},
+                     "kimi": {label: c.to_json()["verdict"] for label, c in kimi_cmp.items()},
+                     "kimi_targets": kimi_targets.to_json()["verdict"]},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -55,7 +55,7 @@ from hypothesis import strategies as st
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("EAGLELAB_PROGRESS", "0")
 
-CATEGORIES = ("header", "config", "index", "log", "args", "special")
+CATEGORIES = ("header", "config", "index", "log", "args", "special", "targets")
 OUTCOMES = ("ok", "error", "traceback", "hang", "bad-output", "garbage", "refused")
 FAILURES = frozenset({"traceback", "hang", "bad-output", "garbage", "refused"})
 
@@ -903,7 +903,9 @@ def header_cases(draw, root: Path) -> Case:
 # --------------------------------------------------------------------------- config: wrong JSON types in config.json
 
 SIZE_REQUIRED = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
-SIZE_OPTIONAL = ("num_key_value_heads", "head_dim", "draft_vocab_size", "target_hidden_size")
+SIZE_OPTIONAL = ("num_key_value_heads", "head_dim", "draft_vocab_size", "target_hidden_size",
+                 # multi-head latent attention: one of them makes the tiny drafter an MLA one (the rest then missing)
+                 "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 BOOL_FLAGS = ("fc_norm", "norm_before_fc", "norm_output")
 ANY_FIELDS = ("architectures", "model_type", "text_config", "max_position_embeddings", "rope_scaling", "rope_parameters",
               "rope_theta", "hidden_act", "torch_dtype", "tie_word_embeddings", "num_hidden_layers", "attention_bias",
@@ -1716,7 +1718,77 @@ def special_cases(draw, root: Path) -> Case:
     return special_case(new_dir(root, "special"), kind, place, draw(st.booleans()))
 
 
+# --------------------------------------------------------------------------- targets: compare-targets' files
+
+#: Templates that must come back as a finding (a one-line problem in the output), never a hang or a crash.
+HOSTILE_TEMPLATES = [
+    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{{ 'x' * 10 ** 9 }}", "{{ 9 ** 9 ** 9 }}",
+    "{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ messages.__init__.__globals__ }}", "{{ cycler.__init__.__globals__.os.system('true') }}",
+    "{% set x = namespace(a=1) %}{% for i in range(10) %}{% set x.a = x.a ~ x.a %}{% endfor %}{{ x.a | length }}",
+    "{{ raise_exception('no') }}", "{% if %}", "{{ messages[99] }}", "{{ undefined_thing.attr }}", "{% break %}",
+    "{{ strftime_now('%Y') }}", "{% generation %}{{ messages[0].content }}{% endgeneration %}", "",
+    "{%- for m in messages -%}{{ m | tojson(indent=10 ** 6) }}{%- endfor -%}", "{{ messages | tojson(sort_keys=1) }}",
+]
+TIKTOKEN_LINES = [b"", b"YQ== 0\n", b"YQ==\n", b"YQ== x\n", b"YQ== -1\n", b"YQ== 99999999999\n", b"!!!! 1\n",
+                  b"YQ== 0 extra\n", b"\xff\xfe 0\n", b"YQ== 0\r\nYg== 1\r\n", b"YQ== 0\n" * 3, b"x" * 100_000,
+                  b"YQ== 2147483648\n", b"\x00\n"]
+TARGET_FILES_MUTATED = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "tiktoken.model",
+                        "chat_template.jinja", "config.json", "special_tokens_map.json")
+
+
+def _target_folder(folder: Path, template: str) -> Path:
+    from eaglelab.checkpoints.kimi_shapes import tokenizer_files
+
+    folder.mkdir(parents=True)
+    for name, text in tokenizer_files(template).items():
+        (folder / name).write_text(text)
+    (folder / "config.json").write_bytes(dump(TINY_TARGET))
+    return folder
+
+
+def targets_case(folder: Path, name: str, content: bytes, json_flag: bool = False) -> Case:
+    """Two Kimi-shaped tokenizer folders, the new one's ``name`` replaced by ``content``; ``compare-targets`` on them."""
+    from eaglelab.checkpoints.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE
+
+    old, new = _target_folder(folder / "old", K2_TEMPLATE), _target_folder(folder / "new", K25_TEMPLATE)
+    (new / name).write_bytes(content)
+    argv = ["compare-targets", str(old), str(new)] + (["--json"] if json_flag else [])
+    return Case("targets", f"{name} = {_short(repr(content), 80)}", argv, "any", folder,
+                note="any answer but a crash: a template that fails is a finding, a file that is not what its name "
+                     "says one line", kind=name)
+
+
+@st.composite
+def targets_cases(draw, root: Path) -> Case:
+    """A target's tokenizer, template and generation files, one of them hostile (wrong types, garbage, runaway
+    templates, sandbox escapes)."""
+    name = draw(st.sampled_from(TARGET_FILES_MUTATED))
+    value = draw(HOSTILE_JSON)
+    if name == "tokenizer.json":
+        where = draw(st.sampled_from(["vocab", "merges", "added", "model", "whole"]))
+        doc = {"vocab": {"model": {"type": "BPE", "vocab": value, "merges": []}},
+               "merges": {"model": {"vocab": {"a": 0}, "merges": value}},
+               "added": {"model": {"vocab": {"a": 0}}, "added_tokens": value},
+               "model": {"model": value}, "whole": value}[where]
+        content = dump(doc)
+    elif name == "tokenizer_config.json":
+        key = draw(st.sampled_from(["added_tokens_decoder", "chat_template", "bos_token", "eos_token"]))
+        content = dump({key: value} if draw(st.booleans()) else {key: {"163584": value}} if key != "chat_template"
+                       else {key: [{"name": "default", "template": value}]})
+    elif name in ("generation_config.json", "special_tokens_map.json"):
+        content = dump({"eos_token_id" if name.startswith("generation") else "eos_token": value})
+    elif name == "tiktoken.model":
+        content = b"".join(draw(st.lists(st.sampled_from(TIKTOKEN_LINES), min_size=1, max_size=3)))
+    elif name == "chat_template.jinja":
+        content = draw(st.sampled_from(HOSTILE_TEMPLATES)).encode("utf-8", "surrogatepass")
+    else:
+        content = dump(target_config(draw(st.sampled_from(TARGET_FIELDS)), value))
+    return targets_case(new_dir(root, "targets"), name, content, draw(st.booleans()))
+
+
 STRATEGIES: dict[str, Callable[[Path], st.SearchStrategy[Case]]] = {
     "header": header_cases, "config": config_cases, "index": index_cases, "log": log_cases, "args": args_cases,
-    "special": special_cases,
+    "special": special_cases, "targets": targets_cases,
 }

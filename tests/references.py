@@ -81,13 +81,17 @@ def specforge():
 
 def specforge_model(folder):
     """SpecForge's ``LlamaForCausalLMEagle3`` with the weights of a SpecForge-layout folder (fp32, eval)."""
-    import json
 
     from safetensors.torch import load_file
     from transformers import LlamaConfig
 
     cls, _ = specforge()
-    cfg = LlamaConfig(**json.loads((folder / "config.json").read_text()))
+    from specforge.training.model_loading import load_draft_config_source
+
+    # SpecForge's own reading of a draft config (an absent draft_vocab_size becomes vocab_size)
+    with _triton_stand_in():
+        cfg = load_draft_config_source(str(folder))
+    assert isinstance(cfg, LlamaConfig)
     with eager():
         model = cls(cfg).float().eval()
     sd = load_file(str(folder / "model.safetensors"))
@@ -178,3 +182,78 @@ def speculators_ttt(folder, input_ids, aux, last_hidden, token_mask, steps):
                                  loss_config=resolve_loss_config("kl_div", "eager"))
     hook.remove()
     return captured, float(loss), {k: float(v) for k, v in metrics.items()}
+
+
+class SglangMlaDrafter:
+    """SGLang's MLA drafter (``Eagle3DeepseekV2ForCausalLM``) composed from transformers' DeepSeek-V3 modules.
+
+    SGLang cannot run here (it needs CUDA). Its forward is rebuilt from the same MLA arithmetic in
+    transformers' ``DeepseekV3Attention`` (rope interleaved, DeepSeek's YaRN, the softmax scale with
+    ``mscale_all_dim``), composed as SGLang's ``kimi_k25_eagle3.py`` composes it: ``q_a_proj`` and
+    ``kv_a_proj_with_mqa`` widened to the 2H input of concat(input_layernorm(embedding),
+    hidden_norm(hidden)), ``o_proj`` back to H, the residual the un-normed hidden state, a dense SiLU
+    MLP, ``lm_head(norm(.))``, the pre-norm output fed back. Two settings follow SGLang where
+    transformers differs: the latents' RMSNorms use ``rms_norm_eps`` (transformers' module hard-codes
+    1e-6), and ``max_position_embeddings`` is ``original x factor`` so the YaRN factor is the config's.
+    What this proves: eaglelab's MLA arithmetic equals transformers' on the same weights, wired as
+    SGLang wires the drafter. What it cannot: SGLang's own kernels (absorbed MLA, fused norms in bf16).
+    """
+
+    def __init__(self, folder):
+        import json
+
+        from safetensors.torch import load_file
+        from torch import nn
+        from transformers import DeepseekV3Config
+        from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+        cfg = json.loads((folder / "config.json").read_text())
+        H, nh, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["rms_norm_eps"]
+        scaling = cfg.get("rope_scaling")
+        context = int(scaling["original_max_position_embeddings"] * scaling["factor"]) if scaling else 4096
+        common = dict(num_attention_heads=nh, num_key_value_heads=nh, q_lora_rank=cfg.get("q_lora_rank"),
+                      kv_lora_rank=cfg["kv_lora_rank"], qk_nope_head_dim=cfg["qk_nope_head_dim"],
+                      qk_rope_head_dim=cfg["qk_rope_head_dim"], v_head_dim=cfg["v_head_dim"],
+                      rope_theta=cfg.get("rope_theta", 10000.0), rope_scaling=scaling, max_position_embeddings=context,
+                      rms_norm_eps=eps, vocab_size=cfg["vocab_size"], intermediate_size=cfg["intermediate_size"],
+                      rope_interleave=True, attention_bias=False, hidden_act=cfg.get("hidden_act", "silu"))
+        wide = DeepseekV3Config(hidden_size=2 * H, **common)
+        wide._attn_implementation = "eager"
+        self.attn = ds.DeepseekV3Attention(wide, layer_idx=0)
+        self.attn.o_proj = nn.Linear(nh * cfg["v_head_dim"], H, bias=False)
+        for norm in (self.attn.q_a_layernorm, self.attn.kv_a_layernorm):
+            if norm is not None:
+                norm.variance_epsilon = eps
+        self.rotary = ds.DeepseekV3RotaryEmbedding(wide)
+        narrow = DeepseekV3Config(hidden_size=H, **common)
+        self.mlp = ds.DeepseekV3MLP(narrow, intermediate_size=cfg["intermediate_size"])
+        self.norms = {n: ds.DeepseekV3RMSNorm(H, eps) for n in ("hidden_norm", "input_layernorm",
+                                                                 "post_attention_layernorm", "norm")}
+        sd = load_file(str(folder / "model.safetensors"))
+        layer = {k.split(".", 1)[1]: v for k, v in sd.items() if k.startswith(("midlayer.", "layers.0."))}
+        missing, unexpected = self.attn.load_state_dict(
+            {k[len("self_attn."):]: v for k, v in layer.items() if k.startswith("self_attn.")}, strict=False)
+        assert not missing and not unexpected, (missing, unexpected)
+        self.mlp.load_state_dict({k[len("mlp."):]: v for k, v in layer.items() if k.startswith("mlp.")})
+        for name, norm in self.norms.items():
+            norm.weight.data.copy_(layer.get(f"{name}.weight", sd.get(f"{name}.weight")))
+        self.fc, self.lm_head, self.embed = sd["fc.weight"], sd["lm_head.weight"], sd["embed_tokens.weight"]
+
+    @torch.no_grad()
+    def step(self, token_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+        """One drafter pass: [B, S] tokens, [B, S, H] hidden (the fc output or the fed-back state) -> [B, S, H] pre-norm."""
+        x = torch.cat([self.norms["input_layernorm"](self.embed[token_ids]), self.norms["hidden_norm"](hidden)], -1)
+        cos, sin = self.rotary(x, positions)
+        past = cache.get_seq_length()
+        S = x.shape[1]
+        allowed = torch.ones(S, past + S, dtype=torch.bool).tril(diagonal=past)
+        mask = torch.zeros(S, past + S).masked_fill(~allowed, float("-inf"))[None, None]
+        attended, _ = self.attn(x, (cos, sin), mask, cache=cache)
+        residual = hidden + attended
+        return residual + self.mlp(self.norms["post_attention_layernorm"](residual))
+
+    def project(self, aux: torch.Tensor) -> torch.Tensor:
+        return aux @ self.fc.T
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norms["norm"](hidden) @ self.lm_head.T

@@ -144,6 +144,24 @@ def test_fuzz_special(tmp_path, data):
     assert outcome.acceptable, fz.describe(case, outcome)
 
 
+@settings(max_examples=60, **FUZZ)
+@given(data=st.data())
+def test_fuzz_targets(tmp_path, data):
+    case = data.draw(fz.targets_cases(tmp_path), label="case")
+    outcome = fz.check(case)
+    assert outcome.acceptable, fz.describe(case, outcome)
+
+
+@pytest.mark.parametrize("template", fz.HOSTILE_TEMPLATES)
+def test_hostile_templates_are_findings(tmp_path, template):
+    """A chat template is someone else's program: any of these renders, or is named as failing, within the cap."""
+    case = fz.targets_case(fz.new_dir(tmp_path, "targets"), "chat_template.jinja", template.encode(), json_flag=True)
+    outcome = accepted(case)
+    assert outcome.kind == "ok", fz.describe(case, outcome)
+    templates = json.loads(outcome.stdout)["templates"]
+    assert templates["rendered"][1] is not None or templates["problems"][1], templates
+
+
 # --------------------------------------------------------------------------- the write side and files read back (#31)
 
 

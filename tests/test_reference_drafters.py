@@ -59,6 +59,9 @@ VARIANTS = {
                               ("speculators",)),
     "qwen3_layer": ({"head_dim": 24}, {"transformer_layer_config.model_type": "qwen3", "norm_before_residual": True},
                     ("speculators",)),
+    # full vocabulary: draft id = target id, no maps; written explicitly, or left out as TorchSpec's K2.5 config does
+    "full_vocab": ({"draft_vocab_size": V}, {}, ("specforge", "speculators")),
+    "no_draft_vocab_size": ({"draft_vocab_size": None}, {}, ("specforge", "speculators")),
 }
 
 
@@ -73,17 +76,22 @@ def realistic(d: Eagle3Drafter, seed: int) -> Eagle3Drafter:
                 p.copy_(torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
-    keep = torch.sort(torch.randperm(V, generator=gen)[:VD]).values
+    vd = d.spec.draft_vocab_size
+    keep = torch.sort(torch.randperm(V, generator=gen)[:vd]).values
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[keep] = True
-    d.set_vocab_map(keep - torch.arange(VD), t2d)
+    d.set_vocab_map(keep - torch.arange(vd), t2d)
     d.has_embedding = True
     return d
 
 
 def drafter_config(name: str) -> dict:
     sf, spec_flags, _ = VARIANTS[name]
-    cfg = drafter_config_for_target(TARGET, VD, [1, 3, 4], **copy.deepcopy(sf))
+    sf = copy.deepcopy(sf)
+    vd = sf.pop("draft_vocab_size", VD)
+    cfg = drafter_config_for_target(TARGET, vd or V, [1, 3, 4], **sf)
+    if vd is None:
+        del cfg["draft_vocab_size"]
     if "head_dim" in sf:
         cfg["head_dim"] = sf["head_dim"]
     if not spec_flags:

@@ -45,13 +45,11 @@ def speculators_cfg(**flags) -> dict:
 
 
 OTHER_FAMILIES = {
-    "EAGLE-3 MLA drafter": {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "draft_vocab_size": 32000,
-                            "num_hidden_layers": 1, "hidden_size": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536,
-                            "num_attention_heads": 64, "intermediate_size": 18432, "vocab_size": 163840},
     "EAGLE-1/2 head": {"architectures": ["LlamaForCausalLMEagle"], "hidden_size": 4096, "num_hidden_layers": 1},
     "MTP head": {"architectures": ["DeepseekV3ForCausalLMNextN"], "num_nextn_predict_layers": 1},
     "Medusa heads": {"architectures": ["MedusaModel"], "medusa_num_heads": 4},
-    "unknown": {"architectures": ["LlamaForCausalLM"], "hidden_size": 64},
+    "target model": {"architectures": ["LlamaForCausalLM"], "hidden_size": 64},
+    "unknown": {"architectures": ["SomethingElse"], "hidden_size": 64},
 }
 
 
@@ -89,11 +87,11 @@ def test_other_families_are_shown_by_shape_and_refused_by_the_models(family, tmp
 
 
 def test_compare_with_another_family_judges_shapes_only(tmp_path):
-    mla = write_folder(tmp_path / "mla", OTHER_FAMILIES["EAGLE-3 MLA drafter"])
+    head = write_folder(tmp_path / "eagle2", OTHER_FAMILIES["EAGLE-1/2 head"])
     eagle = write_folder(tmp_path / "eagle", specforge_cfg())
-    cmp_ = compare_checkpoints(str(mla), str(eagle))
+    cmp_ = compare_checkpoints(str(head), str(eagle))
     assert cmp_.verdict.level == "incompatible"
-    assert any("shapes and configs only: EAGLE-3 MLA drafter" in r for r in cmp_.verdict.reasons)
+    assert any("shapes and configs only: EAGLE-1/2 head" in r for r in cmp_.verdict.reasons)
 
 
 # --------------------------------------------------------------------------- refused variants

@@ -64,6 +64,11 @@ CONFIG_KEY_RULES: dict[str, KeyRule] = {
     "num_attention_heads": KeyRule(_ARCH, "q_proj / o_proj shapes"),
     "num_key_value_heads": KeyRule(_ARCH, "k_proj / v_proj shapes"),
     "head_dim": KeyRule(_ARCH, "q/k/v/o shapes"),
+    "q_lora_rank": KeyRule(_ARCH, "MLA: rank of the query's low-rank path (q_a_proj, q_b_proj; absent: one q_proj)"),
+    "kv_lora_rank": KeyRule(_ARCH, "MLA: width of the key-value latent (kv_a_proj_with_mqa, kv_b_proj)"),
+    "qk_nope_head_dim": KeyRule(_ARCH, "MLA: per-head query / key dims without RoPE (q_b_proj, kv_b_proj rows)"),
+    "qk_rope_head_dim": KeyRule(_ARCH, "MLA: per-head RoPE dims and the shared RoPE key (q_b_proj, kv_a_proj_with_mqa)"),
+    "v_head_dim": KeyRule(_ARCH, "MLA: per-head value dims (kv_b_proj rows, o_proj input)"),
     "vocab_size": KeyRule(_ARCH, "target vocabulary: embed_tokens rows and t2d length"),
     "draft_vocab_size": KeyRule(_ARCH, "lm_head rows and d2t length"),
     "num_hidden_layers": KeyRule(_ARCH, "number of drafter layers (EAGLE-3: 1)"),
@@ -83,6 +88,12 @@ CONFIG_KEY_RULES: dict[str, KeyRule] = {
     "eagle_config.eagle_aux_hidden_state_layer_ids": KeyRule(
         _BEH, "which target layers feed fc (SGLang: layer outputs); a wrong choice is silent and ruinous"),
     "eagle_config.use_aux_hidden_state": KeyRule(_BEH, "whether aux hidden states are used at all"),
+    "eagle_config.use_input_layernorm_in_first_layer": KeyRule(
+        _BEH, "Model-Optimizer: hidden_norm in training (default true); SGLang ignores it and always applies it"),
+    "eagle_config.use_last_layernorm": KeyRule(
+        _BEH, "Model-Optimizer: the final norm before lm_head in training (default true); SGLang always applies it"),
+    "eagle_config.use_mtp_layernorm": KeyRule(
+        _BEH, "Model-Optimizer: EAGLE-1 / MTP-style norms without aux states (default false); SGLang ignores it"),
     "eagle_aux_hidden_state_layer_ids": KeyRule(
         _BEH, "which target layers feed fc (vLLM / speculators: layer inputs, one apart from SGLang's)"),
     "norm_output": KeyRule(_BEH, "SpecForge: false drops the final norm before lm_head (default true)"),
@@ -139,6 +150,15 @@ class ConfigDiff:
 
 _MISSING = object()
 
+#: What an absent key means to every reader: writing the default is no difference.
+DEFAULTS: dict[str, Any] = {
+    "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+    "use_sliding_window": False, "fc_norm": False, "norm_before_fc": False, "num_hidden_layers": 1,
+    "hidden_act": "silu", "eagle_config.use_aux_hidden_state": True,
+    "eagle_config.use_input_layernorm_in_first_layer": True, "eagle_config.use_last_layernorm": True,
+    "eagle_config.use_mtp_layernorm": False,
+}
+
 
 def _one_rope_spelling(cfg: dict[str, Any]) -> dict[str, Any]:
     """Plain RoPE written as Transformers 5's ``rope_parameters`` becomes ``rope_theta`` (one spelling to diff)."""
@@ -185,11 +205,11 @@ def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[ConfigDiff]:
     fa, fb = _flatten(comparison_view(a or {})), _flatten(comparison_view(b or {}))
     diffs = []
     for key in sorted(set(fa) | set(fb)):
-        va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
-        if va == vb:
+        va, vb = fa.get(key), fb.get(key)  # null is absent, as transformers reads it
+        default = DEFAULTS.get(key, _MISSING)
+        if va == vb or (va is None and vb == default) or (vb is None and va == default):
             continue
         rule = classify_key(key)
-        diffs.append(ConfigDiff(key, None if va is _MISSING else va, None if vb is _MISSING else vb,
-                                rule.category, rule.why))
+        diffs.append(ConfigDiff(key, va, vb, rule.category, rule.why))
     order = {_ARCH: 0, _BEH: 1, _LOAD: 2, _META: 3, "unknown": 4}
     return sorted(diffs, key=lambda d: (order[d.category], d.key))

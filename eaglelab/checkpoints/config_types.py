@@ -18,6 +18,7 @@ from eaglelab.errors import ConfigError
 from eaglelab.inputs import MAX_FIELD_INT, json_type, printable, shown
 
 SIZE = "a positive integer"
+COUNT = "an integer >= 0"
 LAYER_IDS = "a list of layer numbers (integers >= 0)"
 POSITIVE = "a positive number"
 NON_NEGATIVE = "a number >= 0"
@@ -32,7 +33,11 @@ OBJECT = "an object"
 FIELD_TYPES: dict[str, str] = {
     **dict.fromkeys(("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
                      "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers",
-                     "max_position_embeddings", "original_max_position_embeddings"), SIZE),
+                     "max_position_embeddings", "original_max_position_embeddings",
+                     # multi-head latent attention and mixture of experts (DeepSeek-V3, Kimi)
+                     "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                     "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "num_experts"), SIZE),
+    **dict.fromkeys(("first_k_dense_replace", "n_shared_experts"), COUNT),
     "eagle_aux_hidden_state_layer_ids": LAYER_IDS,
     **dict.fromkeys(("rope_theta", "factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"),
                     POSITIVE),
@@ -40,7 +45,8 @@ FIELD_TYPES: dict[str, str] = {
     "partial_rotary_factor": FRACTION,
     "rms_norm_eps": EPS,
     **dict.fromkeys(("fc_norm", "norm_before_fc", "norm_before_residual", "norm_output", "tie_word_embeddings",
-                     "attention_bias", "mlp_bias", "use_aux_hidden_state"), BOOL),
+                     "attention_bias", "mlp_bias", "use_aux_hidden_state", "use_input_layernorm_in_first_layer",
+                     "use_last_layernorm", "use_mtp_layernorm"), BOOL),
     **dict.fromkeys(("hidden_act", "model_type", "torch_dtype", "dtype", "speculators_model_type", "rope_type",
                      "type"), STRING),
     **dict.fromkeys(("architectures", "layer_types"), STRINGS),
@@ -63,6 +69,7 @@ def _is_number(v: Any) -> bool:
 
 _CHECKS = {
     SIZE: lambda v: _is_int(v) and 1 <= v <= MAX_FIELD_INT,
+    COUNT: lambda v: _is_int(v) and 0 <= v <= MAX_FIELD_INT,
     LAYER_IDS: lambda v: isinstance(v, list) and all(_is_int(i) and 0 <= i <= 100_000 for i in v),
     POSITIVE: lambda v: _is_number(v) and v > 0,
     NON_NEGATIVE: lambda v: _is_number(v) and v >= 0,

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from eaglelab.checkpoints.config_types import check_config_types
-from eaglelab.errors import ConfigError
+from eaglelab.errors import ConfigError, EaglelabError, SourceError
 from eaglelab.inputs import MAX_JSON_BYTES, loads_json, printable
 
 
@@ -146,35 +146,60 @@ def hub_fetch(url: str, max_bytes: int, timeout: float | None = None, headers: d
     return box["response"]
 
 
-def read_hub_config(repo_id: str, revision: str | None = None,
-                    timeout: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """A hub repo's ``config.json`` in one GET bounded by ``timeout``: ``(config, where)``, or ``(None, None)``.
+def read_hub_file(repo_id: str, filename: str, revision: str | None, timeout: float, max_bytes: int,
+                  error: type[EaglelabError] = SourceError) -> bytes | None:
+    """One small file of a hub repo in one GET bounded by ``timeout``, or None when the repo has no such file.
 
     Not ``hf_hub_download``: when its HEAD times out it retries with a 60 s timeout and backoff (minutes), and
     it reports every failed HEAD (403, timeout, a server that is not a hub) as ``LocalEntryNotFoundError``,
-    a subclass of ``EntryNotFoundError``, which would read as "the repo has no config.json".
+    a subclass of ``EntryNotFoundError``, which would read as "the repo has no such file".
 
     Raises:
-        ConfigError: the config is not valid JSON or has fields of the wrong type.
+        error: the file is over ``max_bytes``.
         Exception: huggingface_hub's and the HTTP client's errors (see :func:`hub_problem`).
     """
     from huggingface_hub import hf_hub_url
     from huggingface_hub.errors import EntryNotFoundError
     from huggingface_hub.utils import hf_raise_for_status
 
-    timeout = hub_timeout() if timeout is None else timeout
-    where = f"{repo_id}/config.json" + (f"@{revision}" if revision else "")
+    where = printable(f"{repo_id}/{filename}" + (f"@{revision}" if revision else ""))
     try:
-        response = hub_fetch(hf_hub_url(repo_id, "config.json", revision=revision), MAX_JSON_BYTES, timeout)
+        response = hub_fetch(hf_hub_url(repo_id, filename, revision=revision), max_bytes, timeout)
     except HubBodyTooLarge as exc:
-        raise ConfigError(where, f"is {exc}") from None
+        raise error(where, f"is {exc}") from None
     try:
         hf_raise_for_status(response)
     except EntryNotFoundError:  # raised here only for the hub's 404 EntryNotFound
-        return None, None
-    obj = loads_json(response.content, where, ConfigError)
+        return None
+    return response.content
+
+
+def read_hub_json(repo_id: str, filename: str, revision: str | None, timeout: float,
+                  error: type[EaglelabError] = SourceError) -> dict[str, Any] | None:
+    """A hub repo's JSON object file (strict JSON, capped), or None when the repo has no such file."""
+    raw = read_hub_file(repo_id, filename, revision, timeout, MAX_JSON_BYTES, error)
+    if raw is None:
+        return None
+    where = printable(f"{repo_id}/{filename}" + (f"@{revision}" if revision else ""))
+    obj = loads_json(raw, where, error)
     if not isinstance(obj, dict):
-        raise ConfigError(where, "expected a JSON object")
+        raise error(where, "expected a JSON object")
+    return obj
+
+
+def read_hub_config(repo_id: str, revision: str | None = None,
+                    timeout: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """A hub repo's ``config.json`` in one GET bounded by ``timeout``: ``(config, where)``, or ``(None, None)``.
+
+    Raises:
+        ConfigError: the config is not valid JSON or has fields of the wrong type.
+        Exception: huggingface_hub's and the HTTP client's errors (see :func:`hub_problem`).
+    """
+    timeout = hub_timeout() if timeout is None else timeout
+    where = f"{repo_id}/config.json" + (f"@{revision}" if revision else "")
+    obj = read_hub_json(repo_id, "config.json", revision, timeout, ConfigError)
+    if obj is None:
+        return None, None
     return check_config_types(obj, where), where
 
 
@@ -220,23 +245,4 @@ def read_hub_header(repo_id: str, filename: str, revision: str | None, timeout: 
 
 def read_hub_index(repo_id: str, revision: str | None, timeout: float) -> dict[str, Any] | None:
     """The repo's ``model.safetensors.index.json`` (None when it has none), strict JSON, capped."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.errors import EntryNotFoundError
-    from huggingface_hub.utils import hf_raise_for_status
-
-    from eaglelab.errors import SourceError
-
-    name = "model.safetensors.index.json"
-    where = printable(f"{repo_id}/{name}")
-    try:
-        response = hub_fetch(hf_hub_url(repo_id, name, revision=revision), MAX_JSON_BYTES, timeout)
-    except HubBodyTooLarge as exc:
-        raise SourceError(where, f"is {exc}") from None
-    try:
-        hf_raise_for_status(response)
-    except EntryNotFoundError:
-        return None
-    obj = loads_json(response.content, where, SourceError)
-    if not isinstance(obj, dict):
-        raise SourceError(where, "expected a JSON object")
-    return obj
+    return read_hub_json(repo_id, "model.safetensors.index.json", revision, timeout)

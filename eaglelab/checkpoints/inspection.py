@@ -14,11 +14,14 @@ from typing import Any
 from eaglelab.checkpoints.config_diff import ConfigDiff, diff_configs
 from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
 from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.target_config import TargetWeights
 from eaglelab.checkpoints.tensor_table import (
     canonical_tensor_name,
     check_tensors_against_spec,
     check_vocab_maps,
     expected_eagle3_tensors,
+    head_cautions,
+    layer_named,
     strip_prefix,
 )
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
@@ -37,6 +40,8 @@ class Inspection:
         family: the drafter family the config describes.
         refusals: why eaglelab would not compute it exactly (empty: it does), one line each.
         cautions: flags that engines read differently, one line each.
+        target: for a target model's checkpoint: where its language model's embedding and head are,
+            and its quantization (None for a drafter).
     """
 
     checkpoint: Checkpoint
@@ -45,6 +50,7 @@ class Inspection:
     family: Family = field(default_factory=lambda: Family("EAGLE-3", True))
     refusals: list[str] = field(default_factory=list)
     cautions: list[str] = field(default_factory=list)
+    target: TargetWeights | None = None
 
     @property
     def computed(self) -> bool:
@@ -58,18 +64,30 @@ class Inspection:
             return self.family.line
         if self.refusals:
             return f"shapes and configs only: {self.refusals[0]}"
+        if self.spec.mla is not None:
+            return "computed by eaglelab as SGLang computes it (Eagle3DeepseekV2ForCausalLM: multi-head latent attention)"
         return "computed by eaglelab exactly as its engine does"
 
     @property
     def config(self) -> dict[str, Any]:
         return self.checkpoint.config or {}
 
+    def target_lines(self) -> list[str]:
+        """For a target model: its language model's weights and its quantization, one line each."""
+        if self.target is None:
+            return []
+        h = self.target.heads
+        names = "no language-model embedding in the headers" if h is None else \
+            (f"language model under '{h.prefix}': " if h.prefix else "language model: ") + \
+            f"embedding {h.embed_tokens} {list(self.target.embed_shape)}, head {h.lm_head}" + (" (tied)" if h.tied else "")
+        return [names, f"weights: {self.target.quantization.line}"]
+
     def tensor_rows(self) -> list[dict[str, Any]]:
         """One row per tensor: name, shape, dtype, parameters, meaning."""
         expected = expected_eagle3_tensors(self.spec) if self.spec else {}
         rows = []
         for name, t in sorted(self.checkpoint.tensors.items()):
-            exp = expected.get(strip_prefix(name))
+            exp = expected.get(layer_named(self.spec, strip_prefix(name))) if self.spec else None
             rows.append({"name": name, "shape": list(t.shape), "dtype": t.dtype, "parameters": t.numel,
                          "meaning": exp.meaning if exp else ""})
         return rows
@@ -115,6 +133,10 @@ class Inspection:
             "status": self.status_line,
             "refusals": self.refusals,
             "cautions": self.cautions,
+            "target": None if self.target is None else {
+                "lines": self.target_lines(), "quantization": self.target.quantization.to_json(),
+                "heads": None if self.target.heads is None else self.target.heads.as_dict(),
+                "prefix": None if self.target.heads is None else self.target.heads.prefix},
         }
 
 
@@ -139,13 +161,32 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
         raise ConfigError(source, "no config.json beside the weights; an EAGLE-3 drafter needs one")
     where = ck.config_path or source
     family = drafter_family(ck.config)
+    if family.name == "target model":
+        from eaglelab.checkpoints.target_config import target_weights
+
+        return Inspection(ck, None, [], family, [family.line],
+                          target=target_weights(ck.tensors, ck.config, source, modelopt_config(ck)))
     if not family.computed:
         return Inspection(ck, None, [], family, [family.line])
     spec = drafter_spec_from_config(ck.config, where)
     tensors = {n: (t.shape, t.dtype) for n, t in ck.tensors.items()}
     problems = check_tensors_against_spec(spec, tensors)
     problems += vocab_map_problems(ck, spec)
-    return Inspection(ck, spec, problems, family, refusals(ck.config, str(where)), cautions(ck.config))
+    return Inspection(ck, spec, problems, family, refusals(ck.config, str(where)),
+                      cautions(ck.config) + head_cautions(spec, ck.tensors))
+
+
+def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:
+    """NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local checkpoint's weights (None when absent)."""
+    from pathlib import Path
+
+    from eaglelab.errors import SourceError
+    from eaglelab.inputs import path_kind, read_json_object
+
+    if not ck.local or not ck.weight_files:
+        return None
+    path = Path(ck.weight_files[0]).parent / "hf_quant_config.json"
+    return read_json_object(path, SourceError) if path_kind(path, SourceError) is not None else None
 
 
 def vocab_map_problems(ck: Checkpoint, spec: DrafterSpec) -> list[str]:
@@ -371,6 +412,28 @@ def load_target_config(target: str) -> dict[str, Any]:
     return config
 
 
+def read_target_weights(target: str) -> TargetWeights | None:
+    """A target's headers summarised (:class:`~eaglelab.checkpoints.target_config.TargetWeights`), or None for a
+    bare ``config.json`` or a folder without weights.
+
+    Raises:
+        SourceError, HeaderError, HubError: the headers cannot be read.
+    """
+    from pathlib import Path
+
+    from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint, local_path
+    from eaglelab.checkpoints.target_config import target_weights
+    from eaglelab.inputs import path_kind
+
+    if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
+            Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):
+        return None  # a config.json: no headers to read
+    ck = load_checkpoint(target, weights_optional=True)
+    if not ck.tensors:
+        return None
+    return target_weights(ck.tensors, ck.config, target, modelopt_config(ck))
+
+
 def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison:
     """Compare two drafters' configs and tensor tables and give a verdict.
 
@@ -402,8 +465,9 @@ def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison
     comparison = Comparison(ia, ib, cdiff, tdiff, verdict, vocab_maps=vocab)
     if target is not None:
         tcfg = load_target_config(target)
+        weights = read_target_weights(target)
         comparison.target_verdicts = {
-            "a": drafter_vs_target(ia.spec, ia.config, tcfg),
-            "b": drafter_vs_target(ib.spec, ib.config, tcfg),
+            "a": drafter_vs_target(ia.spec, ia.config, tcfg, weights, ia.checkpoint.tensors),
+            "b": drafter_vs_target(ib.spec, ib.config, tcfg, weights, ib.checkpoint.tensors),
         }
     return comparison

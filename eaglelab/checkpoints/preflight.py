@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.inspection import load_target_config
+from eaglelab.checkpoints.inspection import load_target_config, read_target_weights
 from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
 from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.target_config import target_field, target_layer_count, text_config
 from eaglelab.checkpoints.variants import check_computed
-from eaglelab.checkpoints.verdicts import drafter_vs_target, target_layer_count
+from eaglelab.checkpoints.verdicts import drafter_vs_target
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 
 
@@ -68,10 +69,13 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
     if target is None:
         return spec, None
     target_cfg = check_target(target)
-    verdict = drafter_vs_target(spec, ck.config, target_cfg)
+    # a local target's headers too: its embedding by name (a language_model. prefix followed) and shape
+    weights = None if is_hub_id(target) else read_target_weights(target)
+    verdict = drafter_vs_target(spec, ck.config, target_cfg, weights, ck.tensors)
     if verdict.level == "incompatible":
         raise CheckpointMismatchError(source, f"does not fit the target {target}: " + "; ".join(
-            r for r in verdict.reasons if r.startswith(("target hidden_size", "target vocab_size", "aux layers"))))
+            r for r in verdict.reasons if r.startswith(("target hidden_size", "target vocab_size", "aux layers",
+                                                        "the target's "))))
     return spec, target_cfg
 
 
@@ -81,16 +85,11 @@ def check_target_pair(a: str, cfg_a: dict[str, Any], b: str, cfg_b: dict[str, An
     Raises:
         CheckpointMismatchError: naming both targets and the field that differs.
     """
-    def field(cfg: dict[str, Any], key: str):
-        for c in (cfg, cfg.get("text_config") or {}, cfg.get("language_config") or {}):
-            if c.get(key) is not None:
-                return c[key]
-        return None
-
     for key in ("hidden_size", "vocab_size"):
-        if field(cfg_a, key) != field(cfg_b, key):
-            raise CheckpointMismatchError(f"{a} vs {b}", f"{key} {field(cfg_a, key)} vs {field(cfg_b, key)}: the probe "
-                                                         "compares hidden states and tokens position by position")
+        va, vb = target_field(cfg_a, key), target_field(cfg_b, key)
+        if va != vb:
+            raise CheckpointMismatchError(f"{a} vs {b}", f"{key} {va} vs {vb}: the probe compares hidden states and "
+                                                         "tokens position by position")
     if target_layer_count(cfg_a) != target_layer_count(cfg_b):
         raise CheckpointMismatchError(f"{a} vs {b}", f"{target_layer_count(cfg_a)} vs {target_layer_count(cfg_b)} "
                                                      "layers: the drafter's aux layers mean different depths")
@@ -105,7 +104,6 @@ def check_context(tokens: int, flag: str, *targets: tuple[str, dict]) -> None:
     from eaglelab.errors import ParameterError
 
     for name, cfg in targets:
-        text = cfg.get("text_config") or cfg
-        ctx = text.get("max_position_embeddings")
+        ctx = text_config(cfg).get("max_position_embeddings")
         if isinstance(ctx, int) and tokens > ctx:
             raise ParameterError(flag, f"{tokens} tokens exceed the context of {name} ({ctx}, max_position_embeddings)")

@@ -144,7 +144,7 @@ def _read_index(index_path: Path) -> tuple[list[Path], dict[str, Path]]:
     return shards, placed
 
 
-def _folder_weights(folder: Path) -> tuple[list[Path], str, dict[str, Path]]:
+def _folder_weights(folder: Path, optional: bool = False) -> tuple[list[Path], str, dict[str, Path]]:
     index = folder / "model.safetensors.index.json"
     if path_kind(index, SourceError) is not None:
         shards, placed = _read_index(index)
@@ -164,6 +164,8 @@ def _folder_weights(folder: Path) -> tuple[list[Path], str, dict[str, Path]]:
             "`python -c \"import torch, safetensors.torch as st; "
             "st.save_file(torch.load('pytorch_model.bin', weights_only=True), 'model.safetensors')\"`",
         )
+    if optional:
+        return [], "folder", {}
     raise SourceError(folder, "folder holds no weights (no model.safetensors, shard index or *.safetensors)")
 
 
@@ -175,13 +177,13 @@ def local_path(source: str, error: type[EaglelabError] = SourceError) -> Path:
         raise error(printable(source), "names the home folder of a user this machine does not know") from None
 
 
-def _local_checkpoint(source: str) -> Checkpoint:
+def _local_checkpoint(source: str, weights_optional: bool = False) -> Checkpoint:
     path = local_path(source)
     where = printable(str(path))
     what = path_kind(path, SourceError)
     placed: dict[str, Path] = {}
     if what == "folder":
-        files, kind, placed = _folder_weights(path)
+        files, kind, placed = _folder_weights(path, weights_optional)
         config_path = path / "config.json"
     elif what is None:
         raise SourceError(where, "no such file or folder (and not a hub id of the form owner/name)")
@@ -219,7 +221,7 @@ def _local_checkpoint(source: str) -> Checkpoint:
     )
 
 
-def _hub_checkpoint(repo_id: str, revision: str | None = None) -> Checkpoint:
+def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional: bool = False) -> Checkpoint:
     """Read a hub checkpoint's config and safetensors headers only (range requests, each under one deadline)."""
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
@@ -232,11 +234,13 @@ def _hub_checkpoint(repo_id: str, revision: str | None = None) -> Checkpoint:
             headers = {"model.safetensors": read_hub_header(repo_id, "model.safetensors", revision, timeout)}
         except EntryNotFoundError:  # no single file: a sharded checkpoint, or no weights at all
             index = read_hub_index(repo_id, revision, timeout)
-            if index is None:
+            if index is None and weights_optional:
+                index = {"weight_map": {}}
+            elif index is None:
                 raise HubError(repo_id, "holds no model.safetensors or model.safetensors.index.json: no safetensors "
                                         "weights to read") from None
             weight_map = index.get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map or \
+            if not isinstance(weight_map, dict) or (not weight_map and not weights_optional) or \
                     not all(isinstance(f, str) and f and "/" not in f and f != ".." for f in weight_map.values()):
                 raise SourceError(f"{repo_id}/model.safetensors.index.json", "shard index has no usable weight_map "
                                                                              "(file names beside the index)") from None
@@ -264,12 +268,14 @@ def _hub_checkpoint(repo_id: str, revision: str | None = None) -> Checkpoint:
     )
 
 
-def load_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoint:
+def load_checkpoint(source: str | Path, revision: str | None = None, weights_optional: bool = False) -> Checkpoint:
     """Resolve ``source`` and read its config and tensor table, metadata only.
 
     Args:
         source: folder, ``.safetensors`` file, shard index, or hub id ``owner/name``.
         revision: hub revision (branch, tag or commit) for hub ids.
+        weights_optional: a folder or repo with no safetensors weights at all reads as an empty tensor
+            table (a target's config and tokenizer files alone); pickled weights are refused all the same.
 
     Raises:
         SourceError and subclasses, ConfigError: the source cannot be read; the message names
@@ -277,8 +283,8 @@ def load_checkpoint(source: str | Path, revision: str | None = None) -> Checkpoi
     """
     source = str(source)
     if is_hub_id(source):
-        return _hub_checkpoint(source, revision)
-    return _local_checkpoint(source)
+        return _hub_checkpoint(source, revision, weights_optional)
+    return _local_checkpoint(source, weights_optional)
 
 
 def read_small_tensor(info: TensorInfo, max_bytes: int = 64 * 1024 * 1024):

@@ -1,9 +1,11 @@
 """The EAGLE-3 drafter spec: what a drafter config says, in either format, reading no files.
 
-Facts follow ``docs/EAGLE3_FORMAT.md`` (SpecForge ``LlamaForCausalLMEagle3``): the sizes, flags and
-aux-layer ids of a drafter config, SGLang / SpecForge's (flat, nested ``eagle_config`` ids as layer
-outputs) or vLLM / speculators' (``transformer_layer_config``, top-level ids as layer inputs), and
-the conversion of those ids to layer outputs.
+Facts follow ``docs/EAGLE3_FORMAT.md`` (SpecForge ``LlamaForCausalLMEagle3``, SGLang's MLA drafter
+``Eagle3DeepseekV2ForCausalLM``): the sizes, flags and aux-layer ids of a drafter config, SGLang /
+SpecForge's (flat, nested ``eagle_config`` ids as layer outputs) or vLLM / speculators'
+(``transformer_layer_config``, top-level ids as layer inputs), and the conversion of those ids to
+layer outputs. A SpecForge-layout config without ``draft_vocab_size`` is a full-vocabulary drafter,
+as SpecForge, SGLang and vLLM read it; speculators' own schema defaults it to 32000.
 """
 
 from __future__ import annotations
@@ -20,6 +22,35 @@ SPECULATORS = "speculators"
 FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2"})
 
 
+#: The fields that make a drafter layer's attention multi-head latent attention (DeepSeek-V2/V3, Kimi).
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True)
+class MlaShape:
+    """The shapes of a multi-head latent attention layer (DeepSeek-V2/V3, Kimi-K2.5 drafters).
+
+    Attributes:
+        q_lora_rank: rank of the query's low-rank path (``q_a_proj`` -> ``q_a_layernorm`` -> ``q_b_proj``);
+            None: one ``q_proj`` reads the input directly.
+        kv_lora_rank: width of the compressed key-value latent (``kv_a_proj_with_mqa``, ``kv_b_proj``).
+        qk_nope_head_dim: per-head query / key dims without RoPE.
+        qk_rope_head_dim: per-head query dims with RoPE, and the one key part shared by all heads.
+        v_head_dim: per-head value dims.
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query / key width: the no-RoPE part, then the RoPE part."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
 @dataclass(frozen=True)
 class DrafterSpec:
     """The weight-relevant and behaviour-relevant facts of one EAGLE-3 drafter config.
@@ -30,9 +61,13 @@ class DrafterSpec:
         intermediate_size: I, MLP width.
         num_attention_heads: nh.
         num_key_value_heads: nkv.
-        head_dim: d (H / nh when absent from the config).
+        head_dim: d (H / nh when absent from the config; an MLA layer's query / key width).
         vocab_size: V, the target's vocabulary (rows of embed_tokens, length of t2d).
-        draft_vocab_size: Vd, rows of lm_head and length of d2t.
+        draft_vocab_size: Vd, rows of lm_head and length of d2t (V when a SpecForge-layout config
+            leaves it out: a full-vocabulary drafter).
+        draft_vocab_given: whether the config writes ``draft_vocab_size`` (absent or null: SGLang
+            serves the target's ``lm_head`` in place of the file's).
+        mla: the multi-head latent attention shapes (None: Llama attention with q/k/v projections).
         fc_norm: whether ``fc_norm.{0,1,2}`` RMSNorms precede ``fc``, one per target state (EAGLE-3.1).
         norm_before_fc: one RMSNorm (``input_norm``) over the concatenated target states (speculators).
         norm_before_residual: the attention residual is the normed hidden state (speculators).
@@ -58,6 +93,8 @@ class DrafterSpec:
     head_dim: int
     vocab_size: int
     draft_vocab_size: int
+    draft_vocab_given: bool = True
+    mla: MlaShape | None = None
     fc_norm: bool = False
     norm_before_fc: bool = False
     norm_before_residual: bool = False
@@ -71,6 +108,33 @@ class DrafterSpec:
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
     attention_bias: bool = False
+
+    @property
+    def full_vocab(self) -> bool:
+        """Whether the draft vocabulary is the target's whole vocabulary (no maps needed: draft id = target id)."""
+        return self.draft_vocab_size == self.vocab_size
+
+    @property
+    def attention(self) -> str:
+        """``mla`` (multi-head latent attention) or ``llama`` (q/k/v projections, grouped-query)."""
+        return "llama" if self.mla is None else "mla"
+
+
+def is_mla_config(cfg: dict[str, Any]) -> bool:
+    """Whether a drafter layer's config asks for multi-head latent attention (``kv_lora_rank`` and kin)."""
+    body = layer_body(cfg)
+    return any(body.get(k) is not None for k in MLA_FIELDS if k != "q_lora_rank") or \
+        any("mla" in str(a).lower() or "deepseek" in str(a).lower() for a in (cfg.get("architectures") or [])
+            if "eagle" in str(a).lower())
+
+
+def _mla_shape(body: dict[str, Any], where: str) -> MlaShape:
+    q_lora = body.get("q_lora_rank")
+    return MlaShape(q_lora_rank=None if q_lora is None else _int(body, "q_lora_rank", where),
+                    kv_lora_rank=_int(body, "kv_lora_rank", where),
+                    qk_nope_head_dim=_int(body, "qk_nope_head_dim", where),
+                    qk_rope_head_dim=_int(body, "qk_rope_head_dim", where),
+                    v_head_dim=_int(body, "v_head_dim", where))
 
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -196,7 +260,12 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         raise ConfigError(where, f"EAGLE-3 drafters have one layer, config says {body['num_hidden_layers']}")
     hidden = _int(body, "hidden_size", where)
     heads = _int(body, "num_attention_heads", where)
-    head_dim = body.get("head_dim") or hidden // heads
+    mla = _mla_shape(body, where) if is_mla_config(cfg) else None
+    head_dim = mla.qk_head_dim if mla else body.get("head_dim") or hidden // heads
+    vocab = _int(body, "vocab_size", where)
+    # absent or null: SpecForge, SGLang and vLLM read the target's vocabulary; speculators' schema says 32000
+    given = body.get("draft_vocab_size") is not None
+    draft_default = DEFAULT_DRAFT_VOCAB if is_speculators_config(cfg) else vocab
     return DrafterSpec(
         hidden_size=hidden,
         # absent or null (speculators' default): the target is as wide as the drafter
@@ -205,8 +274,10 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         num_attention_heads=heads,
         num_key_value_heads=_int(body, "num_key_value_heads", where, body.get("num_key_value_heads") or heads),
         head_dim=_int({"head_dim": head_dim}, "head_dim", where),
-        vocab_size=_int(body, "vocab_size", where),
-        draft_vocab_size=_int(body, "draft_vocab_size", where, body.get("draft_vocab_size") or DEFAULT_DRAFT_VOCAB),
+        vocab_size=vocab,
+        draft_vocab_size=_int(body, "draft_vocab_size", where) if given else draft_default,
+        draft_vocab_given=given,
+        mla=mla,
         **flags,
         aux_layer_ids=ids,
         aux_convention=convention,

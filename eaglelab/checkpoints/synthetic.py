@@ -1,8 +1,8 @@
-"""Full-size drafter checkpoints with real headers and empty (sparse) weights.
+"""Full-size checkpoints with real headers and empty (sparse) weights: drafters, and samples of targets.
 
-For inspecting and benchmarking at production shapes (a Kimi-K2 drafter is ~4.7 GB in bf16)
-without the disk or the time: the safetensors header is real, ``d2t`` / ``t2d`` hold a valid
-identity vocabulary map, and the float weights are a hole in a sparse file (zeros when read).
+For inspecting and benchmarking at production shapes (a Kimi-K2 drafter is ~4.7 GB in bf16, a Kimi
+target ~1 TB) without the disk or the time: the safetensors header is real, ``d2t`` / ``t2d`` hold a
+valid identity vocabulary map, and the float weights are a hole in a sparse file (zeros when read).
 No torch needed.
 """
 
@@ -41,7 +41,14 @@ KIMI_K2_DRAFTER_CONFIG: dict[str, Any] = {
 }
 
 
-def _write_shard(path: Path, entries: list[tuple[str, tuple[int, ...], str]], vocab: dict[str, bytes]) -> None:
+def write_sparse_safetensors(path: Path, entries: list[tuple[str, tuple[int, ...], str]],
+                             contents: dict[str, bytes] | None = None) -> None:
+    """One safetensors file at ``path`` (written in place: the caller makes it atomic), the data a hole.
+
+    Args:
+        entries: (name, shape, dtype) of each tensor, in file order.
+        contents: raw bytes for some tensors, written at their offsets.
+    """
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "eaglelab.checkpoints.synthetic"}}
     offset = 0
     for name, shape, dtype in entries:
@@ -52,19 +59,45 @@ def _write_shard(path: Path, entries: list[tuple[str, tuple[int, ...], str]], vo
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # align the data area to 8 bytes
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+    with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
         data_start = 8 + len(raw)
-        for name, blob in vocab.items():
+        for name, blob in (contents or {}).items():
             if name in header:
                 fh.seek(data_start + header[name]["data_offsets"][0])
                 fh.write(blob)
         fh.truncate(data_start + offset)  # the rest is a hole: no disk used
 
 
+def _write_shard(path: Path, entries: list[tuple[str, tuple[int, ...], str]], vocab: dict[str, bytes]) -> None:
+    with atomic_path(path) as tmp:
+        write_sparse_safetensors(tmp, entries, vocab)
+
+
+def synthetic_drafter_entries(config: dict[str, Any], dtype: str = "BF16", include_embedding: bool = True,
+                              include_head: bool = True, vocab_maps: bool | None = None
+                              ) -> tuple[list[tuple[str, tuple[int, ...], str]], dict[str, bytes]]:
+    """The tensors (name, shape, dtype) a drafter config implies, and the bytes of its identity vocabulary map.
+
+    Args:
+        include_head: write ``lm_head.weight`` (a full-vocabulary drafter may ship none).
+        vocab_maps: write ``d2t`` / ``t2d`` (None: when the config needs them, i.e. a reduced draft vocabulary).
+    """
+    spec = drafter_spec_from_config(config)
+    maps = not spec.full_vocab if vocab_maps is None else vocab_maps
+    keep = {"embed_tokens.weight": include_embedding, "lm_head.weight": include_head, "d2t": maps, "t2d": maps}
+    entries = [(n, e.shape, dtype if e.dtype == "float" else e.dtype)
+               for n, e in expected_eagle3_tensors(spec).items() if keep.get(n, True)]
+    Vd, V = spec.draft_vocab_size, spec.vocab_size
+    t2d = bytearray(V)
+    t2d[:Vd] = b"\x01" * Vd
+    return entries, {"d2t": bytes(8 * Vd), "t2d": bytes(t2d)}  # identity map: d2t = 0, t2d[:Vd] = True
+
+
 def write_synthetic_drafter(out_dir: str | Path, config: dict[str, Any] | None = None, dtype: str = "BF16",
-                            include_embedding: bool = True, shards: int = 1) -> Path:
+                            include_embedding: bool = True, shards: int = 1, include_head: bool = True,
+                            vocab_maps: bool | None = None) -> Path:
     """Write ``config.json`` + weights with the config's expected tensors, as a sparse file.
 
     Args:
@@ -73,16 +106,10 @@ def write_synthetic_drafter(out_dir: str | Path, config: dict[str, Any] | None =
         dtype: safetensors dtype of the float weights.
         include_embedding: write ``embed_tokens.weight`` too.
         shards: > 1 writes ``model-0000i-of-0000n.safetensors`` files and an index.
+        include_head, vocab_maps: see :func:`synthetic_drafter_entries`.
     """
     cfg = dict(config or KIMI_K2_DRAFTER_CONFIG)
-    spec = drafter_spec_from_config(cfg)
-    expected = expected_eagle3_tensors(spec)
-    entries = [(n, e.shape, dtype if e.dtype == "float" else e.dtype) for n, e in expected.items()
-               if include_embedding or n != "embed_tokens.weight"]
-    Vd, V = spec.draft_vocab_size, spec.vocab_size
-    t2d = bytearray(V)
-    t2d[:Vd] = b"\x01" * Vd
-    vocab = {"d2t": bytes(8 * Vd), "t2d": bytes(t2d)}  # identity map: d2t = 0, t2d[:Vd] = True
+    entries, vocab = synthetic_drafter_entries(cfg, dtype, include_embedding, include_head, vocab_maps)
     out = write_synthetic_weights(out_dir, entries, shards, vocab)
     write_json_atomic(out / "config.json", cfg)
     return out

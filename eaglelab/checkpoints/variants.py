@@ -7,9 +7,11 @@ lm_head" (default true) in SpecForge and "feed the normed hidden state to the ne
 false) in speculators. Everything here reads a flag in its own format's meaning.
 
 eaglelab computes a drafter exactly as its engine does, or refuses it with one line naming the
-flag (:func:`refusals`). Other families (MLA-attention drafters, EAGLE-1/2 heads, MTP or Medusa
-heads) are recognised from the config (:func:`drafter_family`): ``inspect`` and ``compare`` show
-their shapes and configs, the model-running commands refuse them. The field-by-field table is in
+flag (:func:`refusals`). That covers Llama-attention drafters (SpecForge, speculators) and the
+MLA-attention drafters of the DeepSeek / Kimi family as SGLang computes them
+(``Eagle3DeepseekV2ForCausalLM``). Other families (EAGLE-1/2 heads, MTP or Medusa heads) are
+recognised from the config (:func:`drafter_family`): ``inspect`` and ``compare`` show their shapes
+and configs, the model-running commands refuse them. The field-by-field table is in
 ``docs/EAGLE3_FORMAT.md`` §1.1; :data:`FIELDS` lists the fields it must cover.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 
 from eaglelab.checkpoints.config_diff import comparison_view
 from eaglelab.checkpoints.spec import (
+    MLA_FIELDS,
     SPECFORGE,
     SPECULATORS,
     aux_ids_as_layer_outputs,
@@ -28,8 +31,10 @@ from eaglelab.checkpoints.spec import (
     drafter_spec_from_config,
     eagle_config,
     is_eagle3_config,
+    is_mla_config,
     layer_body,
 )
+from eaglelab.checkpoints.target_config import is_multimodal, target_field, target_layer_count
 from eaglelab.errors import UnsupportedDrafterError
 
 # Every config field the field table (docs/EAGLE3_FORMAT.md §1.1) covers; the docs test holds it to this list.
@@ -40,7 +45,9 @@ FIELDS = (
     "norm_before_residual", "norm_output", "attention_bias", "mlp_bias", "tie_word_embeddings",
     "pretraining_tp", "eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_config.use_aux_hidden_state",
     "eagle_aux_hidden_state_layer_ids", "transformer_layer_config.model_type", "layer_types",
-    "embed_requires_grad", "partial_rotary_factor",
+    "embed_requires_grad", "partial_rotary_factor", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "v_head_dim", "eagle_config.use_input_layernorm_in_first_layer",
+    "eagle_config.use_last_layernorm", "eagle_config.use_mtp_layernorm",
 )
 
 ROPE_KINDS = ("default", "linear", "llama3", "yarn")
@@ -53,8 +60,8 @@ class Family:
     """What kind of drafter a config describes.
 
     Attributes:
-        name: ``EAGLE-3``, ``EAGLE-3 MLA drafter``, ``EAGLE-1/2 head``, ``MTP head``, ``Medusa heads``
-            or ``unknown``.
+        name: ``EAGLE-3``, ``EAGLE-3 MLA``, ``EAGLE-1/2 head``, ``MTP head``, ``Medusa heads``,
+            ``target model`` (a language model, not a drafter) or ``unknown``.
         computed: whether eaglelab can run it (subject to :func:`refusals` for EAGLE-3 variants).
         detail: what in the config said so.
     """
@@ -77,8 +84,8 @@ def _archs(cfg: dict[str, Any]) -> list[str]:
 def drafter_family(cfg: dict[str, Any]) -> Family:
     """Recognise the drafter family from a config alone.
 
-    MLA attention (``kv_lora_rank`` / ``q_lora_rank``) in an EAGLE-3 drafter is the "eagle3-mla"
-    family of DeepSeek / Kimi drafters; ``medusa_num_heads`` marks Medusa; ``num_nextn_predict_layers``
+    MLA attention (``kv_lora_rank`` and kin) in an EAGLE-3 drafter is the family of DeepSeek / Kimi
+    drafters SGLang serves as ``Eagle3DeepseekV2ForCausalLM``; ``medusa_num_heads`` marks Medusa; ``num_nextn_predict_layers``
     or an ``MTP`` / ``NextN`` architecture marks multi-token-prediction heads; an ``Eagle``
     architecture without the 3 is EAGLE-1/2.
     """
@@ -93,17 +100,25 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
     if kind in ("mtp",) or "mtp" in arch_text or "nextn" in arch_text:
         return Family("MTP head", False, f"architectures={archs}")
     if is_eagle3_config(cfg):
-        mla = [k for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim") if k in body or k in cfg]
-        if mla or "mla" in arch_text:
-            return Family("EAGLE-3 MLA drafter", False, f"MLA attention: {', '.join(mla) or arch_text}")
+        if is_mla_config(cfg):
+            given = [k for k in MLA_FIELDS if body.get(k) is not None]
+            return Family("EAGLE-3 MLA", True, f"multi-head latent attention: {', '.join(given) or arch_text}")
         return Family("EAGLE-3", True)
     if "eagle" in arch_text or kind in ("eagle", "eagle2"):
         return Family("EAGLE-1/2 head", False, f"architectures={archs}")
     if kind:
         return Family(f"speculators {kind} drafter", False, f"speculators_model_type={kind!r}")
-    if "num_nextn_predict_layers" in cfg:
-        return Family("unknown", False, f"a target model's config with MTP layers (architectures={archs})")
+    if is_target_config(cfg):
+        mtp = target_field(cfg, "num_nextn_predict_layers")
+        return Family("target model", False, f"architectures={archs}" + (f", {mtp} MTP layer(s)" if mtp else ""))
     return Family("unknown", False, f"architectures={archs}, no draft_vocab_size")
+
+
+def is_target_config(cfg: dict[str, Any]) -> bool:
+    """A language model's config, not a drafter's: a wrapped language model, several layers, or a model class."""
+    layers = target_field(cfg, "num_hidden_layers")
+    return is_multimodal(cfg) or (isinstance(layers, int) and layers > 1) or \
+        any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in _archs(cfg))
 
 
 # --------------------------------------------------------------------------- RoPE
@@ -182,6 +197,13 @@ class Rope:
 
         return m(self.factor, self.mscale) / m(self.factor, self.mscale_all_dim)
 
+    @property
+    def softmax_mscale(self) -> float:
+        """DeepSeek's YaRN factor on an MLA layer's softmax scale, applied squared (``mscale(factor, mscale_all_dim)``)."""
+        if self.kind != "yarn" or self.factor <= 1:
+            return 1.0
+        return 0.1 * self.mscale_all_dim * math.log(self.factor) + 1.0
+
 
 def _number(value: Any, where: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -240,7 +262,9 @@ def refusals(cfg: dict[str, Any], where: str = "config.json") -> list[str]:
     out: list[str] = []
     fmt = config_format(cfg)
     body = layer_body(cfg)
-    if fmt == SPECULATORS:
+    if is_mla_config(cfg):
+        out += _mla_refusals(cfg, body, fmt)
+    elif fmt == SPECULATORS:
         layer_type = body.get("model_type")
         if layer_type is None:
             out.append("transformer_layer_config without model_type: speculators builds a qwen3 layer, vLLM a "
@@ -286,6 +310,29 @@ def refusals(cfg: dict[str, Any], where: str = "config.json") -> list[str]:
     return out
 
 
+def _mla_refusals(cfg: dict[str, Any], body: dict[str, Any], fmt: str) -> list[str]:
+    """What eaglelab (and SGLang's MLA drafter) cannot compute in an MLA drafter config."""
+    out = []
+    if fmt == SPECULATORS:
+        out.append("an MLA drafter in the speculators format: speculators' drafter layer is llama or qwen3 only; "
+                   "write it in the SpecForge / SGLang layout (Eagle3DeepseekV2ForCausalLM)")
+    if cfg.get("attention_bias") or body.get("attention_bias"):
+        out.append("attention_bias: true in an MLA drafter: SGLang's MLA layer has no biases")
+    scaling = body.get("rope_scaling") if isinstance(body.get("rope_scaling"), dict) else {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if scaling and kind not in ("yarn", "deepseek_yarn"):
+        out.append(f"rope_scaling type {kind!r} in an MLA drafter: SGLang reads any rope_scaling of an MLA layer as "
+                   "DeepSeek YaRN; write type yarn")
+    if isinstance(body.get("qk_rope_head_dim"), int) and body["qk_rope_head_dim"] % 2:
+        out.append(f"qk_rope_head_dim {body['qk_rope_head_dim']} is odd: RoPE rotates pairs of dimensions")
+    return out
+
+
+#: Model-Optimizer's flags of a Kimi drafter, with their defaults; SGLang reads none of them and applies every norm.
+MODELOPT_LAYER_FLAGS = {"use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                        "use_mtp_layernorm": False}
+
+
 def cautions(cfg: dict[str, Any]) -> list[str]:
     """Flags computed as the format's own reference does, where another engine reads the same file otherwise.
 
@@ -306,6 +353,20 @@ def cautions(cfg: dict[str, Any]) -> list[str]:
         out.append("norm_before_residual absent: speculators reads false, vLLM reads true; write it explicitly")
     if body.get("hidden_act", "silu") != "silu":
         out.append(f"hidden_act {body.get('hidden_act')!r}: SGLang and vLLM serve silu drafters only")
+    if config_format(cfg) == SPECFORGE and body.get("draft_vocab_size") is None:
+        out.append("no draft_vocab_size: SpecForge and vLLM read the full vocabulary and the file's own lm_head; "
+                   "SGLang serves the target's lm_head instead (load_lm_head_from_target), and its Llama drafter "
+                   "class reads the key unguarded: write draft_vocab_size " + f"{body.get('vocab_size')} to serve "
+                   "the trained head on SGLang")
+    if is_mla_config(cfg):
+        for flag, default in MODELOPT_LAYER_FLAGS.items():
+            value = eagle_config(cfg).get(flag)
+            if isinstance(value, bool) and value != default:
+                out.append(f"eagle_config.{flag}: {str(value).lower()}: Model-Optimizer trains with it; SGLang ignores "
+                           "it and applies every norm, as eaglelab computes")
+        if body.get("q_lora_rank") is None:
+            out.append("q_lora_rank absent: one q_proj reads 2H; SGLang's kimi_k25_eagle3 loader refuses it "
+                       "(its deepseek_eagle3 and TorchSpec compute it)")
     return out
 
 
@@ -337,14 +398,17 @@ def to_speculators_config(cfg: dict[str, Any], target_cfg: dict[str, Any], verif
 
     Raises:
         UnsupportedDrafterError: a flag speculators cannot express (SpecForge ``norm_output: false``:
-            vLLM always norms before lm_head), or a drafter eaglelab does not compute.
+            vLLM always norms before lm_head), an MLA drafter, or a drafter eaglelab does not compute.
     """
     check_computed(cfg, where)
     spec = drafter_spec_from_config(cfg, where)
+    if spec.mla is not None:
+        raise UnsupportedDrafterError(where, "an MLA drafter has no speculators format (its drafter layer is llama or "
+                                             "qwen3 only); serve it with SGLang from the SpecForge layout")
     if not spec.norm_before_head:
         raise UnsupportedDrafterError(where, "norm_output: false (SpecForge: lm_head reads the un-normed state) "
                                              "has no speculators equivalent; vLLM would apply the norm")
-    L = (target_cfg.get("text_config") or target_cfg)["num_hidden_layers"]
+    L = target_layer_count(target_cfg)
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, L)
     if list(outs) != sorted(set(outs)):
         # vLLM keeps sorted(set(ids)) and concatenates the captured layers in that order: repeated ids

@@ -7,6 +7,7 @@ from typing import Any
 
 from eaglelab.checkpoints.config_diff import ConfigDiff
 from eaglelab.checkpoints.spec import DrafterSpec, aux_ids_as_layer_outputs, default_aux_layer_outputs
+from eaglelab.checkpoints.target_config import TargetWeights, target_field, target_layer_count
 
 
 @dataclass
@@ -41,9 +42,17 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
     body = [("hidden_size", a.hidden_size, b.hidden_size),
             ("target_hidden_size", a.target_hidden_size, b.target_hidden_size),
             ("intermediate_size", a.intermediate_size, b.intermediate_size),
-            ("num_attention_heads", a.num_attention_heads, b.num_attention_heads),
-            ("num_key_value_heads", a.num_key_value_heads, b.num_key_value_heads),
-            ("head_dim", a.head_dim, b.head_dim)]
+            ("num_attention_heads", a.num_attention_heads, b.num_attention_heads)]
+    if a.attention != b.attention:
+        level = "incompatible"
+        same = all(va == vb for _, va, vb in body[:3])
+        reasons.append(f"attention {a.attention} vs {b.attention}: no attention weight carries over" +
+                       ("; fc, the MLP and the norms have the same shapes and could seed a new drafter" if same else ""))
+    elif a.mla is not None:
+        body += [(key, getattr(a.mla, key), getattr(b.mla, key)) for key in
+                 ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")]
+    else:
+        body += [("num_key_value_heads", a.num_key_value_heads, b.num_key_value_heads), ("head_dim", a.head_dim, b.head_dim)]
     for key, va, vb in body:
         if va != vb:
             level = "incompatible"
@@ -54,8 +63,9 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
                        "rebuild the vocabulary map for the new tokenizer and retrain lm_head rows")
     if a.draft_vocab_size != b.draft_vocab_size:
         level = _escalate(level, "warm-start")
+        full = [f"{label} drafts over the whole vocabulary (no maps)" for label, s in (("A", a), ("B", b)) if s.full_vocab]
         reasons.append(f"draft vocabulary {a.draft_vocab_size} vs {b.draft_vocab_size}: lm_head and d2t "
-                       "must be re-initialised (the body carries over)")
+                       "must be re-initialised (the body carries over)" + (f"; {', '.join(full)}" if full else ""))
     if a.fc_norm != b.fc_norm:
         level = _escalate(level, "warm-start")
         reasons.append("fc_norm differs: the fc_norm weights exist on one side only (initialise to ones)")
@@ -93,40 +103,25 @@ def drafter_verdict(a: DrafterSpec, b: DrafterSpec, diffs: list[ConfigDiff]) -> 
     return Verdict(level, reasons)
 
 
-def text_config(config: dict[str, Any] | None) -> dict[str, Any]:
-    """The language model's config: ``text_config`` / ``language_config`` of a multimodal target, else itself."""
-    config = config or {}
-    for key in ("text_config", "language_config"):
-        if isinstance(config.get(key), dict):
-            return config[key]
-    return config
-
-
-def target_layer_count(target_cfg: dict[str, Any]) -> int | None:
-    """``num_hidden_layers`` of a target config, looking inside ``text_config`` for VL models."""
-    for cfg in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
-        if isinstance(cfg.get("num_hidden_layers"), int):
-            return cfg["num_hidden_layers"]
-    return None
-
-
-def _target_field(target_cfg: dict[str, Any], key: str):
-    for cfg in (target_cfg, target_cfg.get("text_config") or {}, target_cfg.get("language_config") or {}):
-        if key in cfg:
-            return cfg[key]
-    return None
-
-
-def drafter_vs_target(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> Verdict:
+def drafter_vs_target(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg: dict[str, Any],
+                      weights: TargetWeights | None = None, drafter_tensors=()) -> Verdict:
     """Does a drafter fit a target? Hidden size, vocabulary, aux layers and their convention, context.
+
+    Args:
+        spec, drafter_cfg: the drafter.
+        target_cfg: the target's config (a multimodal one's language model read from ``text_config``).
+        weights: the target's headers summarised, when it has weights: the embedding and head the
+            drafter borrows are checked by shape and named (a ``language_model.`` prefix included), and
+            the quantization said.
+        drafter_tensors: the drafter's tensor names (whether it ships its own ``lm_head``).
 
     Returns:
         Verdict with level ``interchangeable`` (fits as is), ``warm-start`` (loads but reads
         other layers or positions than it should) or ``incompatible`` (cannot load).
     """
     level, reasons = "interchangeable", []
-    t_hidden = _target_field(target_cfg, "hidden_size")
-    t_vocab = _target_field(target_cfg, "vocab_size")
+    t_hidden = target_field(target_cfg, "hidden_size")
+    t_vocab = target_field(target_cfg, "vocab_size")
     L = target_layer_count(target_cfg)
     if t_hidden is not None and t_hidden != spec.target_hidden_size:
         level = "incompatible"
@@ -155,11 +150,40 @@ def drafter_vs_target(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg
                 f"vLLM captures outputs of layers {list(outs)}; SGLang ignores the top-level field and "
                 f"captures outputs {list(default)}" + ("" if outs == default else " — a mismatch: add nested "
                                                        f"eagle_config ids {list(outs)} for SGLang"))
-    t_ctx = _target_field(target_cfg, "max_position_embeddings")
+    t_ctx = target_field(target_cfg, "max_position_embeddings")
     d_ctx = spec.max_position_embeddings
     if t_ctx and d_ctx and d_ctx < t_ctx:
         reasons.append(f"drafter configured for {d_ctx} positions, target for {t_ctx}: expect lower "
                        "acceptance on prompts longer than the drafter's training context")
+    if weights is not None:
+        level = _escalate(level, _weights_fit(spec, weights, drafter_tensors, reasons))
     if not reasons:
         reasons.append("hidden size, vocabulary and aux layers fit the target")
     return Verdict(level, reasons)
+
+
+def _weights_fit(spec: DrafterSpec, weights: TargetWeights, drafter_tensors, reasons: list[str]) -> str:
+    """The target's embedding and head against the drafter, by shape and name; the target's quantization."""
+    level = "interchangeable"
+    heads = weights.heads
+    if heads is None:
+        reasons.append("the target's headers hold no language-model embedding: the drafter's embedding could not "
+                       "be checked against it")
+    else:
+        want = (spec.vocab_size, spec.hidden_size)
+        if weights.embed_shape != want:
+            level = "incompatible"
+            reasons.append(f"the target's {heads.embed_tokens} is {list(weights.embed_shape)}, the drafter's embedding "
+                           f"is {list(want)}")
+        own_head = any(n.removeprefix("model.") == "lm_head.weight" for n in drafter_tensors)
+        if spec.full_vocab and not own_head:
+            reasons.append(f"the drafter has no lm_head of its own and drafts with the target's, {heads.lm_head}")
+        if weights.prefixed:
+            reasons.append(f"the target keeps its language model under '{heads.prefix}': embedding "
+                           f"{heads.embed_tokens}, head {heads.lm_head}; SpecForge reads model.embed_tokens.weight and "
+                           "lm_head.weight unless its embedding_key / lm_head_key name these (eaglelab recipe sets them)")
+    if weights.quantization.method != "none":
+        reasons.append(f"the target is quantized ({weights.quantization.method}: {weights.quantization.scheme}): the "
+                       "hidden states the drafter reads are the quantized model's; probe and train on this target, "
+                       "not its bf16 original")
+    return level

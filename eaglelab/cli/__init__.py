@@ -1,9 +1,9 @@
 """The ``eaglelab`` command line: argument parsing only.
 
 Every subcommand calls the same package functions the notebooks call: the metadata commands
-(:mod:`eaglelab.cli.metadata`: ``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``report``, ``recipe``) never
-import torch or transformers; the model commands (:mod:`eaglelab.cli.models`) import them
-inside each handler. Errors of type
+(:mod:`eaglelab.cli.checkpoints`: ``inspect``, ``compare``, ``compare-targets``; :mod:`eaglelab.cli.metadata`:
+``run``, ``perf``, ``plan``, ``predict``, ``report``, ``recipe``) never import torch or transformers; the model
+commands (:mod:`eaglelab.cli.models`) import them inside each handler. Errors of type
 :class:`EaglelabError`, and argument errors, print one line and exit with code 2.
 """
 
@@ -39,10 +39,11 @@ def _printable_streams():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from eaglelab.cli import metadata, models
+    from eaglelab.cli import checkpoints, metadata, models
 
     p = OneLineParser(prog="eaglelab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    checkpoints.add_parsers(sub)
     metadata.add_parsers(sub)
     models.add_parsers(sub)
     return p

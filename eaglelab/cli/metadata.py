@@ -1,12 +1,10 @@
-"""Subcommands that read files and numbers only (``run``, ``inspect``, ``compare``, ``perf``, ``plan``, ``predict``,
-``report``, ``recipe``).
+"""Subcommands that read files and numbers only (``run``, ``perf``, ``plan``, ``predict``, ``report``, ``recipe``;
+the checkpoints' own, ``inspect``, ``compare`` and ``compare-targets``, are in :mod:`eaglelab.cli.checkpoints`).
 
 None of them imports torch or transformers: they start in a fraction of a second.
 """
 
 from __future__ import annotations
-
-import json
 
 from eaglelab.cli.arguments import accept_len, alias, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
@@ -23,62 +21,6 @@ def cmd_run(args) -> int:
     for r in runs:
         print(f"{r.notebook.name}: prepared -> {r.output}" if args.prepare_only else
               f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
-    return 0
-
-
-# --------------------------------------------------------------------------- inspect / compare
-
-def cmd_inspect(args) -> int:
-    from eaglelab.checkpoints.inspection import inspect_checkpoint
-
-    insp = inspect_checkpoint(args.source, args.revision)
-    if args.json:
-        print_json(insp.to_json())
-        return 0
-    ck = insp.checkpoint
-    print(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
-          f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
-    rows = [[r["name"], r["shape"], r["dtype"], f"{r['parameters']:,}", r["meaning"][:60]] for r in insp.tensor_rows()]
-    print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
-    print(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
-    for line in insp.refusals[1:]:
-        print(f"  - also: {line}")
-    print("problems: " + ("none" if not insp.problems else ""))
-    for p in insp.problems:
-        print(f"  - {p}")
-    for c in insp.cautions:
-        print(f"caution: {c}")
-    return 0
-
-
-def cmd_compare(args) -> int:
-    from eaglelab.jobs.compare import CompareSettings, compare_drafters
-
-    report = compare_drafters(CompareSettings(args.a, args.b, args.target))
-    cmp_ = report.comparison
-    if args.json:
-        print_json(report.to_json())
-        return 0
-    print(f"{report.headline()}\n")
-    if cmp_.config_diff:
-        print(table([[d.key, json.dumps(d.a), json.dumps(d.b), d.category, d.why[:60]] for d in cmp_.config_diff],
-                     ["config key", "A", "B", "category", "why"]))
-    else:
-        print("configs: identical")
-    changed = [t for t in cmp_.tensor_diff if t.status != "same"]
-    print(f"\ntensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
-    if changed:
-        print(table([[t.name, t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
-                     ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
-    print(f"\nverdict (A vs B): {cmp_.verdict.level.upper()}")
-    for r in cmp_.verdict.reasons:
-        print(f"  - {r}")
-    if cmp_.vocab_maps is not None:
-        print(f"\nvocabulary maps: {cmp_.vocab_maps.level.upper()}\n  - {cmp_.vocab_maps.message}")
-    for label, v in cmp_.target_verdicts.items():
-        print(f"\n{label.upper()} on target {args.target}: {v.level}")
-        for r in v.reasons:
-            print(f"  - {r}")
     return 0
 
 
@@ -284,7 +226,8 @@ def cmd_recipe(args) -> int:
     settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data or "prompts.jsonl",
                               workdir=args.workdir or "warm-start", gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
                               ttt_length=args.ttt_length, k=args.k, max_length=args.max_length,
-                              chat_template=args.chat_template)
+                              chat_template=args.chat_template, embedding_key=args.embedding_key,
+                              lm_head_key=args.lm_head_key)
     recipe = build_recipe(settings, from_run=args.from_run)
     out = recipe.write(args.out, overwrite=args.force)
     if args.json:
@@ -294,7 +237,8 @@ def cmd_recipe(args) -> int:
           + " ".join(f"{out}/{name}" for name in recipe.files))
     for key, value in recipe.provenance.items():
         print(f"  {key}: {value}")
-    print(f"  vocabulary map kept: {recipe.vocab_map['draft_slots']} draft slots of {recipe.vocab_map['target_vocab']}")
+    print("  vocabulary: the whole target vocabulary (no map to keep)" if recipe.vocab_map["full_vocab"] else
+          f"  vocabulary map kept: {recipe.vocab_map['draft_slots']} draft slots of {recipe.vocab_map['target_vocab']}")
     return 0
 
 
@@ -304,7 +248,8 @@ def _probe_recipe(args) -> int:
 
     if args.target_a is None:
         raise ParameterError("--target-a", "--job probe dumps the old target too: give it (folder or hub id)")
-    unused = [f"--{n.replace('_', '-')}" for n in ("from_run", "lr", "epochs", "ttt_length") if getattr(args, n) is not None]
+    unused = [f"--{n.replace('_', '-')}" for n in ("from_run", "lr", "epochs", "ttt_length", "embedding_key", "lm_head_key")
+              if getattr(args, n) is not None]
     if unused:
         raise ParameterError(unused[0], "is a warm-start setting; --job probe trains nothing")
     defaults = ProbeRecipeSettings.__dataclass_fields__
@@ -339,22 +284,6 @@ def add_parsers(sub) -> None:
     r.add_argument("--prepare-only", action="store_true",
                    help="write the notebooks with their parameters filled in, without running them")
     r.set_defaults(func=cmd_run)
-
-    i = sub.add_parser("inspect", help="tensor table and problems of one checkpoint, headers only",
-                       description="Read a drafter checkpoint's config and safetensors headers (no tensor "
-                                   "data) and check it against its config.")
-    i.add_argument("source", help="folder, .safetensors file, shard index, or hub id")
-    i.add_argument("--revision", help="hub revision")
-    i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.set_defaults(func=cmd_inspect)
-
-    c = sub.add_parser("compare", help="config and tensor diff of two drafters, with a verdict",
-                       description="Compare two drafter checkpoints from metadata only.")
-    c.add_argument("a", help="drafter A (folder, file, index or hub id)")
-    c.add_argument("b", help="drafter B")
-    c.add_argument("--target", help="target model (folder, config.json or hub id) to check both against")
-    c.add_argument("--json", action="store_true", help="machine-readable output")
-    c.set_defaults(func=cmd_compare)
 
     f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements, per concurrency; "
                                     "or parse a log",
@@ -476,6 +405,9 @@ def add_parsers(sub) -> None:
     rc.add_argument("--k", type=count, default=3, help="draft tokens per cycle when serving")
     rc.add_argument("--max-length", type=count, default=4096, help="tokens per training sequence")
     rc.add_argument("--chat-template", default="llama3", help="SpecForge's chat-template name for the target")
+    rc.add_argument("--embedding-key", help="the target's embedding tensor as SpecForge reads it (default: read from "
+                                            "the target's headers, e.g. language_model.model.embed_tokens.weight)")
+    rc.add_argument("--lm-head-key", help="the target's head tensor (default: read from its headers)")
     rc.add_argument("--force", action="store_true", help="replace a recipe in --out")
     rc.add_argument("--json", action="store_true", help="print the recipe's steps as JSON")
     rc.set_defaults(func=cmd_recipe)

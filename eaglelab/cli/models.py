@@ -27,7 +27,7 @@ def cmd_drafter_init(args) -> int:
 
     tcfg = _target_config(args.target)
     drafter = Eagle3Drafter.from_target_config(tcfg, draft_vocab_size=args.draft_vocab,
-                                               aux_layer_ids=args.aux_layers, seed=args.seed)
+                                               aux_layer_ids=args.aux_layers, seed=args.seed, attention=args.attention)
     how = f"first {drafter.spec.draft_vocab_size} target ids"
     if args.text:
         from transformers import AutoTokenizer
@@ -55,10 +55,11 @@ def cmd_drafter_export(args) -> int:
     _, tcfg = check_drafter(args.source, args.target)  # from metadata, before anything loads
     embedding = None
     if args.with_embedding:
-        from eaglelab.model.targets import load_target
+        from eaglelab.model.heads import read_target_embedding
 
-        model, _ = load_target(args.target, device="cpu")
-        embedding = model.get_input_embeddings().weight
+        if not args.target:
+            raise ParameterError("--with-embedding", "copies the target's embedding: give --target")
+        embedding = read_target_embedding(args.target)  # by name (language_model.* too): the target is not loaded
     out = export_drafter(args.source, args.out, args.to, tcfg, verifier=args.target, target_embedding=embedding,
                          overwrite=args.force, k=args.k)
     print(f"wrote {out} ({'speculators / vLLM' if args.to == 'speculators' else 'SpecForge / SGLang'} format)")
@@ -304,6 +305,9 @@ def add_parsers(sub) -> None:
     i.add_argument("--aux-layers", type=count0, nargs=3, metavar=("LOW", "MID", "HIGH"),
                    help="target layer outputs to read (SGLang convention; default [1, L//2-1, L-4])")
     i.add_argument("--text", help="text file for the vocabulary map (token frequencies); default first N ids")
+    i.add_argument("--attention", choices=["llama", "mla"], default="llama",
+                   help="the drafter layer's attention: llama (SpecForge, vLLM) or mla, the target's multi-head latent "
+                        "attention (SGLang's Eagle3DeepseekV2ForCausalLM, as TorchSpec's Kimi-K2.5 drafter)")
     i.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
     i.add_argument("--seed", type=count0, default=0)
     i.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in --out")

@@ -157,7 +157,6 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
     sim = SimilarityAccumulator(layer_labels(ta.aux_layer_outputs))
     tally_a, tally_b, cond = AcceptanceTally(k), AcceptanceTally(k), _ChainCounter(k)
     walk_a, walk_b = CycleWalk(), CycleWalk()
-    dtype = drafter.fc.weight.dtype
     tv = kl = tv_k = 0.0
     try:
         for i in bar(range(0, len(sequences), batch_size), desc="drift point", disable=not progress, leave=False):
@@ -171,9 +170,9 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
             kl += float((logp.exp() * (logp - logq)).sum())
             text = shift_mask(ids, 1).to(m.device)[m]  # the text's next token (where it has one)
             tv_k += float(tv_top_k(logp, logq, text, top_k).sum())
-            with drafter.serving_embedding(model_a.get_input_embeddings().weight.detach().to(dtype)):
+            with drafter.serving_target(model_a):
                 out_a = evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=la)
-            with drafter.serving_embedding(model_b.get_input_embeddings().weight.detach().to(dtype)):
+            with drafter.serving_target(model_b):
                 out_b = evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=lb)
             cond.add(out_a.chain_hits, (greedy_a == greedy_b), out_a.counted)
             walk_a.add(out_a.chain_hits, mask)
@@ -206,7 +205,7 @@ def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, count
     target = Target.for_drafter(model, drafter.spec)
     tally, walk = AcceptanceTally(k), CycleWalk()
     try:
-        with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+        with drafter.serving_target(model):
             for i in range(0, len(sequences), batch_size):
                 mask = counted[i: i + batch_size]
                 states, logits = capture_batch(target, sequences[i: i + batch_size], mask)

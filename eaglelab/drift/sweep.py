@@ -109,7 +109,7 @@ def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
 
     target = Target.for_drafter(model, drafter.spec)
     try:
-        with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+        with drafter.serving_target(model):
             res = benchmark_speculation(target, drafter, prompts, settings.measure_tokens, k=settings.k,
                                        keep_outputs=True)
     finally:

@@ -28,9 +28,6 @@ from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, 
 from eaglelab.engines.scripts import Step, Var, comment_line, script_value, steps_text
 from eaglelab.errors import ConfigError, ParameterError
 
-#: Config fields that mark multi-head latent attention (DeepSeek-V3 / Kimi-K2 and their kin).
-MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")
-
 
 @dataclass(frozen=True)
 class ProbeRecipeSettings:
@@ -84,14 +81,6 @@ class ProbeRecipe(Recipe):
                 "files": sorted(self.files), "provenance": self.provenance, "layers": self.vocab_map}
 
 
-def is_mla(config: dict[str, Any]) -> bool:
-    """Whether a target config describes multi-head latent attention (its text config, for a multimodal one)."""
-    from eaglelab.checkpoints.verdicts import text_config
-
-    text = text_config(config)
-    return any(text.get(f) is not None for f in MLA_FIELDS)
-
-
 def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
     """The drafter on target A, the two targets comparable, the engine able to capture them; the layers dumped.
 
@@ -105,7 +94,7 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
     from eaglelab.checkpoints.inspection import load_target_config
     from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
     from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-    from eaglelab.checkpoints.verdicts import target_layer_count
+    from eaglelab.checkpoints.target_config import is_mla_target, target_layer_count
 
     if s.engine not in TRAINING_ENGINES:
         raise ParameterError("--engine", f"unknown engine {s.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
@@ -119,7 +108,7 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
     check_target_pair(s.target_a, cfg_a, s.target, cfg_b)
     if s.engine == "speculators":
         for name, cfg in ((s.target_a, cfg_a), (s.target, cfg_b)):
-            if is_mla(cfg):
+            if is_mla_target(cfg):
                 raise ParameterError("--engine", f"{name} uses multi-head latent attention, and vLLM's hidden-state "
                                                  "extractor refuses MLA targets; use --engine specforge (SGLang)")
     layers = target_layer_count(cfg_a)

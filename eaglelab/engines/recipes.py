@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.target_config import is_mla_target
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, steps_text, yaml_text
 from eaglelab.errors import ConfigError, ParameterError
 
@@ -52,6 +53,10 @@ class RecipeSettings:
         k: drafts per cycle when serving.
         max_length: tokens per training sequence.
         chat_template: SpecForge's template name for the target (its ``data.chat_template``).
+        embedding_key, lm_head_key: the target's names of its embedding and head, which SpecForge reads
+            (its ``model.embedding_key`` / ``model.lm_head_key``); None: read from the target's headers
+            (Kimi-K2.5's ``language_model.model.embed_tokens.weight``), SpecForge's defaults for a text
+            model whose headers are not readable.
     """
 
     engine: str
@@ -66,6 +71,12 @@ class RecipeSettings:
     k: int = 3
     max_length: int = 4096
     chat_template: str = "llama3"
+    embedding_key: str | None = None
+    lm_head_key: str | None = None
+
+
+#: SpecForge 0.2.0's defaults for where a target keeps its embedding and head.
+SPECFORGE_KEYS = {"embedding_key": "model.embed_tokens.weight", "lm_head_key": "lm_head.weight"}
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,11 @@ class Recipe:
             comment_line(f"  work folder: {s.workdir}"),
             "# Settings and where they come from:",
             *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
-            "# The old drafter's vocabulary map is kept (d2t / t2d: "
-            f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
-            "# a regenerated map would give every lm_head row another token to predict.",
+            *(["# A full-vocabulary drafter: draft id = target id, no vocabulary map to keep."]
+              if self.vocab_map["full_vocab"] else
+              ["# The old drafter's vocabulary map is kept (d2t / t2d: "
+               f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
+               "# a regenerated map would give every lm_head row another token to predict."]),
             "set -euo pipefail",
             'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
             f"mkdir -p -- {shlex.quote(s.workdir)}",
@@ -171,14 +184,16 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
     """Refuse a warm start that cannot keep the old drafter's vocabulary map; describe the map it keeps.
 
     Raises:
-        ParameterError: unknown engine or impossible settings.
-        ConfigError: the old drafter has no d2t / t2d to keep, or cannot load on the new target
-            (its map would have to be replaced).
+        ParameterError: unknown engine or impossible settings, or an engine that cannot train this
+            drafter or capture this target (SpecForge has no MLA drafter; vLLM captures no MLA target).
+        ConfigError: the old drafter has no d2t / t2d to keep (a reduced vocabulary), or cannot load on
+            the new target (its map would have to be replaced).
     """
     from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config
     from eaglelab.checkpoints.spec import is_speculators_config
+    from eaglelab.checkpoints.target_config import target_layer_count
     from eaglelab.checkpoints.tensor_table import strip_prefix
-    from eaglelab.checkpoints.verdicts import drafter_vs_target, target_layer_count
+    from eaglelab.checkpoints.verdicts import drafter_vs_target
 
     if settings.engine not in TRAINING_ENGINES:
         raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
@@ -188,13 +203,18 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {value}")
     if settings.learning_rate is not None and not 0 < settings.learning_rate < 1:
         raise ParameterError("--lr", f"must be in (0, 1), got {settings.learning_rate}")
-    for name in ("init", "target", "data", "workdir", "chat_template"):  # each reaches the script or its configs
-        script_value(f"--{name.replace('_', '-')}", getattr(settings, name))
+    for name in ("init", "target", "data", "workdir", "chat_template", "embedding_key", "lm_head_key"):
+        if getattr(settings, name) is not None:  # each reaches the script or its configs
+            script_value(f"--{name.replace('_', '-')}", getattr(settings, name))
     insp = inspect_checkpoint(settings.init)
     if insp.spec is None:
         raise ConfigError(settings.init, "is not an EAGLE-3 drafter (no drafter config): nothing to warm-start from")
+    if insp.spec.mla is not None:
+        raise ParameterError("--engine", f"{settings.init} is an MLA drafter: SpecForge {ENGINE_VERSIONS['specforge']} "
+                                         "has no MLA drafter model and speculators no MLA layer; TorchSpec trains "
+                                         "Kimi's MLA drafters (warm-start from this checkpoint there)")
     names = {strip_prefix(n) for n in insp.checkpoint.tensors}
-    if not {"d2t", "t2d"} <= names:
+    if not insp.spec.full_vocab and not {"d2t", "t2d"} <= names:
         raise ConfigError(settings.init, "has no d2t / t2d tensors: the engine would build a new vocabulary map and "
                                          "every lm_head row would stand for another token; refusing the warm start")
     if insp.problems:
@@ -203,13 +223,49 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
     layers = target_layer_count(target_cfg)
     if layers is None:
         raise ConfigError(settings.target, "config has no num_hidden_layers")
+    if settings.engine == "speculators" and is_mla_target(target_cfg):
+        raise ParameterError("--engine", f"{settings.target} uses multi-head latent attention, and vLLM's hidden-state "
+                                         "extractor (speculators' data step) refuses MLA targets; use --engine specforge")
     verdict = drafter_vs_target(insp.spec, insp.config, target_cfg)
     if verdict.level == "incompatible":
         raise ConfigError(settings.init, f"cannot warm-start on {settings.target}: {verdict.reasons[0]} (its vocabulary "
                                          "map and fc would have to be replaced: train from scratch instead)")
     return {"draft_slots": insp.spec.draft_vocab_size, "target_vocab": insp.spec.vocab_size,
-            "aux_layer_ids": list(insp.spec.aux_layer_ids or []), "convention": insp.spec.aux_convention,
-            "speculators_format": is_speculators_config(insp.config), "target_layers": layers}
+            "full_vocab": insp.spec.full_vocab, "aux_layer_ids": list(insp.spec.aux_layer_ids or []),
+            "convention": insp.spec.aux_convention, "speculators_format": is_speculators_config(insp.config),
+            "target_layers": layers, "keys": target_keys(settings, target_cfg)}
+
+
+def target_keys(settings: RecipeSettings, target_cfg: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Where the new target keeps its embedding and head (SpecForge reads them by name), and how that is known.
+
+    Returns:
+        ``{"embedding_key": (name, source), "lm_head_key": (name, source)}``.
+
+    Raises:
+        ParameterError: a multimodal target whose headers could not be read and no key given (SpecForge's
+            defaults name a text model's tensors and would fail on it).
+    """
+    from eaglelab.checkpoints.inspection import read_target_weights
+    from eaglelab.checkpoints.target_config import is_multimodal
+
+    given = {"embedding_key": settings.embedding_key, "lm_head_key": settings.lm_head_key}
+    weights = read_target_weights(settings.target) if None in given.values() else None
+    read = {} if weights is None or weights.heads is None else \
+        {"embedding_key": weights.heads.embed_tokens, "lm_head_key": weights.heads.lm_head}
+    out = {}
+    for key, value in given.items():
+        if value is not None:
+            out[key] = (value, "given")
+        elif key in read:
+            out[key] = (read[key], "read from the target's safetensors headers")
+        elif is_multimodal(target_cfg):
+            raise ParameterError(f"--{key.replace('_', '-')}", f"{settings.target} wraps its language model "
+                                 "(text_config) and its weights' names could not be read: give the key (e.g. "
+                                 "language_model.model.embed_tokens.weight)")
+        else:
+            out[key] = (SPECFORGE_KEYS[key], "SpecForge's default (the target's headers were not read)")
+    return out
 
 
 def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
@@ -269,6 +325,9 @@ def build_recipe(settings: RecipeSettings, from_run: str | Path | None = None) -
         else:
             values[key] = defaults[key]
             provenance[key] = f"{defaults[key]} ({settings.engine} {ENGINE_VERSIONS[settings.engine]}'s default)"
+    if settings.engine == "specforge":
+        for key, (name, source) in vocab["keys"].items():
+            provenance[key] = f"{name} ({source})"
     build = _specforge if settings.engine == "specforge" else _speculators
     steps, files = build(settings, vocab, values)
     return Recipe(settings, steps, files, provenance, vocab)
@@ -293,12 +352,14 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     steps: list[Step] = []
     old = _local_drafter(s, steps)
     w = s.workdir
-    vocab_file = f"{w}/old_vocab_map.pt"
-    steps.append(Step(
-        "save the old drafter's vocabulary map where SpecForge reads it (model.vocab_mapping_path)",
-        ["python", Here("save_vocab_map.py"), old, vocab_file],
-        ["SpecForge loads it with torch.load(...)['d2t' / 't2d'] after the warm-start weights; without it, an",
-         "offline run builds a new map from the data and overwrites the old drafter's (SpecForge issue #300)."]))
+    full = vocab["full_vocab"]  # draft id = target id: SpecForge builds no map, there is none to keep
+    vocab_file = "" if full else f"{w}/old_vocab_map.pt"
+    if not full:
+        steps.append(Step(
+            "save the old drafter's vocabulary map where SpecForge reads it (model.vocab_mapping_path)",
+            ["python", Here("save_vocab_map.py"), old, vocab_file],
+            ["SpecForge loads it with torch.load(...)['d2t' / 't2d'] after the warm-start weights; without it, an",
+             "offline run builds a new map from the data and overwrites the old drafter's (SpecForge issue #300)."]))
     steps.append(Step(
         "serve the new target with SGLang, for the regeneration",
         ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus), "--port", "30000"],
@@ -321,7 +382,9 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     config = {
         "run_id": "warm",
         "output_dir": f"{w}/runs",
-        "model": {"target_model_path": s.target, "draft_checkpoint_path": old, "vocab_mapping_path": vocab_file},
+        "model": {"target_model_path": s.target, "draft_checkpoint_path": old, "vocab_mapping_path": vocab_file,
+                  # where the target keeps its embedding and head (Kimi-K2.5: under language_model.)
+                  **{key: name for key, (name, _) in vocab["keys"].items()}},
         "data": {"hidden_states_path": f"{w}/hidden_states", "max_length": s.max_length,
                  "chat_template": s.chat_template},
         "training": {"strategy": "eagle3", "num_epochs": int(v["epochs"]), "learning_rate": float(v["learning_rate"]),
@@ -332,13 +395,13 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
         "train from the old drafter, keeping its vocabulary map",
         ["specforge", "train", "--config", Here("warm.yaml")],
         ["warm.yaml (beside this script): draft_checkpoint_path loads the old weights only (no optimizer state),",
-         "vocab_mapping_path keeps the old map; the embedding is the new target's."],
+         "vocab_mapping_path keeps the old map; the embedding is the new target's, read at embedding_key."],
         engine_command=("specforge", "train")))
     export = f"{w}/export-sglang"
     steps.append(Step(
         "export for SGLang",
         ["specforge", "export", "--to", "sglang", "--checkpoint", f"{w}/runs/warm-latest", "--draft-config",
-         f"{old}/config.json", "--output-dir", export, "--vocab-mapping", vocab_file],
+         f"{old}/config.json", "--output-dir", export, *([] if full else ["--vocab-mapping", vocab_file])],
         engine_command=("specforge", "export")))
     steps.append(_check_step(old, export, s.target))
     k = s.k
@@ -349,7 +412,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
          "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
          str(k + 1)],
         ["SGLang logs `accept len` per decode batch: `eaglelab perf --log server.log` turns it into tok/s."]))
-    return steps, {"warm.yaml": yaml_text(config), "save_vocab_map.py": SAVE_VOCAB_MAP}
+    return steps, {"warm.yaml": yaml_text(config), **({} if full else {"save_vocab_map.py": SAVE_VOCAB_MAP})}
 
 
 def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dict[str, str]]:

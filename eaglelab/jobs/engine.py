@@ -48,6 +48,8 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         workbook: name -> the workbook's own measurement of that run (:func:`eaglelab.model.decoding.benchmark_speculation`).
         engine: ``vllm``, or None to skip (the notebooks' ``SERVING_ENGINE = None``).
     """
+    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.spec import is_mla_config
     from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
     from eaglelab.progress import progress as progress_bar
 
@@ -55,6 +57,13 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         return EngineComparison(status="SERVING_ENGINE = None")
     ok, line = engine_status()
     if not ok:
+        return EngineComparison(status=line)
+    # an MLA drafter has no vLLM (speculators) export: SGLang serves it, this engine cannot
+    mla = [name for name, (_, folder) in runs.items() if is_mla_config(load_checkpoint(str(folder)).config or {})]
+    runs = {name: run for name, run in runs.items() if name not in mla}
+    if mla:
+        line += f"; not run for {', '.join(mla)}: an MLA drafter has no vLLM format (SGLang serves it)"
+    if not runs:
         return EngineComparison(status=line)
     out = EngineComparison(status=line, ran=True)
     alone: dict[str, Any] = {}  # target -> its run without a drafter, made once

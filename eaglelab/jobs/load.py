@@ -107,9 +107,10 @@ def load_model_for(settings: LoadSettings):
     if settings.target_config is None:
         return kimi_k25_on_pcie(settings.gpus, context=settings.context)
     from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.target_config import text_config
 
     cfg = load_target_config(settings.target_config)
-    text = cfg.get("text_config") or cfg
+    text = text_config(cfg)
     shape = shape_from_config(cfg, where=settings.target_config)
     m = machine(settings.gpu, settings.gpus, hidden_size=int(text.get("hidden_size") or 0),
                 layers=int(text.get("num_hidden_layers") or 0))

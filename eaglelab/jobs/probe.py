@@ -262,7 +262,7 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     import torch
 
     from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-    from eaglelab.checkpoints.verdicts import target_layer_count
+    from eaglelab.checkpoints.target_config import target_layer_count
     from eaglelab.data.dumps import open_dumps, pair_dumps
     from eaglelab.errors import CheckpointMismatchError
     from eaglelab.model.drafter_files import load_drafter

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from eaglelab.model.drafter import DrafterKV, Eagle3Drafter
+from eaglelab.model.attention import DrafterKV
+from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target, crop_cache
 
 
@@ -140,8 +141,9 @@ def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[
 
     if k < 1:
         raise ValueError("k must be >= 1")
-    if not drafter.has_embedding:
-        drafter.set_embedding(target.input_embedding().to(drafter.embed_tokens.weight.dtype))
+    if not drafter.has_embedding or not drafter.has_head:
+        drafter.set_embedding(target.input_embedding().to(drafter.embed_tokens.weight.dtype),
+                              target.model.get_output_embeddings().weight.detach())
     eos = _eos_ids(target, eos_token_id)
     dev = target.device
     dtype = drafter.fc.weight.dtype

@@ -1,12 +1,12 @@
 """The EAGLE-3 drafter in PyTorch, with SpecForge / SGLang parameter names, computing every variant
-SpecForge and speculators compute (``docs/EAGLE3_FORMAT.md`` §1.1).
+SpecForge and speculators compute, and SGLang's MLA drafter (``docs/EAGLE3_FORMAT.md`` §1.1-1.3).
 
 Data flow of the one decoder layer::
 
     g      = fc(concat(low, mid, high))                 # [B, S, H]   fc_norm / input_norm first if set
     e      = input_layernorm(embed(token))              # [B, S, H]
-    h      = attention(concat(e, hidden_norm(g))) + r   # q/k/v read 2H; r = g (hidden_norm(g) when
-                                                        #   norm_before_residual)
+    h      = attention(concat(e, hidden_norm(g))) + r   # q/k/v (or MLA's paths) read 2H; r = g
+                                                        #   (hidden_norm(g) when norm_before_residual)
     h      = mlp(post_attention_layernorm(h)) + h
     logits = lm_head(norm(h))                           # [B, S, Vd]; draft id -> target id via d2t
                                                         #   (lm_head(h) for SpecForge norm_output: false)
@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
@@ -33,153 +30,8 @@ from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.tensor_table import check_vocab_maps
 from eaglelab.checkpoints.variants import Rope, check_computed, layer_body, rope_of
 from eaglelab.errors import CheckpointMismatchError, ConfigError
+from eaglelab.model.attention import DrafterAttention, DrafterKV, MlaAttention, RMSNorm
 from eaglelab.model.vocab import identity_vocab_map
-
-
-class RMSNorm(nn.Module):
-    """Llama RMSNorm (computed in float32, cast back)."""
-
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
-
-
-def rope_inv_freq(head_dim: int, rope: Rope) -> torch.Tensor:
-    """Inverse frequencies [head_dim / 2] of ``rope`` (default, linear, llama3 or YaRN scaling)."""
-    if rope.kind == "default":  # bit-for-bit what the references compute in float32
-        return 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    return torch.tensor(rope.inverse_frequencies(head_dim), dtype=torch.float64).float()
-
-
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, scale: float = 1.0):
-    """cos / sin for ``positions`` [B, S] -> each [B, 1, S, head_dim] (times YaRN's ``scale``)."""
-    freqs = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device)[None, None, :]
-    emb = torch.cat([freqs, freqs], dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    if scale != 1.0:
-        cos, sin = cos * scale, sin * scale
-    return cos.to(dtype)[:, None], sin.to(dtype)[:, None]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos + _rotate_half(x) * sin
-
-
-@dataclass
-class DrafterKV:
-    """Key / value cache of the drafter's single attention layer.
-
-    Attributes:
-        k: keys [B, nkv, T, d] (after RoPE), or None when empty.
-        v: values [B, nkv, T, d].
-    """
-
-    k: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
-
-    def crop(self, length: int) -> None:
-        """Keep the first ``length`` positions (drop rejected draft positions)."""
-        if self.k is not None:
-            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
-
-
-class DrafterAttention(nn.Module):
-    """Attention over concat(embedding, hidden) [.., 2H]; GQA; RoPE (per-head q / k RMSNorms first in a qwen3 layer)."""
-
-    def __init__(self, spec: DrafterSpec, rope: Rope):
-        super().__init__()
-        H, nh, nkv, d = spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim
-        self.nh, self.nkv, self.d = nh, nkv, d
-        self.q_proj = nn.Linear(2 * H, nh * d, bias=spec.attention_bias)
-        self.k_proj = nn.Linear(2 * H, nkv * d, bias=spec.attention_bias)
-        self.v_proj = nn.Linear(2 * H, nkv * d, bias=spec.attention_bias)
-        self.o_proj = nn.Linear(nh * d, H, bias=spec.attention_bias)
-        if spec.qk_norm:  # qwen3 layer: RMSNorm over each head's dims, before RoPE
-            self.q_norm, self.k_norm = RMSNorm(d, spec.rms_norm_eps), RMSNorm(d, spec.rms_norm_eps)
-        self.qk_norm = spec.qk_norm
-        self.register_buffer("inv_freq", rope_inv_freq(d, rope), persistent=False)
-        self.rope_scale = rope.attention_scale
-
-    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
-        B, S, _ = x.shape
-        q = self.q_proj(x).view(B, S, self.nh, self.d)
-        k = self.k_proj(x).view(B, S, self.nkv, self.d)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = self.v_proj(x).view(B, S, self.nkv, self.d).transpose(1, 2)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, q.dtype, self.rope_scale)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: DrafterKV | None) -> torch.Tensor:
-        """Causal attention of the new positions over the cache and themselves.
-
-        Args:
-            x: [B, S, 2H] concat(input_layernorm(embed), hidden_norm(hidden)).
-            positions: [B, S] RoPE positions of the new entries.
-            cache: appended to in place; None attends within ``x`` only.
-        """
-        B, S, _ = x.shape
-        q, k, v = self._qkv(x, positions)
-        past = 0
-        if cache is not None:
-            past = cache.length
-            k, v = cache.append(k, v)
-        T = k.shape[2]
-        mask = torch.ones(S, T, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.nh != self.nkv)
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, self.nh * self.d))
-
-    def forward_ttt(self, x: torch.Tensor, positions: torch.Tensor, step_kv: list) -> torch.Tensor:
-        """One TTT unroll step (SpecForge's training attention).
-
-        Step 0 attends causally over the sequence; step i also attends, at each position t,
-        to the keys steps 1..i produced at that same t (the draft chain of length i that
-        followed t). ``step_kv`` collects (k, v) per step and is appended to in place.
-
-        Args:
-            x: [B, S, 2H].
-            positions: [B, S], already offset by the step index.
-            step_kv: list of (k, v), each [B, nkv, S, d].
-        """
-        B, S, _ = x.shape
-        q, k, v = self._qkv(x, positions)
-        step_kv.append((k, v))
-        rep = self.nh // self.nkv
-        k0, v0 = step_kv[0]
-        k0, v0 = k0.repeat_interleave(rep, 1), v0.repeat_interleave(rep, 1)
-        scale = 1.0 / math.sqrt(self.d)
-        scores = (q @ k0.transpose(-1, -2)) * scale  # [B, nh, S, S]
-        causal = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        diag_k = [kk.repeat_interleave(rep, 1) for kk, _ in step_kv[1:]]
-        diag = [(q * kk).sum(-1, keepdim=True) * scale for kk in diag_k]  # each [B, nh, S, 1]
-        probs = torch.softmax(torch.cat([scores, *diag], dim=-1).float(), dim=-1).to(q.dtype)
-        out = probs[..., :S] @ v0
-        for j, (_, vv) in enumerate(step_kv[1:]):
-            out = out + probs[..., S + j: S + j + 1] * vv.repeat_interleave(rep, 1)
-        return self.o_proj(out.transpose(1, 2).reshape(B, S, self.nh * self.d))
 
 
 class DrafterMLP(nn.Module):
@@ -197,7 +49,7 @@ class DrafterMLP(nn.Module):
 
 
 class DrafterLayer(nn.Module):
-    """The ``midlayer``: hidden_norm / input_layernorm -> attention(2H) -> MLP, with residuals."""
+    """The ``midlayer``: hidden_norm / input_layernorm -> attention(2H) -> MLP, with residuals (Llama or MLA attention)."""
 
     def __init__(self, spec: DrafterSpec, rope: Rope):
         super().__init__()
@@ -205,7 +57,7 @@ class DrafterLayer(nn.Module):
         self.norm_before_residual = spec.norm_before_residual
         self.hidden_norm = RMSNorm(H, eps)
         self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = DrafterAttention(spec, rope)
+        self.self_attn = DrafterAttention(spec, rope) if spec.mla is None else MlaAttention(spec, rope)
         self.post_attention_layernorm = RMSNorm(H, eps)
         self.mlp = DrafterMLP(spec)
 
@@ -233,6 +85,10 @@ class Eagle3Drafter(nn.Module):
         spec: the parsed DrafterSpec.
         config: a copy of the config dict, written back on save (in its own format).
         has_embedding: False until the embedding is loaded or taken from the target.
+        has_head: False for a full-vocabulary drafter whose file holds no ``lm_head``: it serves the
+            target's (lent by :meth:`serving_embedding`, or copied by :meth:`set_embedding`).
+        has_vocab_map: whether ``d2t`` / ``t2d`` are part of the drafter's files (always for a reduced
+            draft vocabulary; a full-vocabulary drafter keeps what its file had).
 
     Raises:
         UnsupportedDrafterError: a family or flag eaglelab does not compute exactly (one line naming it).
@@ -260,6 +116,8 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.int64))
         self.register_buffer("t2d", torch.zeros(spec.vocab_size, dtype=torch.bool))
         self.has_embedding = False
+        self.has_head = True
+        self.has_vocab_map = not spec.full_vocab
         self.reset_parameters(seed=seed)
         self.set_vocab_map(*identity_vocab_map(spec.vocab_size, spec.draft_vocab_size))
 
@@ -286,35 +144,64 @@ class Eagle3Drafter(nn.Module):
         self.d2t.copy_(d2t)
         self.t2d.copy_(t2d)
 
-    def set_embedding(self, weight: torch.Tensor) -> None:
-        """Copy the target's input embedding [V, H] (what SGLang injects at run time)."""
+    def set_embedding(self, weight: torch.Tensor, head: torch.Tensor | None = None) -> None:
+        """Copy the target's input embedding [V, H] (what SGLang injects at run time).
+
+        Args:
+            weight: the target's embedding [V, H].
+            head: the target's ``lm_head`` [V, H], copied as this drafter's head when it has none of
+                its own (a full-vocabulary file without ``lm_head``); ignored otherwise.
+        """
+        self._check_lent(weight, head)
+        with torch.no_grad():
+            self.embed_tokens.weight.copy_(weight)
+        self.has_embedding = True
+        if not self.has_head:
+            self.init_head_from_target(head)
+            self.has_head = True
+
+    def _check_lent(self, weight: torch.Tensor, head: torch.Tensor | None) -> None:
         if tuple(weight.shape) != tuple(self.embed_tokens.weight.shape):
             raise CheckpointMismatchError(
                 "embed_tokens", f"target embedding {list(weight.shape)} vs drafter "
                                 f"{list(self.embed_tokens.weight.shape)}")
-        with torch.no_grad():
-            self.embed_tokens.weight.copy_(weight)
-        self.has_embedding = True
+        if not self.has_head:
+            if head is None:
+                raise CheckpointMismatchError("lm_head", "the drafter has no lm_head of its own and serves the "
+                                                         "target's: pass the target's head too")
+            if tuple(head.shape) != tuple(self.lm_head.weight.shape):
+                raise CheckpointMismatchError("lm_head", f"target lm_head {list(head.shape)} vs the drafter's full "
+                                                         f"vocabulary {list(self.lm_head.weight.shape)}")
 
     @contextlib.contextmanager
-    def serving_embedding(self, weight: torch.Tensor):
+    def serving_embedding(self, weight: torch.Tensor, head: torch.Tensor | None = None):
         """Read ``weight`` [V, H] as the embedding inside the block, without copying it.
 
         SGLang serves a drafter with the serving target's embedding; this lets one drafter be
         evaluated on two targets in turn at no memory cost (a copy of a 163840 x 7168 embedding
-        is 4.7 GB). The drafter's own embedding is back in place afterwards.
+        is 4.7 GB). A drafter without a head of its own reads the target's ``head`` [V, H] the
+        same way (vLLM shares it; SGLang when ``draft_vocab_size`` is absent). The drafter's own
+        tensors are back in place afterwards.
         """
-        if tuple(weight.shape) != tuple(self.embed_tokens.weight.shape):
-            raise CheckpointMismatchError(
-                "embed_tokens", f"target embedding {list(weight.shape)} vs drafter "
-                                f"{list(self.embed_tokens.weight.shape)}")
+        self._check_lent(weight, head)
         own, had = self.embed_tokens.weight, self.has_embedding
+        own_head, had_head = self.lm_head.weight, self.has_head
         self.embed_tokens.weight = nn.Parameter(weight.detach(), requires_grad=False)
         self.has_embedding = True
+        if not had_head:
+            self.lm_head.weight = nn.Parameter(head.detach().to(own_head.dtype), requires_grad=False)
+            self.has_head = True
         try:
             yield self
         finally:
             self.embed_tokens.weight, self.has_embedding = own, had
+            self.lm_head.weight, self.has_head = own_head, had_head
+
+    def serving_target(self, model: nn.Module):
+        """:meth:`serving_embedding` with a transformers model's input embedding (and its ``lm_head``,
+        for a drafter without one of its own)."""
+        head = None if self.has_head else model.get_output_embeddings().weight.detach()
+        return self.serving_embedding(model.get_input_embeddings().weight.detach().to(self.fc.weight.dtype), head)
 
     def init_head_from_target(self, lm_head_weight: torch.Tensor, norm_weight: torch.Tensor | None = None) -> None:
         """Start ``lm_head`` from the target's head rows of the draft vocabulary (and ``norm`` from its final norm).
@@ -359,6 +246,9 @@ class Eagle3Drafter(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """A step's output [B, S, H] -> draft-vocabulary logits [B, S, Vd]."""
+        if not self.has_head:
+            raise CheckpointMismatchError("lm_head", "the drafter has no lm_head of its own: it drafts with the "
+                                                     "target's (serving_embedding(embedding, head))")
         if self.spec.norm_before_head or self.spec.norm_fed_back:
             hidden = self.norm(hidden)
         return self.lm_head(hidden)

@@ -21,11 +21,18 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
                        dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """State dict in the key names of the drafter's own format (RoPE buffers excluded; d2t / t2d kept exact)."""
+    """State dict in the key names of the drafter's own format (RoPE buffers excluded; d2t / t2d kept exact).
+
+    A full-vocabulary drafter leaves out what its file did not hold: ``lm_head`` when it serves the
+    target's, the vocabulary maps when it had none (they are the identity).
+    """
     sd = {}
     prefix = model.spec.layer_prefix + "."
+    left_out = {"embed_tokens.weight"} if not include_embedding else set()
+    left_out |= set() if model.has_head else {"lm_head.weight"}
+    left_out |= set() if model.has_vocab_map else {"d2t", "t2d"}
     for k, v in model.state_dict().items():
-        if k.endswith("inv_freq") or (k == "embed_tokens.weight" and not include_embedding):
+        if k.endswith("inv_freq") or k in left_out:
             continue
         k = prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k
         v = v.detach()
@@ -86,14 +93,17 @@ def normalise_drafter_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where: str) -> None:
     """Load a state dict strictly: every required key present with the right shape, nothing unknown.
 
-    ``embed_tokens.weight`` may be absent (``model.has_embedding`` then stays False).
+    ``embed_tokens.weight`` may be absent (``model.has_embedding`` then stays False); so may a
+    full-vocabulary drafter's ``lm_head`` (``model.has_head`` False: it serves the target's) and its
+    vocabulary maps (the identity).
 
     Raises:
         CheckpointMismatchError: listing every missing, unexpected and wrong-shaped key.
     """
     sd = normalise_drafter_keys(sd)
     own = {k: v for k, v in model.state_dict().items() if not k.endswith("inv_freq")}
-    missing = [k for k in own if k not in sd and k != "embed_tokens.weight"]
+    optional = {"embed_tokens.weight"} | ({"lm_head.weight", "d2t", "t2d"} if model.spec.full_vocab else set())
+    missing = [k for k in own if k not in sd and k not in optional]
     unexpected = [k for k in sd if k not in own]
     wrong = [f"{k} {list(sd[k].shape)} (expected {list(own[k].shape)})"
              for k in own if k in sd and sd[k].shape != own[k].shape]
@@ -106,7 +116,9 @@ def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where:
         if wrong:
             parts.append("wrong shape " + ", ".join(wrong))
         raise CheckpointMismatchError(where, "; ".join(parts))
-    problems = check_vocab_maps(sd["d2t"].numpy(), sd["t2d"].numpy(), model.spec.draft_vocab_size)
+    if ("d2t" in sd) != ("t2d" in sd):
+        raise CheckpointMismatchError(where, "holds one vocabulary map without the other (d2t and t2d go together)")
+    problems = check_vocab_maps(sd["d2t"].numpy(), sd["t2d"].numpy(), model.spec.draft_vocab_size) if "d2t" in sd else []
     if problems:
         raise CheckpointMismatchError(where, "; ".join(problems))
     with torch.no_grad():
@@ -114,6 +126,8 @@ def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where:
             target = own[k]
             target.copy_(v.to(target.dtype))
     model.has_embedding = "embed_tokens.weight" in sd
+    model.has_head = "lm_head.weight" in sd
+    model.has_vocab_map = "d2t" in sd or not model.spec.full_vocab
 
 
 def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:

@@ -133,9 +133,9 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
         sb = stack_batch([p[1] for p in read], heads_b, dev, dtype)
         heads = head_pass(sa.last_hidden, sb.last_hidden, heads_a.lm_head, heads_b.lm_head, draft_ids, head_chunk)
         update_similarity(sim, sa, sb, argmax_a=heads.a.greedy, argmax_b=heads.b.greedy, tv=heads.tv)
-        with drafter.serving_embedding(embed_a):
+        with drafter.serving_embedding(embed_a, heads_a.lm_head):
             evaluate_batch(drafter, sa, None, k, tally_a, target=heads.a)
-        with drafter.serving_embedding(embed_b):
+        with drafter.serving_embedding(embed_b, heads_b.lm_head):
             evaluate_batch(drafter, sb, None, k, tally_b, target=heads.b)
         if on_batch is not None:
             on_batch()

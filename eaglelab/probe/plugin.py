@@ -96,6 +96,9 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     dtype = drafter.fc.weight.dtype
     embed_a = model_a.get_input_embeddings().weight.detach().to(dtype)
     embed_b = model_b.get_input_embeddings().weight.detach().to(dtype)
+    # a drafter without a head of its own drafts with each target's (full vocabulary)
+    head_a, head_b = ((None, None) if drafter.has_head else
+                      (model_a.get_output_embeddings().weight.detach(), model_b.get_output_embeddings().weight.detach()))
     try:
         for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
             ids = sequences[i: i + batch_size]
@@ -104,9 +107,9 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
             tv = 0.5 * (torch.softmax(logits_a.float(), -1) - torch.softmax(logits_b.float(), -1)).abs().sum(-1)
             update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1), tv=tv)
             # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
-            with drafter.serving_embedding(embed_a):
+            with drafter.serving_embedding(embed_a, head_a):
                 evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=logits_a)
-            with drafter.serving_embedding(embed_b):
+            with drafter.serving_embedding(embed_b, head_b):
                 evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=logits_b)
             if on_batch is not None:
                 on_batch()
@@ -147,7 +150,7 @@ def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], m
 
     target = Target.for_drafter(model, drafter.spec)
     try:
-        with drafter.serving_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype)):
+        with drafter.serving_target(model):
             return benchmark_speculation(target, drafter, prompts, max_new_tokens, k=k)
     finally:
         target.close()

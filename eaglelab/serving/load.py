@@ -150,8 +150,9 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, where: str = 
     the per-token bytes), ``lm_head`` fully.
     """
     from eaglelab.checkpoints.config_types import check_config_types
+    from eaglelab.checkpoints.target_config import text_config
 
-    text = cfg.get("text_config") or cfg.get("language_config") or cfg
+    text = text_config(cfg)
     check_config_types(text, where)
     try:
         H, L, V = int(text["hidden_size"]), int(text["num_hidden_layers"]), int(text["vocab_size"])
@@ -189,7 +190,9 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, where: str = 
 
 
 def _bits(cfg: dict) -> float:
-    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    from eaglelab.checkpoints.target_config import text_config
+
+    q = cfg.get("quantization_config") or text_config(cfg).get("quantization_config") or {}
     if isinstance(q, dict):
         for key in ("bits", "w_bit", "num_bits"):
             if isinstance(q.get(key), int):

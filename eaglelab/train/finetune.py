@@ -42,7 +42,9 @@ def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, dra
             warnings.warn("rebuilding d2t / t2d of a warm-started drafter: its lm_head rows now stand for other "
                           "tokens and must be re-learned", stacklevel=2)
             drafter.set_vocab_map(*build_vocab_map(count_tokens(train_ids, vocab), drafter.spec.draft_vocab_size))
-    drafter.set_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype))
+    # a full-vocabulary drafter without a head of its own starts from the target's and trains it
+    drafter.set_embedding(model.get_input_embeddings().weight.detach().to(drafter.fc.weight.dtype),
+                          model.get_output_embeddings().weight.detach())
     return drafter.to(next(model.parameters()).device)
 
 

@@ -309,16 +309,21 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
 def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -> float:
     """Matmul FLOPs of one training token: TTT forward + backward (x3) plus the target-logit recompute.
 
-    Per step: q/k/v over 2H, o, MLP, lm_head over the draft vocabulary, and attention scores and
-    mixing over on average ``seq_len / 2`` keys (plus the step's diagonal keys); ``fc`` once.
-    The target's lm_head runs once per token without gradients over ``target_rows`` rows: the
-    draft vocabulary when the capture kept the target's greedy ids, its whole vocabulary otherwise.
+    Per step: every matrix of the drafter layer (q/k/v/o or MLA's low-rank paths, over 2H; the MLP),
+    lm_head over the draft vocabulary, and attention scores and mixing over on average ``seq_len / 2`` keys
+    (plus the step's diagonal keys); ``fc`` once. The target's lm_head runs once per token without
+    gradients over ``target_rows`` rows: the draft vocabulary when the capture kept the target's greedy ids,
+    its whole vocabulary otherwise.
     """
-    H, Ht, I = spec.hidden_size, spec.target_hidden_size, spec.intermediate_size
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.num_key_value_heads * spec.head_dim
-    per_step = 2 * (2 * H * (q + 2 * kv) + q * H + 3 * H * I + H * spec.draft_vocab_size)
-    attn = 2 * 2 * q * (seq_len / 2 + ttt_length / 2)
+    from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
+
+    H, Ht = spec.hidden_size, spec.target_hidden_size
+    layer = sum(e.shape[0] * e.shape[1] for name, e in expected_eagle3_tensors(spec).items()
+                if name.startswith(spec.layer_prefix + ".") and len(e.shape) == 2)
+    per_step = 2 * (layer + H * spec.draft_vocab_size)
+    nh = spec.num_attention_heads
+    qk, v = (nh * spec.head_dim, nh * spec.head_dim) if spec.mla is None else \
+        (nh * spec.mla.qk_head_dim, nh * spec.mla.v_head_dim)
+    attn = 2 * (qk + v) * (seq_len / 2 + ttt_length / 2)
     forward = 2 * 3 * Ht * H + ttt_length * (per_step + attn)
     return 3 * forward + 2 * Ht * target_rows
-
-

@@ -18,7 +18,8 @@ def _tag(paths: list[str | None], root: str) -> str:
 
 
 def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
-    """Notebook 02: ``DRAFTER_A`` vs ``DRAFTER_B`` (and on ``TARGET``), headers only; the headline carries the worst finding.
+    """Notebook 02: ``DRAFTER_A`` vs ``DRAFTER_B`` (and on ``TARGET``), headers only; the headline carries the worst
+    finding; with ``TARGET_A`` too, the two targets' verdict (:func:`eaglelab.jobs.targets.compare_targets`).
 
     Returns:
         ``[Markdown headline and findings, config-diff table]``.
@@ -36,6 +37,11 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
              f"- vocabulary maps: **{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps
              else "- vocabulary maps: not readable",
              *(f"- {label.upper()} on the target: **{v.level}**" for label, v in c.target_verdicts.items())]
+    if values.get("TARGET_A") and values.get("TARGET"):  # the two targets too, before any probe
+        from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
+
+        targets = compare_targets(TargetCompareSettings(values["TARGET_A"], values["TARGET"], settings.drafter_a))
+        lines.append(f"- the targets: **{targets.verdict.level}**: {targets.verdict.line}")
     diff = report.to_json()["config_diff"]
     return [Markdown("\n".join(lines)), pd.DataFrame(diff) if diff else Markdown("*configs identical*")]
 

@@ -197,6 +197,7 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
     """
     from eaglelab.checkpoints.preflight import check_drafter, check_target
     from eaglelab.checkpoints.sources import local_path
+    from eaglelab.checkpoints.target_config import text_config
     from eaglelab.errors import EaglelabError
 
     value = locate((value or "").strip())
@@ -214,7 +215,7 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
         if kind == TARGET:
             cfg = check_target(value)
             arch = (cfg.get("architectures") or ["?"])[0]
-            text = cfg.get("text_config") or cfg
+            text = text_config(cfg)
             return Check(True, f"target {arch}: {text.get('num_hidden_layers', '?')} layers, "
                                f"hidden {text.get('hidden_size', '?')}, vocab {text.get('vocab_size', '?')}")
         spec, _ = check_drafter(value, target or None)

@@ -1,0 +1,133 @@
+"""Subcommands that read checkpoints' configs and headers only: ``inspect``, ``compare``, ``compare-targets``.
+
+Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never import torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+
+from eaglelab.cli.output import print_json, table
+
+# --------------------------------------------------------------------------- inspect / compare
+
+def cmd_inspect(args) -> int:
+    from eaglelab.checkpoints.inspection import inspect_checkpoint
+
+    insp = inspect_checkpoint(args.source, args.revision)
+    if args.json:
+        print_json(insp.to_json())
+        return 0
+    ck = insp.checkpoint
+    print(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
+          f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
+    rows = [[r["name"], r["shape"], r["dtype"], f"{r['parameters']:,}", r["meaning"][:60]] for r in insp.tensor_rows()]
+    print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
+    print(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
+    for line in insp.target_lines():
+        print(f"target: {line}")
+    for line in insp.refusals[1:]:
+        print(f"  - also: {line}")
+    print("problems: " + ("none" if not insp.problems else ""))
+    for p in insp.problems:
+        print(f"  - {p}")
+    for c in insp.cautions:
+        print(f"caution: {c}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from eaglelab.jobs.compare import CompareSettings, compare_drafters
+
+    report = compare_drafters(CompareSettings(args.a, args.b, args.target))
+    cmp_ = report.comparison
+    if args.json:
+        print_json(report.to_json())
+        return 0
+    print(f"{report.headline()}\n")
+    if cmp_.config_diff:
+        print(table([[d.key, _short(d.a, 60), _short(d.b, 60), d.category, d.why[:60]] for d in cmp_.config_diff],
+                     ["config key", "A", "B", "category", "why"]))
+    else:
+        print("configs: identical")
+    changed = [t for t in cmp_.tensor_diff if t.status != "same"]
+    print(f"\ntensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
+    if changed:
+        print(table([[t.name, t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
+                     ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
+    print(f"\nverdict (A vs B): {cmp_.verdict.level.upper()}")
+    for r in cmp_.verdict.reasons:
+        print(f"  - {r}")
+    if cmp_.vocab_maps is not None:
+        print(f"\nvocabulary maps: {cmp_.vocab_maps.level.upper()}\n  - {cmp_.vocab_maps.message}")
+    for label, v in cmp_.target_verdicts.items():
+        print(f"\n{label.upper()} on target {args.target}: {v.level}")
+        for r in v.reasons:
+            print(f"  - {r}")
+    return 0
+
+
+def cmd_compare_targets(args) -> int:
+    from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
+
+    report = compare_targets(TargetCompareSettings(args.old, args.new, args.drafter, args.revision))
+    if args.json:
+        print_json(report.to_json())
+        return 0
+    print(f"{report.headline()}\n")
+    print(table([[side, s.source, (s.config.get("architectures") or ["?"])[0],
+                  f"{s.quantization.method}: {s.quantization.scheme}" if s.quantization.method != "none" else "none",
+                  "-" if s.prefix is None else (s.prefix or "(none)"), f"{s.tokenizer.kind}, {s.tokenizer.size:,} ids"]
+                 for side, s in (("old", report.a), ("new", report.b))],
+                ["", "target", "architecture", "quantization", "weights prefix", "tokenizer"]))
+    if report.config_diff:
+        print("\n" + table([[d.key, _short(d.a), _short(d.b), d.category, d.why[:60]] for d in report.config_diff],
+                           ["config key", "old", "new", "category", "what it means"]))
+    else:
+        print("\nconfigs: the language models' fields are identical")
+    print(f"\ntokenizers: {report.tokenizers.line}")
+    for line in report.tokenizers.special_changes[:10] + report.tokenizers.examples:
+        print(f"  - {line}")
+    print(f"chat templates: {report.templates.line}")
+    for line in report.templates.diff:
+        print(f"  {line}")
+    print(f"\nverdict: {report.verdict.level.upper()}")
+    for r in report.verdict.reasons:
+        print(f"  - {r}")
+    return 0
+
+
+def _short(value, limit: int = 40) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def add_parsers(sub) -> None:
+    """Register the checkpoint subcommands on the ``eaglelab`` subparsers."""
+    i = sub.add_parser("inspect", help="tensor table and problems of one checkpoint, headers only",
+                       description="Read a drafter checkpoint's config and safetensors headers (no tensor "
+                                   "data) and check it against its config.")
+    i.add_argument("source", help="folder, .safetensors file, shard index, or hub id")
+    i.add_argument("--revision", help="hub revision")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_inspect)
+
+    c = sub.add_parser("compare", help="config and tensor diff of two drafters, with a verdict",
+                       description="Compare two drafter checkpoints from metadata only.")
+    c.add_argument("a", help="drafter A (folder, file, index or hub id)")
+    c.add_argument("b", help="drafter B")
+    c.add_argument("--target", help="target model (folder, config.json or hub id) to check both against")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_compare)
+
+    t = sub.add_parser("compare-targets", help="two targets from configs, headers and tokenizer files: what the "
+                                               "old drafter meets on the new",
+                       description="Compare two target models before any probe: the language models' configs "
+                                   "(classified), quantization, tokenizers id by id and chat templates rendered on "
+                                   "one conversation, from metadata only (local folders or hub ids).")
+    t.add_argument("old", help="the old target (folder, config.json or hub id)")
+    t.add_argument("new", help="the new target")
+    t.add_argument("--drafter", help="a drafter of the old target: check the ids its draft vocabulary uses")
+    t.add_argument("--revision", help="hub revision")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.set_defaults(func=cmd_compare_targets)

@@ -1,0 +1,136 @@
+"""Two targets compared before any probe, from configs, headers and tokenizer files only: one job.
+
+``eaglelab compare-targets``, notebook 02 and its findings call :func:`compare_targets`. Nothing is
+loaded: the language models' configs (a multimodal wrapper's ``text_config`` read as the language
+model), their safetensors headers when there are weights (quantization, the language model's prefix),
+and their tokenizer, template and generation files, from local folders or hub ids alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TargetCompareSettings:
+    """Which targets to compare, and (optionally) which drafter's ids to check.
+
+    Attributes:
+        target_a: the old target (folder, config.json, or hub id).
+        target_b: the new target.
+        drafter: a drafter of the old target; its draft vocabulary's ids are checked in both tokenizers.
+        revision: hub revision for hub ids.
+    """
+
+    target_a: str
+    target_b: str
+    drafter: str | None = None
+    revision: str | None = None
+
+
+@dataclass
+class TargetSide:
+    """One target as read: config, quantization, where its language model's weights are named, its tokenizer."""
+
+    source: str
+    config: dict[str, Any]
+    quantization: Any
+    prefix: str | None
+    tensors: int
+    tokenizer: Any
+
+    def to_json(self) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {"source": self.source, "architectures": self.config.get("architectures"),
+                "quantization": self.quantization.to_json(), "language_model_prefix": self.prefix,
+                "tensors": self.tensors, "tokenizer": {"kind": tok.kind, "ids": tok.size, "model_type": tok.model_type,
+                                                       "digest": tok.vocabulary_digest, "templates": sorted(tok.templates),
+                                                       "template_file": tok.template_file, "specials": tok.specials}}
+
+
+@dataclass
+class TargetComparisonReport:
+    """The two targets side by side, and what it means for the old drafter."""
+
+    settings: TargetCompareSettings
+    a: TargetSide
+    b: TargetSide
+    config_diff: list
+    tokenizers: Any
+    templates: Any
+    verdict: Any
+
+    def headline(self) -> str:
+        s = self.settings
+        return f"{self.verdict.line} ({s.target_a} -> {s.target_b})"
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"a": self.a.to_json(), "b": self.b.to_json(), "config_diff": [asdict(d) for d in self.config_diff],
+                "tokenizers": self.tokenizers.to_json(), "templates": self.templates.to_json(),
+                "verdict": {"level": self.verdict.level, "line": self.verdict.line, "reasons": list(self.verdict.reasons)},
+                "headline": self.headline()}
+
+
+def read_target(source: str, revision: str | None = None) -> TargetSide:
+    """A target's config, headers (when it has weights) and tokenizer files, metadata only.
+
+    Raises:
+        ConfigError, SourceError, HubError: naming the file and the problem.
+    """
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.target_config import head_names, quantization_of
+    from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
+    from eaglelab.errors import CheckpointMismatchError
+
+    config = load_target_config(source)
+    ck = load_checkpoint(source, revision, weights_optional=True)
+    files = read_target_files(source, revision)
+    quant = quantization_of(config, {n: t.dtype for n, t in ck.tensors.items()}, files.json("hf_quant_config.json"))
+    prefix = None
+    if ck.tensors:
+        try:
+            prefix = head_names(ck.tensors, config, source).prefix
+        except CheckpointMismatchError:
+            prefix = None  # a header-only sample without the embedding: nothing to name
+    return TargetSide(source, config, quant, prefix, len(ck.tensors), read_tokenizer(files))
+
+
+def drafter_target_ids(drafter: str) -> list[int]:
+    """The target ids a drafter's ``lm_head`` rows stand for: ``arange(Vd) + d2t``, or every id of a full vocabulary.
+
+    Raises:
+        ConfigError, SourceError: the drafter cannot be read; CheckpointMismatchError: its maps are not readable.
+    """
+    from eaglelab.checkpoints.inspection import inspect_checkpoint
+    from eaglelab.checkpoints.sources import read_small_tensor
+    from eaglelab.checkpoints.tensor_table import strip_prefix
+    from eaglelab.errors import CheckpointMismatchError, ConfigError
+
+    insp = inspect_checkpoint(drafter)
+    if insp.spec is None:
+        raise ConfigError(drafter, f"is not an EAGLE-3 drafter ({insp.family.line})")
+    d2t = {strip_prefix(n): t for n, t in insp.checkpoint.tensors.items()}.get("d2t")
+    if d2t is None:
+        if insp.spec.full_vocab:
+            return list(range(insp.spec.vocab_size))
+        raise CheckpointMismatchError(drafter, "has no d2t: its draft tokens are not known")
+    if not insp.checkpoint.local:
+        raise CheckpointMismatchError(drafter, "d2t of a hub drafter is not read (pass a local copy)")
+    offsets = read_small_tensor(d2t)
+    return [i + int(o) for i, o in enumerate(offsets)]
+
+
+def compare_targets(settings: TargetCompareSettings) -> TargetComparisonReport:
+    """Configs, quantization, tokenizers and chat templates of two targets, and the verdict for the old drafter."""
+    from eaglelab.checkpoints.target_compare import compare_templates, compare_tokenizers, diff_target_configs, target_verdict
+
+    a, b = read_target(settings.target_a, settings.revision), read_target(settings.target_b, settings.revision)
+    ids = drafter_target_ids(settings.drafter) if settings.drafter else None
+    diffs = diff_target_configs(a.config, b.config, a.quantization, b.quantization)
+    tokenizers = compare_tokenizers(a.tokenizer, b.tokenizer, ids)
+    templates = compare_templates(a.tokenizer, b.tokenizer)
+    return TargetComparisonReport(settings, a, b, diffs, tokenizers, templates, target_verdict(diffs, tokenizers, templates))

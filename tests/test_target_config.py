@@ -1,0 +1,104 @@
+"""A target read without the model: its language model's config, its weights' prefix, its quantization.
+
+Quantization is named from each scheme's own config or, without one, from the tensors its format writes
+(compressed-tensors, FP8 blocks, ModelOpt NVFP4, GPTQ); weight names are found under any prefix; and none
+of the readers fails on a config of any shape (a property test over arbitrary JSON).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.synthetic import write_synthetic_weights
+from eaglelab.checkpoints.target_compare import diff_target_configs, target_view
+from eaglelab.checkpoints.target_config import head_names, quantization_of, target_field, target_layer_count
+from eaglelab.errors import CheckpointMismatchError
+
+COMPRESSED = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+              "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                                        "group_size": 16},
+                                            "input_activations": {"num_bits": 4, "type": "float"}}},
+              "ignore": ["lm_head"]}
+
+
+@pytest.mark.parametrize("config, modelopt, dtypes, method, words", [
+    ({"quantization_config": COMPRESSED}, None, {}, "compressed-tensors", "FLOAT4 weights, groups of 16, activations FLOAT4"),
+    ({"text_config": {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}}, None, {},
+     "fp8", "128 x 128 blocks"),
+    ({}, {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                                              "exclude_modules": ["lm_head"]}}, {}, "modelopt", "NVFP4"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}, None, {}, "gptq", "INT4 weights"),
+    ({}, None, {"layers.0.mlp.weight": "U8", "layers.0.mlp.weight_scale_2": "F32"}, "modelopt", "weight_scale_2"),
+    ({}, None, {"layers.0.mlp.weight": "F8_E4M3", "layers.0.mlp.weight_scale_inv": "F32"}, "fp8", "weight_scale_inv"),
+    ({}, None, {"a.weight_packed": "I32", "a.weight_scale": "BF16"}, "compressed-tensors", "weight_packed"),
+    ({"torch_dtype": "bfloat16"}, None, {"a.weight": "BF16"}, "none", "BF16"),
+])
+def test_quantization_is_named_from_its_config_or_its_tensors(config, modelopt, dtypes, method, words):
+    q = quantization_of(config, dtypes, modelopt)
+    assert q.method == method and words in q.line, q.line
+
+
+@pytest.mark.parametrize("names, embed, head, prefix", [
+    (["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"], "model.embed_tokens.weight",
+     "lm_head.weight", ""),
+    (["language_model.model.embed_tokens.weight", "language_model.model.norm.weight", "language_model.lm_head.weight",
+      "vision_tower.embed_tokens.weight"], "language_model.model.embed_tokens.weight", "language_model.lm_head.weight",
+     "language_model."),
+    (["model.language_model.embed_tokens.weight", "model.language_model.norm.weight", "lm_head.weight"],
+     "model.language_model.embed_tokens.weight", "lm_head.weight", "model.language_model."),
+    (["model.embed_tokens.weight", "model.norm.weight", "model.mtp.embed_tokens.weight"], "model.embed_tokens.weight",
+     "model.embed_tokens.weight", ""),  # no head: tied
+])
+def test_weight_names_are_found_under_any_prefix(names, embed, head, prefix):
+    h = head_names(names, {}, "t")
+    assert (h.embed_tokens, h.lm_head, h.prefix) == (embed, head, prefix)
+
+
+def test_missing_weights_are_one_line():
+    with pytest.raises(CheckpointMismatchError, match="no embed_tokens.weight"):
+        head_names(["vision_tower.embed_tokens.weight"], {}, "t")
+    with pytest.raises(CheckpointMismatchError, match="tie_word_embeddings false"):
+        head_names(["model.embed_tokens.weight", "model.norm.weight"], {"tie_word_embeddings": False}, "t")
+
+
+def test_inspect_names_a_target_and_its_storage(tmp_path):
+    """An NVFP4 target as Model-Optimizer exports it: its quantization read from hf_quant_config.json."""
+    folder = write_synthetic_weights(tmp_path / "t", [("model.embed_tokens.weight", (64, 8), "BF16"),
+                                                      ("model.layers.0.mlp.down_proj.weight", (8, 16), "U8"),
+                                                      ("model.layers.0.mlp.down_proj.weight_scale", (8, 2), "F8_E4M3"),
+                                                      ("model.layers.0.mlp.down_proj.weight_scale_2", (), "F32"),
+                                                      ("model.norm.weight", (8,), "BF16"), ("lm_head.weight", (64, 8), "BF16")])
+    (folder / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 2,
+                                                    "hidden_size": 8, "vocab_size": 64}))
+    (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt", "version": "0.42.0"},
+                                                             "quantization": {"quant_algo": "NVFP4", "group_size": 16}}))
+    insp = inspect_checkpoint(str(folder))
+    assert insp.family.name == "target model" and not insp.computed
+    assert any("modelopt: NVFP4, groups of 16 [hf_quant_config.json]" in line for line in insp.target_lines())
+    assert insp.to_json()["target"]["prefix"] == ""
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                    max_leaves=12)
+KEYS = st.sampled_from(["text_config", "language_config", "quantization_config", "num_hidden_layers", "hidden_size",
+                        "rope_scaling", "vision_config", "kv_lora_rank", "architectures", "config_groups", "ignore",
+                        "weight_block_size", "quant_method", "tie_word_embeddings"])
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(a=st.dictionaries(KEYS, JSON, max_size=6), b=st.dictionaries(KEYS, JSON, max_size=6),
+       modelopt=st.one_of(st.none(), st.dictionaries(st.sampled_from(["quantization", "producer"]), JSON)))
+def test_any_config_reads_without_a_crash(a, b, modelopt):
+    """Whatever JSON a config holds, the target readers answer (a config of wrong types is refused earlier)."""
+    qa, qb = quantization_of(a, {}, modelopt), quantization_of(b)
+    assert isinstance(qa.line, str) and isinstance(qb.line, str)
+    diffs = diff_target_configs(a, b, qa, qb)
+    assert all(d.category for d in diffs) and target_view(a) is not None
+    target_field(a, "hidden_size")
+    target_layer_count(b)
