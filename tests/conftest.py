@@ -48,6 +48,42 @@ def make_tiny_llama(layers: int = 8, hidden: int = 64, vocab: int = 256, seed: i
     return LlamaForCausalLM(cfg).eval()
 
 
+def fill_realistic(drafter, seed: int):
+    """Weights ~ N(0, 1/fan_in) (activations of order one), norms around one, an embedding of unit rows.
+
+    Returns:
+        the generator, for what the caller draws next (a vocabulary map).
+    """
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            if p.dim() == 1:
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+            elif name == "embed_tokens.weight":
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+    drafter.has_embedding = True
+    return gen
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``eaglelab ARGV`` in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from eaglelab.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture
 def tiny_llama():
     return make_tiny_llama()

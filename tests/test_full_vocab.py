@@ -7,8 +7,6 @@ whose file holds no ``lm_head`` (NVIDIA's Kimi-K2.6 drafter) drafting with the t
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
@@ -16,10 +14,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint
-from eaglelab.cli import main
 from eaglelab.errors import CheckpointMismatchError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
+from tests.conftest import run_cli
 
 
 def target_config(tiny_world) -> dict:
@@ -33,13 +31,6 @@ def headless(tiny_world, folder, draft_vocab_size: int | None = None):
     sd = load_file(str(folder / "model.safetensors"))
     save_file({k: v for k, v in sd.items() if k != "lm_head.weight"}, str(folder / "model.safetensors"))
     return folder
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_full_vocabulary_drafter_is_written_without_maps_and_read_back(tiny_world, tmp_path):
@@ -77,7 +68,7 @@ def test_a_drafter_without_a_head_drafts_with_the_targets(tiny_world, tmp_path):
     assert torch.allclose(got, want, atol=1e-6) and not d.has_head  # lent, and given back
     assert set(load_file(str(save_drafter(d, tmp_path / "again") / "model.safetensors"))) == \
         set(load_file(str(folder / "model.safetensors")))  # written as it was read: no head, no maps
-    code, out, err = run("speculate", "--target", str(tiny_world.target_a), "--drafter", str(folder), "--prompt",
+    code, out, err = run_cli("speculate", "--target", str(tiny_world.target_a), "--drafter", str(folder), "--prompt",
                          "def main(", "--max-new-tokens", "8", "--repeats", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["matches_greedy"] is True
@@ -97,7 +88,24 @@ def test_a_headless_drafter_is_warm_started_from_the_targets_head(tiny_world, tm
 def test_a_reduced_vocabulary_without_a_head_is_refused_in_one_line(tiny_world, tmp_path):
     folder = headless(tiny_world, tmp_path / "reduced", draft_vocab_size=320)
     assert any("missing tensor lm_head.weight" in p for p in inspect_checkpoint(str(folder)).problems)
-    code, _, err = run("speculate", "--target", str(tiny_world.target_a), "--drafter", str(folder), "--prompt", "x")
+    code, _, err = run_cli("speculate", "--target", str(tiny_world.target_a), "--drafter", str(folder), "--prompt", "x")
     assert code == 2 and err.count("\n") == 1 and "lm_head.weight" in err
     with pytest.raises(CheckpointMismatchError, match="missing lm_head.weight"):
         load_drafter(folder)
+
+
+def test_warm_start_recipes_for_a_full_vocabulary_drafter(tiny_world, tmp_path):
+    """No map to keep; speculators' convert would write 32000 for a config without draft_vocab_size: refused."""
+    from eaglelab.engines.recipes import RecipeSettings, build_recipe
+    from eaglelab.errors import ParameterError
+
+    cfg = {**Eagle3Drafter.from_target_config(target_config(tiny_world)).config}
+    del cfg["draft_vocab_size"]
+    folder = save_drafter(Eagle3Drafter(cfg), tmp_path / "full")
+    recipe = build_recipe(RecipeSettings("specforge", str(folder), str(tiny_world.target_b)))
+    assert "save_vocab_map.py" not in recipe.files and recipe.vocab_map["full_vocab"]
+    assert 'vocab_mapping_path: ""' in recipe.files["warm.yaml"]
+    with pytest.raises(ParameterError, match="convert would write 32000 for its 512-row lm_head"):
+        build_recipe(RecipeSettings("speculators", str(folder), str(tiny_world.target_b)))
+    (folder / "config.json").write_text(json.dumps({**cfg, "draft_vocab_size": 512}))
+    assert build_recipe(RecipeSettings("speculators", str(folder), str(tiny_world.target_b))).vocab_map["full_vocab"]

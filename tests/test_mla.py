@@ -10,7 +10,6 @@ a prefix and three draft steps through a KV cache (how SGLang drafts), and the t
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.model.attention import DrafterKV
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
+from tests.conftest import fill_realistic, run_cli
 from tests.references import SglangMlaDrafter
 
 H, HEADS, V, INTER = 64, 4, 256, 96
@@ -49,16 +49,7 @@ def mla_config(q_lora_rank: int | None = 24, draft_vocab_size: int | None = V, *
 
 
 def realistic(d: Eagle3Drafter, seed: int) -> Eagle3Drafter:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in d.named_parameters():
-            if p.dim() == 1:
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif name == "embed_tokens.weight":
-                p.copy_(torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
-    d.has_embedding = True
+    fill_realistic(d, seed)
     return d.eval()
 
 
@@ -201,16 +192,9 @@ def write_deepseek_target(folder, tokenizer_from, seed: int = 0, noise: float = 
 
 
 def cli(*argv: str) -> str:
-    import contextlib
-    import io
-
-    from eaglelab.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    assert code == 0, err.getvalue()
-    return out.getvalue()
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    return out
 
 
 def test_an_mla_drafter_runs_end_to_end_on_a_deepseek_v3_target(tiny_world, tmp_path):
@@ -238,3 +222,38 @@ def test_an_mla_drafter_runs_end_to_end_on_a_deepseek_v3_target(tiny_world, tmp_
                            "--measure-prompts", "0", "--json"))
     assert probe["plugin"]["accept_len_on_a"] > 1.5 and probe["plugin"]["accept_len_on_b"] >= 1
     assert all(0 < layer["cosine_mean"] < 1 for layer in probe["layers"])  # B moved, a little
+
+
+def test_the_probe_recipe_names_an_mla_drafters_layers_in_a_config_specforge_reads(tiny_world, tmp_path):
+    """SpecForge's registry has no MLA drafter: its capture reads a stand-in config naming the same layers."""
+    from specforge.training.model_loading import load_draft_config_source
+    from transformers import AutoConfig
+
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, build_probe_recipe
+    from tests.references import _triton_stand_in
+
+    from .script_stubs import run_script
+
+    mla = written(mla_config(draft_vocab_size=None, vocab_size=512), tmp_path)[0]
+    folder = save_drafter(mla, tmp_path / "mla-512")
+    recipe = build_probe_recipe(ProbeRecipeSettings("specforge", str(folder), str(tiny_world.target_a),
+                                                    str(tiny_world.target_b), workdir="w"))
+    out = recipe.write(tmp_path / "recipe")
+    (tmp_path / "w").mkdir()
+    calls, proc = run_script(out / "run.sh", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    configs = {c[c.index("--draft-model-config") + 1] for c in calls if c[0] == "torchrun"}
+    assert configs == {str(out / "capture_config.json")}
+    with _triton_stand_in():
+        from specforge.application.composition import resolve_offline_capture
+        from specforge.config.schema import Config
+
+        with pytest.raises(ValueError, match="not registered"):  # the MLA drafter's own config
+            load_draft_config_source(str(folder))
+
+        def layers(draft_config: str) -> tuple:  # SpecForge's own resolution of what its capture script dumps
+            cfg = Config(model={"target_model_path": str(tiny_world.target_a), "draft_model_config": draft_config},
+                         data={"hidden_states_path": str(tmp_path / "hs"), "max_length": 64}, training={"strategy": "eagle3"})
+            return resolve_offline_capture(cfg, target_config=AutoConfig.from_pretrained(tiny_world.target_a)).capture_layers
+
+        assert layers(str(out / "capture_config.json")) == (1, 3, 4) == tuple(recipe.vocab_map["aux_layer_outputs"])

@@ -27,6 +27,7 @@ from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter
 from eaglelab.train.ttt import TargetTokens, ttt_forward
 from tests import references
+from tests.conftest import fill_realistic
 
 H, HEADS, KV, INTER, V, VD, LAYERS = 64, 4, 2, 96, 256, 96, 8
 S, STEPS = 20, 3
@@ -66,22 +67,13 @@ VARIANTS = {
 
 
 def realistic(d: Eagle3Drafter, seed: int) -> Eagle3Drafter:
-    """Weights ~ N(0, 1/fan_in) (activations of order one), norms around one, a random sorted draft vocabulary."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in d.named_parameters():
-            if p.dim() == 1:
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif name == "embed_tokens.weight":
-                p.copy_(torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+    """Realistic weights (:func:`tests.conftest.fill_realistic`) and a random sorted draft vocabulary."""
+    gen = fill_realistic(d, seed)
     vd = d.spec.draft_vocab_size
     keep = torch.sort(torch.randperm(V, generator=gen)[:vd]).values
     t2d = torch.zeros(V, dtype=torch.bool)
     t2d[keep] = True
     d.set_vocab_map(keep - torch.arange(vd), t2d)
-    d.has_embedding = True
     return d
 
 

@@ -102,3 +102,42 @@ def test_any_config_reads_without_a_crash(a, b, modelopt):
     assert all(d.category for d in diffs) and target_view(a) is not None
     target_field(a, "hidden_size")
     target_layer_count(b)
+
+
+def test_a_prefixed_multimodal_target_is_followed_wherever_a_tensor_is_looked_up(tiny_world, tmp_path):
+    """The tiny world's target A re-saved as a multimodal wrapper (``text_config``, weights under ``language_model.``,
+    a vision tower): preflight, compare --target, drafter export --with-embedding, the probe's heads and a recipe."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from eaglelab.checkpoints.inspection import compare_checkpoints
+    from eaglelab.checkpoints.preflight import check_drafter
+    from eaglelab.engines.recipes import RecipeSettings, build_recipe
+    from eaglelab.model.heads import read_target_heads
+    from tests.conftest import run_cli
+
+    text = json.loads((tiny_world.target_a / "config.json").read_text())
+    sd = load_file(str(tiny_world.target_a / "model.safetensors"))
+    wrapped = {("language_model." + k if k.startswith(("model.", "lm_head.")) else k): v for k, v in sd.items()}
+    wrapped["vision_tower.patch_embed.weight"] = torch.zeros(4, 3)
+    wrapped["vision_tower.embed_tokens.weight"] = torch.zeros(8, 4)  # a tower's own embedding is not the text model's
+    mm = tmp_path / "multimodal"
+    mm.mkdir()
+    save_file(wrapped, str(mm / "model.safetensors"))
+    (mm / "config.json").write_text(json.dumps({"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+                                                "text_config": text, "vision_config": {"hidden_size": 4}}))
+    spec, cfg = check_drafter(str(tiny_world.drafter_a), str(mm))
+    assert cfg["text_config"]["hidden_size"] == spec.target_hidden_size
+    verdict = compare_checkpoints(str(tiny_world.drafter_a), str(tiny_world.drafter_a), str(mm)).target_verdicts["a"]
+    assert verdict.level == "interchangeable" and any("under 'language_model.'" in r for r in verdict.reasons)
+    code, _, err = run_cli("drafter", "export", "--to", "speculators", str(tiny_world.drafter_a), str(tmp_path / "export"),
+                           "--target", str(mm), "--with-embedding")
+    assert code == 0, err
+    exported = load_file(str(tmp_path / "export" / "model.safetensors"))
+    assert torch.equal(exported["embed_tokens.weight"], sd["model.embed_tokens.weight"].to(exported["fc.weight"].dtype))
+    heads, plain = read_target_heads(str(mm)), read_target_heads(str(tiny_world.target_a))
+    assert heads.names["embed_tokens"] == "language_model.model.embed_tokens.weight"
+    assert torch.equal(heads.lm_head, plain.lm_head) and torch.equal(heads.norm_weight, plain.norm_weight)
+    keys = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(mm))).vocab_map["keys"]
+    assert keys["embedding_key"][0] == "language_model.model.embed_tokens.weight"
+    assert keys["lm_head_key"][0] in ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight")

@@ -7,8 +7,6 @@ table's coverage, the loss conventions in training, and a property test of the c
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -24,9 +22,9 @@ from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.inspection import compare_checkpoints
 from eaglelab.checkpoints.spec import drafter_spec_from_config
 from eaglelab.checkpoints.variants import FIELDS, cautions, drafter_family, refusals, to_speculators_config
-from eaglelab.cli import main
 from eaglelab.errors import ConfigError, UnsupportedDrafterError
 from eaglelab.model.drafter import Eagle3Drafter
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
@@ -60,13 +58,6 @@ def write_folder(folder: Path, cfg: dict) -> Path:
     return folder
 
 
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-
 # --------------------------------------------------------------------------- families
 
 @pytest.mark.parametrize("family", OTHER_FAMILIES)
@@ -74,12 +65,12 @@ def test_other_families_are_shown_by_shape_and_refused_by_the_models(family, tmp
     cfg = OTHER_FAMILIES[family]
     assert drafter_family(cfg).name == family and not drafter_family(cfg).computed
     folder = write_folder(tmp_path / "d", cfg)
-    code, out, _ = run("inspect", str(folder))
+    code, out, _ = run_cli("inspect", str(folder))
     assert code == 0 and f"shapes and configs only: {family}" in out and "fc.weight" in out
-    js = json.loads(run("inspect", str(folder), "--json")[1])
+    js = json.loads(run_cli("inspect", str(folder), "--json")[1])
     assert js["family"] == family and js["computed"] is False and js["spec"] is None
     # the model-running commands refuse it in one line, before any target is loaded
-    code, out, err = run("speculate", "--target", str(tmp_path / "no-such-target"), "--drafter", str(folder),
+    code, out, err = run_cli("speculate", "--target", str(tmp_path / "no-such-target"), "--drafter", str(folder),
                          "--prompt", "hi")
     assert code == 2 and err.count("\n") == 1 and f"not computed by eaglelab: shapes and configs only: {family}" in err
     with pytest.raises(UnsupportedDrafterError):

@@ -170,11 +170,11 @@ def _weights_fit(spec: DrafterSpec, weights: TargetWeights, drafter_tensors, rea
         reasons.append("the target's headers hold no language-model embedding: the drafter's embedding could not "
                        "be checked against it")
     else:
-        want = (spec.vocab_size, spec.hidden_size)
+        want = (spec.vocab_size, spec.target_hidden_size)  # the target's own rows and width
         if weights.embed_shape != want:
             level = "incompatible"
-            reasons.append(f"the target's {heads.embed_tokens} is {list(weights.embed_shape)}, the drafter's embedding "
-                           f"is {list(want)}")
+            reasons.append(f"the target's {heads.embed_tokens} is {list(weights.embed_shape)}, the drafter reads "
+                           f"{list(want)} (its vocabulary, the target's width)")
         own_head = any(n.removeprefix("model.") == "lm_head.weight" for n in drafter_tensors)
         if spec.full_vocab and not own_head:
             reasons.append(f"the drafter has no lm_head of its own and drafts with the target's, {heads.lm_head}")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter
-from eaglelab.engines.scripts import Step, Var, comment_line, script_value, steps_text
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, steps_text
 from eaglelab.errors import ConfigError, ParameterError
 
 
@@ -71,6 +71,7 @@ class ProbeRecipe(Recipe):
             comment_line(f"  work folder: {s.workdir}"),
             *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
             "set -euo pipefail",
+            'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
             f"mkdir -p -- {shlex.quote(s.workdir)}",
             "",
         ]
@@ -116,7 +117,24 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
         raise ConfigError(s.target_a, "config has no num_hidden_layers")
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, layers)
     return {"aux_layer_outputs": list(outs), "vllm_layer_ids": [i + 1 for i in outs] + [layers],
-            "target_layers": layers}
+            "target_layers": layers, "mla": spec.mla is not None, "hidden_size": spec.hidden_size,
+            "vocab_size": spec.vocab_size, "draft_vocab_size": spec.draft_vocab_size}
+
+
+def capture_config(layers: dict[str, Any]) -> dict[str, Any]:
+    """A config SpecForge 0.2.0 reads, naming the old drafter's layers, for an MLA drafter's capture.
+
+    SpecForge's capture script resolves its draft config through its registry, which has no MLA drafter
+    (``Eagle3DeepseekV2ForCausalLM``): it refuses the old drafter's own config. The capture needs the layers
+    only, so this Llama EAGLE-3 config of the same width and vocabulary names them (nested ids, layer outputs).
+    """
+    H = layers["hidden_size"]
+    return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+            "hidden_size": H, "intermediate_size": H, "num_attention_heads": 1, "num_key_value_heads": 1,
+            "head_dim": H, "vocab_size": layers["vocab_size"], "draft_vocab_size": layers["draft_vocab_size"],
+            "tie_word_embeddings": False,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": layers["aux_layer_outputs"],
+                             "use_aux_hidden_state": True}}
 
 
 def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
@@ -127,17 +145,24 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
     w = s.workdir
     folders = {"a": f"{w}/states-a", "b": f"{w}/states-b"}
     targets = {"a": s.target_a, "b": s.target}
+    files = {}
+    draft_config = f"{old}/config.json"
+    if s.engine == "specforge" and layers["mla"]:
+        files["capture_config.json"] = json.dumps(capture_config(layers), indent=1) + "\n"
+        draft_config = Here("capture_config.json")
     if s.engine == "specforge":
         for key in ("a", "b"):
             steps.append(Step(
                 f"dump target {key.upper()}'s hidden states at the old drafter's layers (SpecForge repository script)",
                 ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
-                 targets[key], "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
+                 targets[key], "--strategy", "eagle3", "--draft-model-config", draft_config, "--data-path",
                  s.data, "--output-path", folders[key], "--chat-template", s.chat_template, "--max-length",
                  str(s.max_length)],
                 [f"Layer outputs {layers['aux_layer_outputs']} (the old drafter's) and the last hidden state after the "
                  "final norm;", "the same data, template, GPUs and batch size for both targets: the probe pairs the "
-                 "samples by index.", "Run from a SpecForge checkout (scripts/ is not in its wheel)."]))
+                 "samples by index.", "Run from a SpecForge checkout (scripts/ is not in its wheel)."]
+                + (["capture_config.json (beside this script) names the MLA drafter's layers in a config SpecForge's "
+                    "registry reads (it has no MLA drafter)."] if layers["mla"] else [])))
     else:
         steps.append(Step(
             "tokenize the conversations once, with target A's tokenizer (both targets read the same token ids)",
@@ -169,7 +194,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
         engine_command=("eaglelab", "probe"), stdout=f"{w}/probe.json"))
     provenance = {"layers dumped": f"{layers['aux_layer_outputs']} (layer outputs, the old drafter's) + the last",
                   "pairing": "by sample index, token ids checked equal"}
-    return ProbeRecipe(s, steps, {}, provenance, layers)
+    return ProbeRecipe(s, steps, files, provenance, layers)
 
 
 def write_probe_recipe(s: ProbeRecipeSettings, out_dir: str | Path, overwrite: bool = False) -> ProbeRecipe:

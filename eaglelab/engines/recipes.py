@@ -213,6 +213,11 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
         raise ParameterError("--engine", f"{settings.init} is an MLA drafter: SpecForge {ENGINE_VERSIONS['specforge']} "
                                          "has no MLA drafter model and speculators no MLA layer; TorchSpec trains "
                                          "Kimi's MLA drafters (warm-start from this checkpoint there)")
+    if settings.engine == "speculators" and not insp.spec.draft_vocab_given and not is_speculators_config(insp.config):
+        raise ParameterError("--engine", f"{settings.init}'s config has no draft_vocab_size: speculators "
+                                         f"{ENGINE_VERSIONS['speculators']}'s convert would write 32000 for its "
+                                         f"{insp.spec.draft_vocab_size}-row lm_head; write \"draft_vocab_size\": "
+                                         f"{insp.spec.draft_vocab_size} into its config.json first")
     names = {strip_prefix(n) for n in insp.checkpoint.tensors}
     if not insp.spec.full_vocab and not {"d2t", "t2d"} <= names:
         raise ConfigError(settings.init, "has no d2t / t2d tensors: the engine would build a new vocabulary map and "
