@@ -76,7 +76,6 @@ def time_decode(d, aux, context: int, steps: int = 20) -> float:
 
 def main() -> None:
     import torch
-
     from bench_training import matmul_peak_flops  # a sibling script: benchmarks/ is on sys.path when run
 
     from eaglelab.train.training import ttt_flops_per_token

@@ -377,8 +377,9 @@ def config_table(paths) -> list[dict[str, Any]]:
     return rows
 
 
-def load_target_config(target: str) -> dict[str, Any]:
-    """A target's config: a folder with config.json, a config.json path, or a hub id (its config.json only).
+def load_target_config(target: str, revision: str | None = None) -> dict[str, Any]:
+    """A target's config: a folder with config.json, a config.json path, or a hub id (its config.json only,
+    at ``revision``).
 
     Raises:
         ConfigError: no such target, or a config that is not strict JSON with typed fields.
@@ -402,7 +403,7 @@ def load_target_config(target: str) -> dict[str, Any]:
         raise HubError(target, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
     timeout = hub_timeout()
     try:
-        config, _ = read_hub_config(target, timeout=timeout)
+        config, _ = read_hub_config(target, revision, timeout=timeout)
     except EaglelabError:
         raise
     except Exception as exc:  # network, auth, missing repo: one line from huggingface_hub's typed errors
@@ -412,9 +413,15 @@ def load_target_config(target: str) -> dict[str, Any]:
     return config
 
 
-def read_target_weights(target: str) -> TargetWeights | None:
+def read_target_weights(target: str, revision: str | None = None,
+                        modelopt: dict[str, Any] | None = None) -> TargetWeights | None:
     """A target's headers summarised (:class:`~eaglelab.checkpoints.target_config.TargetWeights`), or None for a
     bare ``config.json`` or a folder without weights.
+
+    Args:
+        target: a folder, shard index, weights file or hub id.
+        revision: hub revision.
+        modelopt: ``hf_quant_config.json`` when already read (a local one beside the weights is read here).
 
     Raises:
         SourceError, HeaderError, HubError: the headers cannot be read.
@@ -428,10 +435,10 @@ def read_target_weights(target: str) -> TargetWeights | None:
     if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
             Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):
         return None  # a config.json: no headers to read
-    ck = load_checkpoint(target, weights_optional=True)
+    ck = load_checkpoint(target, revision, weights_optional=True)
     if not ck.tensors:
         return None
-    return target_weights(ck.tensors, ck.config, target, modelopt_config(ck))
+    return target_weights(ck.tensors, ck.config, target, modelopt if modelopt is not None else modelopt_config(ck))
 
 
 def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison:

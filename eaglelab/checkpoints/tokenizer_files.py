@@ -22,7 +22,6 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import EaglelabError, SourceError
@@ -318,7 +317,3 @@ def describe(text: str | bytes | None) -> str:
             return "0x" + text.hex()
     return printable(repr(text))
 
-
-def folder_has_tokenizer(path: Path) -> bool:
-    """Whether a local folder holds a tokenizer of either layout (pickers and checks)."""
-    return any(path_kind(path / n, SourceError) is not None for n in ("tokenizer.json", "tiktoken.model"))

@@ -31,22 +31,27 @@ class TargetCompareSettings:
 
 @dataclass
 class TargetSide:
-    """One target as read: config, quantization, where its language model's weights are named, its tokenizer."""
+    """One target as read: its config, how its weights are stored and named (None: no headers), its tokenizer."""
 
     source: str
     config: dict[str, Any]
     quantization: Any
-    prefix: str | None
-    tensors: int
+    weights: Any
     tokenizer: Any
+
+    @property
+    def prefix(self) -> str | None:
+        """Where the language model's weights are named (``""``, ``language_model.``; None: not read)."""
+        return None if self.weights is None or self.weights.heads is None else self.weights.heads.prefix
 
     def to_json(self) -> dict[str, Any]:
         tok = self.tokenizer
         return {"source": self.source, "architectures": self.config.get("architectures"),
                 "quantization": self.quantization.to_json(), "language_model_prefix": self.prefix,
-                "tensors": self.tensors, "tokenizer": {"kind": tok.kind, "ids": tok.size, "model_type": tok.model_type,
-                                                       "digest": tok.vocabulary_digest, "templates": sorted(tok.templates),
-                                                       "template_file": tok.template_file, "specials": tok.specials}}
+                "heads": None if self.prefix is None else self.weights.heads.as_dict(),
+                "tokenizer": {"kind": tok.kind, "ids": tok.size, "model_type": tok.model_type,
+                              "digest": tok.vocabulary_digest, "templates": sorted(tok.templates),
+                              "template_file": tok.template_file, "specials": tok.specials}}
 
 
 @dataclass
@@ -80,23 +85,16 @@ def read_target(source: str, revision: str | None = None) -> TargetSide:
     Raises:
         ConfigError, SourceError, HubError: naming the file and the problem.
     """
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.target_config import head_names, quantization_of
+    from eaglelab.checkpoints.inspection import load_target_config, read_target_weights
+    from eaglelab.checkpoints.target_config import quantization_of
     from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
-    from eaglelab.errors import CheckpointMismatchError
 
-    config = load_target_config(source)
-    ck = load_checkpoint(source, revision, weights_optional=True)
+    config = load_target_config(source, revision)
     files = read_target_files(source, revision)
-    quant = quantization_of(config, {n: t.dtype for n, t in ck.tensors.items()}, files.json("hf_quant_config.json"))
-    prefix = None
-    if ck.tensors:
-        try:
-            prefix = head_names(ck.tensors, config, source).prefix
-        except CheckpointMismatchError:
-            prefix = None  # a header-only sample without the embedding: nothing to name
-    return TargetSide(source, config, quant, prefix, len(ck.tensors), read_tokenizer(files))
+    modelopt = files.json("hf_quant_config.json")
+    weights = read_target_weights(source, revision, modelopt)
+    quant = weights.quantization if weights is not None else quantization_of(config, {}, modelopt)
+    return TargetSide(source, config, quant, weights, read_tokenizer(files))
 
 
 def drafter_target_ids(drafter: str) -> list[int]:
