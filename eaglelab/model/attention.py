@@ -41,10 +41,14 @@ def rope_inv_freq(head_dim: int, rope: Rope) -> torch.Tensor:
     return torch.tensor(rope.inverse_frequencies(head_dim), dtype=torch.float64).float()
 
 
-def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, scale: float = 1.0):
-    """cos / sin for ``positions`` [B, S] -> each [B, 1, S, head_dim] (times YaRN's ``scale``)."""
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype, scale: float = 1.0,
+                 pairs: bool = False):
+    """cos / sin for ``positions`` [B, S] -> each [B, 1, S, head_dim] (times YaRN's ``scale``).
+
+    ``pairs``: one angle per rotated pair, [B, 1, S, head_dim / 2] (interleaved RoPE, :func:`apply_rope_interleaved`).
+    """
     freqs = positions.to(torch.float32)[..., None] * inv_freq.to(positions.device)[None, None, :]
-    emb = torch.cat([freqs, freqs], dim=-1)
+    emb = freqs if pairs else torch.cat([freqs, freqs], dim=-1)
     cos, sin = emb.cos(), emb.sin()
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
@@ -66,7 +70,7 @@ class DrafterKV:
 
     Attributes:
         k: keys [B, nkv, T, d] (after RoPE), or None when empty.
-        v: values [B, nkv, T, d].
+        v: values [B, nkv, T, dv] (dv = d for Llama attention, ``v_head_dim`` for MLA).
     """
 
     k: torch.Tensor | None = None
@@ -244,9 +248,7 @@ class MlaAttention(_Attention):
         c, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_lora, self.rope_dims], dim=-1)
         kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(B, S, self.nh, self.nope + self.dv).transpose(1, 2)
         k_nope, v = kv.split([self.nope, self.dv], dim=-1)
-        freqs = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)[None, None, :]
-        cos = (freqs.cos() * self.rope_scale).to(q.dtype)[:, None]
-        sin = (freqs.sin() * self.rope_scale).to(q.dtype)[:, None]
+        cos, sin = rope_cos_sin(self.inv_freq, positions, q.dtype, self.rope_scale, pairs=True)
         q_pe = apply_rope_interleaved(q_pe, cos, sin)
         k_pe = apply_rope_interleaved(k_pe.view(B, 1, S, self.rope_dims), cos, sin)
         q = torch.cat([q_nope, q_pe], dim=-1)
