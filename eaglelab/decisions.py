@@ -8,6 +8,7 @@ cell. Pure arithmetic over numbers the probe and the fine-tune measured; no torc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -40,6 +41,17 @@ TAU_TIE = 0.05
 #: Bootstrap resamples of the sequences behind a verdict's band, and the band's coverage.
 BOOTSTRAP_REPS = 2000
 BAND_LEVEL = 0.9
+#: The least gain (τ - 1) the old drafter must show on its own target A, at the low end of τ on A's band,
+#: for a verdict: a τ within :data:`TAU_TIE` of 1.0 is within the run-to-run spread of no gain at all, and
+#: the share of a gain that is not there (τB - 1) / (τA - 1) is a ratio of noise.
+MIN_GAIN_ON_A = TAU_TIE
+#: Fewest sequences with a counted position a verdict is drawn from. Its band resamples whole sequences,
+#: and a share n^(1 - n) of the resamples of n sequences repeats one sequence n times: at 2 and 3 sequences
+#: (50%, 11%) those fill the band's 10% of tails and the band is the spread of single sequences, not of
+#: their mean; from 4 (1.6%) it is not.
+MIN_SEQUENCES = next(n for n in range(2, 64) if n ** (1 - n) < 1 - BAND_LEVEL)
+#: The probe's outcome when the old drafter gains nothing on A: no option can be read from it.
+NO_VERDICT = "no verdict"
 
 
 @dataclass(frozen=True)
@@ -68,23 +80,38 @@ class Decision:
     """A verdict with the reasons that led to it (numbers formatted in).
 
     Attributes:
-        action: an :class:`Option`: plug in, warm start or from scratch (the point estimate's).
+        action: an :class:`Option`: plug in, warm start or from scratch (the point estimate's), or
+            :data:`NO_VERDICT` when the old drafter gains nothing on the old target.
         reasons: one line per step of the argument.
-        kept: fraction of the gain (τ - 1) on the old target kept on the new one.
+        kept: fraction of the gain (τ - 1) on the old target kept on the new one; None (undefined)
+            with no verdict.
         between: the two options whose threshold the bootstrap band straddles (empty when the
             band is clear of it, or there is no band): too close to call on these sequences.
-        bands: ``kept``, ``tau_a``, ``tau_b`` as :class:`Band` (None without per-sequence data).
+        bands: ``kept``, ``tau_a``, ``tau_b`` as :class:`Band` (None without per-sequence data; no
+            ``kept`` with no verdict).
     """
 
     action: str
     reasons: list[str]
-    kept: float
+    kept: float | None
     between: tuple[str, ...] = ()
     bands: dict | None = None
 
     @property
     def close(self) -> bool:
         return bool(self.between)
+
+    @property
+    def decided(self) -> bool:
+        """Whether the probe named an option (False: the old drafter gains nothing on A, no verdict)."""
+        return self.action != NO_VERDICT
+
+    def kept_text(self) -> str:
+        """``"95% (90% band 90%–99%)"``, or why the share of the gain kept is undefined."""
+        if self.kept is None:
+            return "undefined (the old drafter gains nothing on target A)"
+        band = (self.bands or {}).get("kept")
+        return f"{100 * self.kept:.0f}%" + (f" ({band.text(percent=True)})" if band is not None else "")
 
     @property
     def label(self) -> str:
@@ -101,10 +128,38 @@ class Decision:
         return out
 
 
-def gain_kept(tau_old: float, tau_new: float) -> float:
-    """Fraction of the gain (τ - 1) on the old target kept on the new one (0 when there was none)."""
-    gain = tau_old - 1.0
-    return (tau_new - 1.0) / gain if gain > 0 else 0.0
+def gain_kept(tau_old: float, tau_new: float) -> float | None:
+    """Fraction of the gain (τ - 1) on the old target kept on the new one.
+
+    None (undefined) when the old target's gain is not above :data:`MIN_GAIN_ON_A`: a share of no gain
+    is a ratio of noise.
+    """
+    return (tau_new - 1.0) / (tau_old - 1.0) if tau_old > 1.0 + MIN_GAIN_ON_A else None
+
+
+def missing_evidence(sequences: int, seq_counted, k: int, unit: str = "sequences",
+                     counted: str = "positions counted") -> str | None:
+    """What a verdict lacks on these sequences, in words, or None when there is enough to decide.
+
+    Args:
+        sequences: sequences probed.
+        seq_counted: per sequence, the positions counted at each of the k draft steps ([N, k]).
+        k: drafts per cycle.
+        unit: what a sequence is called where it came from (``"paired samples"`` for dumps).
+        counted: what a counted position is called there.
+    """
+    rows = [list(r) for r in seq_counted]
+    positions = sum(int(r[0]) for r in rows if r)
+    if positions == 0:
+        return f"0 {counted} in {sequences} {unit}: nothing to measure"
+    with_positions = sum(1 for r in rows if r and r[0] > 0)
+    if with_positions < MIN_SEQUENCES:
+        return (f"{counted} in only {with_positions} of {sequences} {unit} ({positions} positions): a verdict's "
+                f"band resamples {unit}, and needs at least {MIN_SEQUENCES} that count a position")
+    if sum(int(r[k - 1]) for r in rows if len(r) >= k) == 0:
+        return (f"no position counts draft {k} of k = {k} in {sequences} {unit} (they end too soon after their "
+                f"counted positions): τ over {k} drafts cannot be measured; lower k, or probe longer {unit}")
+    return None
 
 
 def _ratio(hits, counted):
@@ -140,8 +195,8 @@ def tau_bands(hits_a, counted_a, hits_b, counted_b, reps: int = BOOTSTRAP_REPS, 
     ha, ca, hb, cb = (weights @ a for a in arrays)  # [reps, k]
     chain_a, chain_b = _ratio(ha, ca), _ratio(hb, cb)
     tau_a, tau_b = 1 + np.nansum(chain_a, 1), 1 + np.nansum(chain_b, 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kept = np.where(tau_a > 1, (tau_b - 1) / (tau_a - 1), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample with no gain on A keeps no share of it
+        kept = np.where(tau_a > 1 + MIN_GAIN_ON_A, (tau_b - 1) / (tau_a - 1), np.nan)
     q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
 
     def band(x) -> Band:
@@ -156,12 +211,25 @@ def tau_bands(hits_a, counted_a, hits_b, counted_b, reps: int = BOOTSTRAP_REPS, 
 def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = None) -> Decision:
     """Plug in as is, warm start, or train from scratch, from the old drafter's τ on the old target A and the new B.
 
+    A verdict needs a drafter that works on A: when τ on A (the low end of its band, where there is
+    one) is not above 1 + :data:`MIN_GAIN_ON_A`, the result is :data:`NO_VERDICT` and the share of the
+    gain kept is undefined.
+
     Args:
         accept_on_a, accept_on_b: τ (teacher forced) on A and on B.
         bands: :func:`tau_bands` of those numbers; when the band of the gain kept straddles
             :data:`PLUGIN_KEEP` (or that of τ on B straddles :data:`WARM_START_MIN_TAU`), the verdict
             names both options (``between``) instead of one.
+
+    Raises:
+        ValueError: a τ that is not a finite number of at least 1 (no verdict is read from NaN).
     """
+    for name, tau in (("τ on A", accept_on_a), ("τ on B", accept_on_b)):
+        if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau >= 1.0):
+            raise ValueError(f"{name} must be a finite number of at least 1, got {tau!r}")
+    tau_a_band = (bands or {}).get("tau_a")
+    if not _gains_on_a(accept_on_a, tau_a_band):
+        return _no_verdict(accept_on_a, accept_on_b, bands)
     kept = gain_kept(accept_on_a, accept_on_b)
     reasons = [f"τ {accept_on_a:.2f} on A vs {accept_on_b:.2f} on B: the drafter keeps "
                f"{100 * kept:.0f}% of its gain (τ - 1) on the new target"]
@@ -190,6 +258,26 @@ def plugin_verdict(accept_on_a: float, accept_on_b: float, bands: dict | None = 
                "scratch cannot be told apart on these sequences; let the fine-tune's measured τ decide")
     return Decision(action, reasons + [why], kept, between,
                     {k: bands[k] for k in ("kept", "tau_a", "tau_b")} if bands else None)
+
+
+def _gains_on_a(tau_a: float, band: Band | None) -> bool:
+    """Whether the old drafter gains on its own target: τ on A (its band's low end) above 1 + MIN_GAIN_ON_A."""
+    low = min(tau_a, band.low) if band is not None else tau_a
+    return math.isfinite(low) and low > 1.0 + MIN_GAIN_ON_A
+
+
+def _no_verdict(tau_a: float, tau_b: float, bands: dict | None) -> Decision:
+    """The outcome when the old drafter gains nothing on A: no option, the share kept undefined, and why."""
+    band = (bands or {}).get("tau_a")
+    measured = f"τ {tau_a:.2f} on A" + (f" ({band.text()})" if band is not None else "") + f", {tau_b:.2f} on B"
+    at = " at its band's low end" if band is not None else ""
+    reasons = [f"{measured}: the old drafter gains nothing on its own target A on this text (a verdict needs τ on A "
+               f"above {1 + MIN_GAIN_ON_A:.2f}{at}), so the share of its gain kept on B is undefined",
+               "the probe cannot decide: the text may be unlike the drafter's training data, or the drafter or its "
+               "aux layers do not fit target A; probe on text like its training data, check the drafter against A "
+               "(`eaglelab compare`), or let notebook 04's measured τ decide"]
+    kept_bands = {k: bands[k] for k in ("tau_a", "tau_b") if k in bands} if bands else None
+    return Decision(NO_VERDICT, reasons, None, (), kept_bands)
 
 
 @dataclass(frozen=True)
@@ -249,7 +337,12 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
     level, between = str(verdict.get("level")), [str(o) for o in between]
     action = str(recommendation.get("action"))
     kept = verdict.get("kept")
-    kept_text = f"{100 * kept:.0f}% of the gain kept" if isinstance(kept, (int, float)) else "its gain kept"
+    number = isinstance(kept, (int, float)) and not isinstance(kept, bool) and math.isfinite(kept)
+    kept_text = f"{100 * kept:.0f}% of the gain kept" if number else "its gain kept"
+    if level == NO_VERDICT:
+        return (f"Notebook 03's probe gave no verdict: the old drafter gains nothing on its own target A on the "
+                f"probe's text, so the share of its gain kept on the new target is undefined; notebook 04, which "
+                f"trains each option and measures it by real decoding, decides: **{action}**.")
     if not between and level == action:
         return f"Notebook 03's probe and notebook 04's fine-tune agree: **{action}**."
     if between and action in between:

@@ -21,7 +21,9 @@ import errno
 import json
 import math
 import os
+import re
 import stat
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,22 +39,63 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 #: Largest integer field accepted (sizes, layer counts, token ids): 2^53, exact as a float.
 MAX_FIELD_INT = 2**53
 
-_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {127: "\\x7f"}
+#: Unicode categories a terminal acts on instead of showing: controls (C0, DEL, C1: escape sequences, line
+#: breaks), format characters (bidi overrides and isolates, zero-width marks), line and paragraph
+#: separators, lone surrogates.
+_UNSHOWN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+#: A plain name (a config key, a tensor name, a method): shown bare, it cannot pass for a line of eaglelab's.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.+/-]+")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def one_line(text: str) -> str:
-    """``text`` with line breaks and other control characters escaped, so it prints as one line."""
-    return str(text).translate(_CONTROL)
+    """``text`` with line breaks and other control characters escaped, so it prints as one line.
+
+    Escaped: C0 and C1 controls, DEL, Unicode format characters (bidi overrides such as U+202E, the
+    isolates U+2066-2069, U+200E/F), line and paragraph separators, lone surrogates, as ``\\x1b`` /
+    ``\\u202e``; every other character stays as it is.
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in _UNSHOWN else c for c in text)
 
 
 def printable(text: str) -> str:
-    """``text`` safe for a terminal: control characters and lone surrogates escaped."""
+    """``text`` safe for a terminal: control, format and separator characters and lone surrogates escaped."""
     text = one_line(text)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def quoted(value: Any, limit: int | None = None) -> str:
+    """A value read from a file, for a line eaglelab prints: escaped, and quoted unless it is a plain name.
+
+    A string of name characters only (letters, digits, ``_ . + / -``) is shown as it is; any other string in
+    Python's quotes (``'verdict: PROBE'``), so that no file's text can pass for a line, a verdict or a word of
+    eaglelab's own; other values as JSON. Control and format characters are escaped (:func:`printable`).
+    ``limit``: cut to that many characters (``...`` marks the cut).
+    """
+    if isinstance(value, str):
+        text = value if _PLAIN_NAME.fullmatch(value) else repr(value)
+    else:
+        text = json.dumps(value, default=str)
+    if limit is not None and len(text) > limit:
+        text = text[: max(limit - 3, 0)] + "..."
+    return printable(text)
+
+
+def is_ascii_digits(text: Any) -> bool:
+    """Whether ``text`` is a string of ASCII digits ``0-9`` only (``str.isdigit`` also takes ``²``, ``٣``, ...,
+    which ``int`` refuses): the check before ``int()`` of a number read from outside."""
+    return isinstance(text, str) and text.isascii() and text.isdigit()
 
 
 def _os_problem(exc: OSError | ValueError) -> str:

@@ -75,29 +75,35 @@ from eaglelab.probe.plugin import layerwise_cka
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
-from eaglelab.workbook.choices import Choices, Slot
+from eaglelab.workbook.choices import Choices, Slot, check_local_paths, needs_world
 from eaglelab.workbook.report import bullets_from_markdown, plan_uses_plugin_tau, save_findings
 from eaglelab.workbook.widgets import ChoicePanel
-from eaglelab.worlds.build import build_world
+from eaglelab.worlds.build import world_for
 
 plots.use_style()
 if SMOKE:
     SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
-world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
+# the parameters first (the dump folders, the data file, the numbers): a bad one is one line, before any world
+check_local_paths({"STATES_A": STATES_A, "STATES_B": STATES_B, "DATA": DATA})
+settings = ProbeSettings(TARGET_A or "", TARGET_B or "", DRAFTER or "", data=DATA or None, sequences=SEQUENCES,
+                         seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS,
+                         measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP,
+                         states_a=STATES_A, states_b=STATES_B)
+# the world gives the checkpoints left unset; with all three yours it is not built (its paths only)
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET_A, TARGET_B, DRAFTER))
 choices = Choices("03", [Slot("TARGET_A", "old target (A)", "target", TARGET_A, str(world.target_a)),
                          Slot("TARGET_B", "new target (B)", "target", TARGET_B, str(world.target_b)),
                          Slot("DRAFTER", "old drafter (on A)", "drafter", DRAFTER, str(world.drafter_a), fits="TARGET_A"),
                          Slot("DATA", "data (optional)", "data", DATA, "")], root=str(world.root))
 TARGET_A, TARGET_B, DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
-settings = ProbeSettings(TARGET_A, TARGET_B, DRAFTER, data=DATA or None, sequences=SEQUENCES, seq_len=SEQ_LEN, k=K,
-                         batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS,
-                         dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP, states_a=STATES_A, states_b=STATES_B)
+settings = replace(settings, target_a=TARGET_A, target_b=TARGET_B, drafter=DRAFTER, data=DATA or None)
 FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, nothing is decoded for real
 
 # %% [markdown]
 # ## Pick the checkpoints
-# Each picker lists what was found under the world folder and takes any folder, file or hub id you
-# type (a path is looked for from here and from the repository root); the line under it says what
+# Each picker lists what was found under the world folder (not built when `TARGET_A`, `TARGET_B` and
+# `DRAFTER` are all given) and takes any folder, file or hub id you type (a path is looked for from here
+# and from the repository root); the line under it says what
 # it is, or what is wrong (a drafter that does not fit target A is refused here, from configs and
 # headers). **Probe** loads the two targets and answers here: the verdict, τ on A and on B, and the
 # similarity per layer, with one progress bar. The sections below read the choice when run (Run All
@@ -160,8 +166,8 @@ display(pd.DataFrame({"on A": result.eval_a["acc"], "on B": result.eval_b["acc"]
                      index=[f"draft {i + 1}" for i in range(K)]).T.round(3))
 display(chain.round(3))
 bands = result.decision.bands
-print(f"verdict: {result.decision.label}; gain kept {100 * result.decision.kept:.0f}% "
-      f"({bands['kept'].text(percent=True)}, resampling the probed sequences)")
+print(f"verdict: {result.decision.label}; gain kept {result.decision.kept_text()} "
+      "(resampling the probed sequences)")
 
 # %% [markdown]
 # ## 3 · Measured: real speculative decoding with the old drafter on both targets

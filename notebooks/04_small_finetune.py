@@ -68,6 +68,7 @@ RECIPE_GPUS = 8
 SERVING_ENGINE = "vllm"  # measure the drafters in vLLM too when its environment exists (`make engine`); None: skip
 
 # %%
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -90,11 +91,11 @@ from eaglelab.planning import provenance as pv
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
-from eaglelab.workbook.choices import Choices, Slot
+from eaglelab.workbook.choices import Choices, Slot, check_local_paths, needs_world
 from eaglelab.workbook.report import save_findings, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
-from eaglelab.worlds.build import build_world
+from eaglelab.worlds.build import world_for
 
 plots.use_style()
 if SMOKE:
@@ -103,15 +104,17 @@ if SMOKE:
     BATCH_SIZE, TTT_LENGTH, K = 8, 5, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
-world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
+check_local_paths({"DATA": DATA})  # the parameters first: a bad one is one line, before any world is built
+settings = FinetuneSettings(TARGET or "", old_drafter=OLD_DRAFTER or "", data=DATA or None, seq_len=SEQ_LEN,
+                            train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
+                            batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
+                            measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET, OLD_DRAFTER))  # else its paths only
 choices = Choices("04", [Slot("TARGET", "new target (B)", "target", TARGET, str(world.target_b)),
                          Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, str(world.drafter_a), fits="TARGET"),
                          Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
 TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
-settings = FinetuneSettings(TARGET, old_drafter=OLD_DRAFTER, data=DATA or None, seq_len=SEQ_LEN,
-                            train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
-                            batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
-                            measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
+settings = replace(settings, target=TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
 
 # %% [markdown]
 # ## Pick the checkpoints

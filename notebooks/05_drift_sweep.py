@@ -63,22 +63,24 @@ from eaglelab.drift import analysis
 from eaglelab.drift.sweep import DEMO_MEASURED, DEMO_POINTS, SMOKE_MEASURED, SMOKE_POINTS, SweepSettings, run_sweep
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
+from eaglelab.workbook.choices import needs_world
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
-from eaglelab.worlds.build import build_world
+from eaglelab.worlds.build import build_world, world_for
 
 plots.use_style()
-world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
-TARGET_A, TARGET_B, DRAFTER = TARGET_A or world.target_a, TARGET_B or world.target_b, DRAFTER or world.drafter_a
-EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = pv.tag(EVIDENCE)
 points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
 settings = SweepSettings(sequences=SEQUENCES, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
-                         measure_tokens=MEASURE_TOKENS)
+                         measure_tokens=MEASURE_TOKENS)  # the parameters first: a bad one is one line, before any world
 if SMOKE:
     settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
                              lora_seq_len=64, lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
+# the world gives the checkpoints left unset; with all three yours it is not built (its paths only)
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET_A, TARGET_B, DRAFTER))
+TARGET_A, TARGET_B, DRAFTER = TARGET_A or world.target_a, TARGET_B or world.target_b, DRAFTER or world.drafter_a
+EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
+TAG = pv.tag(EVIDENCE)
 pair_world = build_world(PAIR_WORLD) if PAIR_WORLD else None
 print(f"A {TARGET_A}\nB {TARGET_B}\ndrafter {DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
       f"second pair: {pair_world.root if pair_world else 'none'}")

@@ -44,6 +44,7 @@ import signal
 import struct
 import time
 import traceback
+import unicodedata
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1017,12 +1018,59 @@ def target_config(key: str, value, layout: str = "flat") -> dict:
     return outer
 
 
+#: RoPE edge values (issue #37 item 8): bases and factors at, below and near 1, beta ramps the wrong way round,
+#: llama3 bands inverted or empty, floats near 0 and near the float limit, YaRN attention factors that overflow.
+ROPE_NUMBERS = st.sampled_from([0, -1, 1, 1.0, 0.5, 0.999, 1.0000000001, 1e-300, 5e-324, 2, 4.0, 32, 40.0, 64.0,
+                                1e10, 1e300, 1.7e308, 10 ** 30, 4096]) | st.floats(1e-3, 1e4)
+ROPE_TYPES = st.sampled_from(["yarn", "yarn", "llama3", "llama3", "linear", "default", "deepseek_yarn", "dynamic"])
+ROPE_KEYS = ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast",
+             "beta_slow", "mscale", "mscale_all_dim")
+
+
+@st.composite
+def rope_fields(draw) -> tuple[Any, dict[str, Any]]:
+    """``(rope_theta, rope_scaling)``: a RoPE type with some of its fields at edge values."""
+    theta = draw(ROPE_NUMBERS | st.just(10000.0))
+    scaling = {"rope_type": draw(ROPE_TYPES)}
+    for key in ROPE_KEYS:
+        if draw(st.integers(0, 2)):
+            scaling[key] = draw(ROPE_NUMBERS)
+    return theta, scaling
+
+
+def rope_reference(theta, scaling: dict[str, Any], head_dim: int = 8) -> tuple[str, str]:
+    """``(oracle, why)`` from transformers' own RoPE arithmetic (``ROPE_INIT_FUNCTIONS``, as the engines compute):
+    where it raises or gives a non-finite frequency or attention factor, eaglelab must refuse or list the config."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        cfg = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim,
+                          max_position_embeddings=512, rope_parameters={"rope_theta": theta, **scaling})
+        kind = cfg.rope_parameters["rope_type"]
+        if kind == "default":
+            inv, factor = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)), 1.0
+        else:
+            inv, factor = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+    except Exception as exc:  # noqa: BLE001 (any failure of the reference is the finding)
+        return "invalid", f"transformers' RoPE raises {type(exc).__name__}: {_short(str(exc), 80)}"
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if not (bool(torch.isfinite(inv.float()).all()) and math.isfinite(factor) and abs(factor) < 3.4e38):
+        return "invalid", f"transformers' RoPE is not finite (attention factor {factor})"
+    return "any", "transformers computes it: eaglelab computes it finite, or refuses it in one line"
+
+
 @st.composite
 def config_cases(draw, root: Path) -> Case:
     """A valid tiny drafter's weights beside a config.json with one field given a wrong JSON type (or a
     garbage target config for ``compare --target``, or a whole-file garbage config)."""
     fmt = draw(st.sampled_from(["specforge", "speculators"]))
-    kind = draw(st.sampled_from(["field", "field", "field", "target", "whole"]))
+    kind = draw(st.sampled_from(["field", "field", "field", "target", "whole", "rope"]))
     folder = new_dir(root, "config")
     drafter = folder / "drafter"
     json_flag = draw(st.booleans())
@@ -1034,6 +1082,14 @@ def config_cases(draw, root: Path) -> Case:
         label = f"{fmt} {key} = {_short(repr(value), 80)}"
         kind = f"{fmt} {key}"
         mode = draw(st.sampled_from(["inspect", "compare-b", "compare-a"]))
+    elif kind == "rope":
+        theta, scaling = draw(rope_fields())
+        oracle, why = rope_reference(theta, scaling)
+        cfg = set_config_field(set_config_field(tiny_config(fmt), "rope_theta", theta, fmt), "rope_scaling", scaling, fmt)
+        write_tiny_drafter(drafter, fmt, config=dump(cfg))
+        label = f"{fmt} rope_theta {theta!r}, rope_scaling {_short(repr(scaling), 120)}"
+        kind = f"rope {scaling['rope_type']}"
+        mode = draw(st.sampled_from(["inspect", "compare-b"]))
     elif kind == "whole":
         raw, oracle = draw(st.sampled_from(WHOLE_CONFIGS))
         why = "config.json is not a drafter config object"
@@ -1379,14 +1435,15 @@ NORMAL = {
     "--tokens-per-sample": ["512", "256"], "--k": ["3", "4", "2"], "--plugin-tau": ["1.8", "2.2"],
     "--old-samples": ["1400000", "5000"], "--exponent": ["0.1 0.3", "0.2 0.2"], "--transfer": ["0.1 0.5", "0.2 1"],
     "--budgets": ["100000 1000000", "500000"], "--chain": ["0.8,0.6,0.45", "0.5"],
+    "--concurrency": ["1 8 64", "1", "4 128"],
 }
 FLAGS = {
-    "perf": ["--baseline-tps", "--cycle-ms", "--accept-len", "--goal-tps"],
+    "perf": ["--baseline-tps", "--cycle-ms", "--accept-len", "--goal-tps", "--k", "--concurrency"],
     "plan": ["--baseline-tps", "--cycle-ms", "--accept-len", "--goal-tps", "--samples", "--gen-tps",
              "--tokens-per-sample", "--k", "--plugin-tau", "--old-samples", "--exponent", "--transfer", "--budgets"],
     "predict": ["--accept-len", "--k", "--chain", "--cycle-ms", "--baseline-tps"],
 }
-MULTI = {("perf", "--goal-tps"), ("plan", "--budgets")}  # nargs="+"
+MULTI = {("perf", "--goal-tps"), ("plan", "--budgets"), ("perf", "--concurrency")}  # nargs="+"
 PAIRS = {"--exponent", "--transfer"}
 
 
@@ -1411,11 +1468,12 @@ def _worst(statuses) -> str:
 
 def _range_status(flag: str, text: str, cmd: str, k: int) -> str:
     """valid / invalid / any of one numeric flag value."""
-    if flag == "--k":
+    if flag in ("--k", "--concurrency"):
         n = _int(text)
         if n is None or n < 1:
             return "invalid"
-        return "valid" if text in NORMAL["--k"] else "any"
+        plain = text in NORMAL["--k"] if flag == "--k" else text.isascii() and text.isdigit() and n <= 10**12
+        return "valid" if plain else "any"
     if flag == "--chain":
         parts = [_num(p) for p in text.split(",")]
         if any(p is None or not math.isfinite(p) or not 0 <= p <= 1 for p in parts):
@@ -1430,8 +1488,8 @@ def _range_status(flag: str, text: str, cmd: str, k: int) -> str:
     if flag == "--accept-len" or flag == "--plugin-tau":
         if x < 1:
             return "invalid"
-        if cmd == "perf":
-            return odd
+        if cmd == "perf":  # plain perf and --concurrency refuse a τ above k + 1 too (#37 item 11)
+            return "invalid" if x > k + 1 else odd
         if x > k + 1:
             return "invalid"
         if x == k + 1 or (flag == "--accept-len" and x == 1):  # τ = 1: no gain to plan or predict from
@@ -1576,9 +1634,70 @@ def args_case(folder: Path | None, cmd: str, given: dict[str, list[str] | None],
                 kind=f"{cmd} {why}")
 
 
+#: A consistent MoE target for the load model (DeepSeek-V2-Lite's shape: MLA, 64 routed experts, 6 per token).
+LOAD_TARGET = {"hidden_size": 2048, "num_hidden_layers": 27, "vocab_size": 102400, "num_attention_heads": 16,
+               "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+               "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64, "num_experts_per_tok": 6,
+               "n_shared_experts": 2, "first_k_dense_replace": 1, "torch_dtype": "bfloat16"}
+#: Load-model configs that contradict themselves (#37 item 10): each field set (None: removed) on :data:`LOAD_TARGET`.
+IMPOSSIBLE_LOAD_TARGETS = {
+    "first_k_dense_replace above the layers": {"first_k_dense_replace": 28},
+    "num_experts_per_tok above the experts": {"num_experts_per_tok": 65},
+    "no experts per token": {"num_experts_per_tok": 0}, "negative experts": {"n_routed_experts": -64},
+    "routed experts without their width": {"moe_intermediate_size": None},
+    "num_local_experts negative": {"n_routed_experts": None, "num_local_experts": -2},
+    "num_local_experts a string": {"n_routed_experts": None, "num_local_experts": "8"},
+    "quantization bits 0": {"quantization_config": {"quant_method": "gptq", "bits": 0}},
+    "quantization bits true": {"quantization_config": {"quant_method": "gptq", "bits": True}},
+    "more KV heads than heads": {"kv_lora_rank": None, "num_key_value_heads": 32},
+    "heads wider than the model": {"kv_lora_rank": None, "num_attention_heads": 4096},
+}
+#: Numbers no setup gives (#37 items 9 and 11): τ above k + 1, a cycle shorter than a plain step, on every path.
+LOAD_REFUSALS = {
+    "perf τ above k + 1": ["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "100", "--k", "3"],
+    "perf τ just above k + 1": ["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "3.0001", "--k", "2"],
+    "perf --concurrency τ above k + 1": ["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "5", "--k", "3",
+                                         "--concurrency", "1", "8"],
+    "plan τ above k + 1": ["plan", "--accept-len", "4.5", "--k", "3"],
+    "perf --concurrency cycle below a step": ["perf", "--baseline-tps", "82", "--cycle-ms", "5", "--accept-len", "2",
+                                              "--concurrency", "1", "8", "64"],
+    "perf --concurrency cycle below a step at 8": ["perf", "--baseline-tps", "20", "--cycle-ms", "40", "--accept-len", "2",
+                                                   "--concurrency", "8", "64", "--at-concurrency", "8"],
+    "plan cycle below a step": ["plan", "--cycle-ms", "5"],
+}
+
+
+@st.composite
+def load_cases(draw, root: Path) -> Case:
+    """The load model's inputs (#37 items 9-11): a target config that contradicts itself, τ above k + 1 and a cycle
+    shorter than a plain step, each refused in one line; the consistent config, answered."""
+    json_flag = draw(st.booleans())
+    folder = None
+    if draw(st.sampled_from(["numbers", "config", "config"])) == "numbers":
+        label = draw(st.sampled_from(sorted(LOAD_REFUSALS)))
+        argv, oracle = list(LOAD_REFUSALS[label]), "invalid"
+    else:
+        label = draw(st.sampled_from(["consistent"] * 3 + sorted(IMPOSSIBLE_LOAD_TARGETS)))
+        folder = new_dir(root, "args")
+        cfg = {k: v for k, v in {**LOAD_TARGET, **IMPOSSIBLE_LOAD_TARGETS.get(label, {})}.items() if v is not None}
+        (folder / "config.json").write_bytes(dump(cfg))
+        cmd = draw(st.sampled_from(["perf", "plan"]))
+        argv = [cmd, "--target-config", str(folder / "config.json")]
+        if cmd == "perf":
+            argv += ["--baseline-tps", draw(st.sampled_from(NORMAL["--baseline-tps"])), "--cycle-ms", "45.5",
+                     "--accept-len", draw(st.sampled_from(NORMAL["--accept-len"])), "--concurrency", "1", "8", "64"]
+        oracle = "valid" if label == "consistent" else "invalid"
+    return Case("args", f"load: {label}", argv + (["--json"] if json_flag else []), oracle, folder,
+                check_ok=_check_numbers_finite if json_flag else None, kind=f"load: {label}",
+                note="the load model answers only a consistent config and one setup's numbers")
+
+
 @st.composite
 def args_cases(draw, root: Path) -> Case:
-    """perf / plan / predict flags with hostile, edge and normal numbers, missing values and unknown flags."""
+    """perf / plan / predict flags with hostile, edge and normal numbers, missing values and unknown flags; one case
+    in eight the load model's inputs (:func:`load_cases`)."""
+    if draw(st.sampled_from(["load"] + ["numbers"] * 7)) == "load":
+        return draw(load_cases(root))
     cmd = draw(st.sampled_from(["perf", "perf", "plan", "predict"]))
     flags = FLAGS[cmd]
     chosen = draw(st.lists(st.sampled_from(flags), unique=True, max_size=len(flags)))
@@ -1730,12 +1849,86 @@ HOSTILE_TEMPLATES = [
     "{{ raise_exception('no') }}", "{% if %}", "{{ messages[99] }}", "{{ undefined_thing.attr }}", "{% break %}",
     "{{ strftime_now('%Y') }}", "{% generation %}{{ messages[0].content }}{% endgeneration %}", "",
     "{%- for m in messages -%}{{ m | tojson(indent=10 ** 6) }}{%- endfor -%}", "{{ messages | tojson(sort_keys=1) }}",
+    # issue #37 item 1: one C-level call that sizes its result (widths, big integers, replace, doubling)
+    "{{ 'x'|center(1500000000)|length }}", "{% set x = ((7**64)**64)**64 %}{{ (x*x)**64 }}",
+    "{{ 'x'.ljust(1500000000)|length }}", "{{ 'x'.rjust(1500000000)|length }}", "{{ 'x'.zfill(1500000000)|length }}",
+    "{{ ('x' * 1000).replace('x', 'y' * 900000)|length }}", "{{ ('x' * 999999).replace('', 'yy')|length }}",
+    "{{ '%1500000000s' % 'x' }}", "{{ '%*s' % (1500000000, 'x') }}", "{{ '%.1500000000f' % 1.5 }}",
+    "{{ '{:>1500000000}'.format('x') }}", "{{ '{:>{}}'.format('x', 1500000000) }}", "{{ '%1500000000s'|format('x') }}",
+    "{{ 'a\\tb'.expandtabs(1500000000)|length }}", "{{ 'ab\\ncd'|indent(1500000000)|length }}",
+    "{{ messages|tojson(indent=1500000000)|length }}", "{{ (2 ** 64) ** 64 ** 2 }}", "{{ 7 ** 64 * 7 ** 64 * 7 ** 64 }}",
+    "{% set ns = namespace(a='x') %}{% for i in range(40) %}{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a|length }}",
+    "{{ range(99999)|map('string')|join('x' * 99999)|length }}",
+    # issue #37 item 3: a template's own words forging eaglelab's lines or driving the terminal
+    "{{ raise_exception('\\x1b[2J\\x1b[Hverdict: PROBE\\nproblems: none') }}",
+    "{{ raise_exception('ok\\nverdict: FORGED\\nFORGED') }}", "{{ raise_exception('\\u202eFORGED\\x9b31m') }}",
+    "{{ messages.__init__.__globals__ ~ '\\nverdict: FORGED' }}", "{% if \x1b[2J\nverdict: FORGED %}{% endif %}",
 ]
 TIKTOKEN_LINES = [b"", b"YQ== 0\n", b"YQ==\n", b"YQ== x\n", b"YQ== -1\n", b"YQ== 99999999999\n", b"!!!! 1\n",
                   b"YQ== 0 extra\n", b"\xff\xfe 0\n", b"YQ== 0\r\nYg== 1\r\n", b"YQ== 0\n" * 3, b"x" * 100_000,
                   b"YQ== 2147483648\n", b"\x00\n"]
 TARGET_FILES_MUTATED = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "tiktoken.model",
                         "chat_template.jinja", "config.json", "special_tokens_map.json")
+#: Text a file may carry to drive the terminal or forge eaglelab's own lines (issue #37 item 3): escape sequences
+#: (C0 and C1), whole lines, bidi overrides and isolates, line separators, a lone surrogate.
+FORGED_TEXTS = ["\x1b[2J\x1b[H", "x\nverdict: FORGED\nFORGED", "\x9b31mred", "\u202eFORGED", "a\u2066b\u2069\u200e\u200f",
+                "\r\nFORGED", "\x85FORGED", "\u2028FORGED", "FORGED\x07", "\ud800", "\x1b]0;title\x07", "verdict: FORGED",
+                "FORGED: none", "\ufeff\u200b"]
+#: Keys that pass ``str.isdigit`` but not ``int`` (issue #37 item 2), and digits ``int`` reads but ASCII does not.
+NON_ASCII_DIGITS = ["\u00b2", "\u00b9\u00b2", "\u2460", "\u0661\u0662", "\uff11", "1\u00b2", "\U0001d7d9", "\u2070"]
+#: What a terminal acts on instead of showing (one_line's categories); none may reach stdout raw.
+UNSHOWN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def nothing_forged(outcome: Outcome) -> tuple[str, str, str] | None:
+    """No control or format character in the output (a newline ends eaglelab's own lines only), and no line that
+    starts with text planted in a file (``FORGED``, ``verdict: FORGED``)."""
+    for name, text in (("stdout", outcome.stdout), ("stderr", outcome.stderr)):
+        raw = sorted({c for c in text if c != "\n" and unicodedata.category(c) in UNSHOWN})
+        if raw:
+            return "garbage", f"targets: a control or format character reached {name}", f"{raw!r} in {_short(text, 300)!r}"
+        forged = [line for line in text.split("\n") if line.lstrip(" -").startswith(("FORGED", "verdict: FORGED"))]
+        if forged:
+            return "garbage", f"targets: a file's text passes for a line of eaglelab's on {name}", repr(forged[:3])
+    return None
+
+
+def forged_config(draw) -> dict:
+    """The tiny target's config with forged text in its ``rope_scaling`` keys, its ``quantization_config`` strings,
+    its architecture, or its vision tower's fields."""
+    text, cfg = draw(st.sampled_from(FORGED_TEXTS)), copy.deepcopy(TINY_TARGET)
+    where = draw(st.sampled_from(["rope key", "rope value", "quant method", "quant field", "quant ignore", "fp8 block",
+                                  "architecture", "vision"]))
+    if where.startswith("rope"):
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": 2.0, **({text: 1.0} if where == "rope key" else {"type": text})}
+    elif where == "quant method":
+        cfg["quantization_config"] = {"quant_method": text, text: text}
+    elif where == "quant field":
+        cfg["quantization_config"] = {"quant_method": draw(st.sampled_from(["fp8", "modelopt", "gptq", "compressed-tensors"])),
+                                      "fmt": text, "quant_algo": text, "bits": text, "format": text, "activation_scheme": text,
+                                      "config_groups": {"g": {"weights": {"type": text, "num_bits": text, "strategy": text}}}}
+    elif where == "quant ignore":
+        cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": [text, "lm_head"]}
+    elif where == "fp8 block":
+        cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [text, 128]}
+    elif where == "architecture":
+        cfg["architectures"] = [text]
+    else:
+        cfg["vision_config"] = {text: text, "hidden_size": 8}
+    return cfg
+
+
+def forged_inspect_case(folder: Path, config: dict, json_flag: bool = False) -> Case:
+    """``inspect`` of a tiny target (real sparse safetensors) whose config carries forged text."""
+    from eaglelab.checkpoints.synthetic import write_synthetic_weights
+
+    target = write_synthetic_weights(folder / "target", [("model.embed_tokens.weight", (64, 16), "BF16"),
+                                                         ("model.norm.weight", (16,), "BF16"),
+                                                         ("lm_head.weight", (64, 16), "BF16")])
+    (target / "config.json").write_bytes(dump(config))
+    return Case("targets", f"inspect, config = {_short(repr(config), 100)}", ["inspect", str(target)] +
+                (["--json"] if json_flag else []), "any", folder, check_ok=nothing_forged, check_error=nothing_forged,
+                note="a target's strings are shown escaped and quoted", kind="inspect forged config")
 
 
 def _target_folder(folder: Path, template: str) -> Path:
@@ -1755,9 +1948,9 @@ def targets_case(folder: Path, name: str, content: bytes, json_flag: bool = Fals
     old, new = _target_folder(folder / "old", K2_TEMPLATE), _target_folder(folder / "new", K25_TEMPLATE)
     (new / name).write_bytes(content)
     argv = ["compare-targets", str(old), str(new)] + (["--json"] if json_flag else [])
-    return Case("targets", f"{name} = {_short(repr(content), 80)}", argv, "any", folder,
-                note="any answer but a crash: a template that fails is a finding, a file that is not what its name "
-                     "says one line", kind=name)
+    return Case("targets", f"{name} = {_short(repr(content), 80)}", argv, "any", folder, check_ok=nothing_forged,
+                check_error=nothing_forged, note="any answer but a crash: a template that fails is a finding, a file "
+                                                 "that is not what its name says one line; nothing forged", kind=name)
 
 
 @st.composite
@@ -1774,17 +1967,25 @@ def targets_cases(draw, root: Path) -> Case:
                "model": {"model": value}, "whole": value}[where]
         content = dump(doc)
     elif name == "tokenizer_config.json":
-        key = draw(st.sampled_from(["added_tokens_decoder", "chat_template", "bos_token", "eos_token"]))
-        content = dump({key: value} if draw(st.booleans()) else {key: {"163584": value}} if key != "chat_template"
-                       else {key: [{"name": "default", "template": value}]})
+        key = draw(st.sampled_from(["added_tokens_decoder", "chat_template", "bos_token", "eos_token", "decoder key"]))
+        if key == "decoder key":  # a key str.isdigit() takes and int() refuses, or forged text
+            text = draw(st.sampled_from(NON_ASCII_DIGITS + FORGED_TEXTS))
+            content = dump({"added_tokens_decoder": {text: {"content": text, "special": True}}, "eos_token": text})
+        else:
+            content = dump({key: value} if draw(st.booleans()) else {key: {"163584": value}} if key != "chat_template"
+                           else {key: [{"name": "default", "template": value}]})
     elif name in ("generation_config.json", "special_tokens_map.json"):
         content = dump({"eos_token_id" if name.startswith("generation") else "eos_token": value})
     elif name == "tiktoken.model":
         content = b"".join(draw(st.lists(st.sampled_from(TIKTOKEN_LINES), min_size=1, max_size=3)))
     elif name == "chat_template.jinja":
         content = draw(st.sampled_from(HOSTILE_TEMPLATES)).encode("utf-8", "surrogatepass")
-    else:
+    elif draw(st.integers(0, 2)) == 0:
         content = dump(target_config(draw(st.sampled_from(TARGET_FIELDS)), value))
+    elif draw(st.booleans()):
+        return forged_inspect_case(new_dir(root, "targets"), forged_config(draw), draw(st.booleans()))
+    else:
+        content = dump(forged_config(draw))
     return targets_case(new_dir(root, "targets"), name, content, draw(st.booleans()))
 
 

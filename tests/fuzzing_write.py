@@ -16,13 +16,16 @@ garbage accepted, or code run):
 - ``readback``: mutated findings files (``report``) and run records (``recipe --from-run``);
 - ``worker``: mutated answers of vLLM's worker, read by :func:`eaglelab.engines.vllm.run_from_result`;
 - ``hub``: a hub-compatible server that trickles, sends huge or lying bodies, or garbage, answering
-  ``inspect OWNER/NAME``: one line within the deadline;
+  ``inspect OWNER/NAME``, or changes a file between two answers (its commit, ETag or header length) while
+  a target's heads are read: one line within the deadline; an endless agent registry it is never asked for;
 - ``picker``: hostile folder trees for the notebooks' pickers (FIFOs named config.json, huge and
   broken configs, symlink loops, deep trees): they answer in time and list exactly the drafters;
 - ``dump``: the engines' hidden-state dumps (issue #27), SpecForge's ``data_{i}.ckpt[.gz]`` and vLLM's
   ``hs_{i}.safetensors``, mutated as bytes (flips, cuts, appends) and as tensors (NaN / Inf, widths,
   layer counts, token ids, dtypes, ranks, a pickled global ``weights_only`` refuses): what reads is
-  finite and of the promised shapes, the rest one line.
+  finite and of the promised shapes, the rest one line; and pairs of folders probed as A and B (issue #37):
+  loss masks of 0, one-token samples, too few samples, one folder twice or its byte copy, a ``rows_*`` folder
+  linked from outside or inside, a gzip bomb: refused with the reason, or (linked from inside) every sample probed.
 
 Function-level categories (``worker``, ``picker``) run through :func:`cli_errors`, which prints an
 :class:`~eaglelab.errors.EaglelabError` exactly as ``eaglelab.cli.main`` does.
@@ -246,32 +249,107 @@ RECIPE_TEXT = st.one_of(
     st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12))
 
 
+#: Relative paths and names that start with "-" (issue #37 item 17): a parser reads such a word as an option.
+#: (``--`` itself cannot be given as ``--flag=--``: argparse, eaglelab's too, reads it as no value.)
+DASH_NAMES = st.sampled_from(["-k2", "--k2", "-rf", "--flag", "-h", "--help", "- item", "-", "-$(touch PWNED)",
+                              "--x=y", "-'q'", "-😀", "-1", "--1e3", "---"])
+#: The recipe settings that are paths checked here (the drafter, the targets): given relative, from the case's folder.
+LOCAL_PATH_FLAGS = ("--init", "--target", "--target-a")
+
+
+def tiny_target_folder(folder: Path) -> Path:
+    """A target the probe recipe's checks read: the tiny target's config and safetensors with its embedding, head, norm."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(fz.TINY_TARGET))
+    V, H = fz.TINY_TARGET["vocab_size"], fz.TINY_TARGET["hidden_size"]
+    save_file({"model.embed_tokens.weight": np.ones((V, H), np.float32), "lm_head.weight": np.ones((V, H), np.float32),
+               "model.norm.weight": np.ones(H, np.float32)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def in_folder(folder: Path) -> Callable[[list[str]], int]:
+    """An entry point running ``eaglelab`` from ``folder``, so that relative paths name the case's own files."""
+    def run(argv: list[str]) -> int:
+        from eaglelab.cli import main
+
+        with contextlib.chdir(folder):
+            return main(argv)
+    return run
+
+
 @st.composite
 def recipe_cases(draw, root: Path) -> fz.Case:
     import unicodedata
 
     folder = fz.new_dir(root, "recipe")
-    drafter = fz.write_tiny_drafter(folder / "drafter")
-    target = folder / "target-config.json"
-    target.write_text(json.dumps(fz.TINY_TARGET))
-    flag = draw(st.sampled_from(["--data", "--workdir", "--chat-template"]))
-    value = draw(RECIPE_TEXT)
+    job = draw(st.sampled_from(["warm-start", "warm-start", "probe"]))
+    flags = ["--data", "--workdir", "--chat-template", *LOCAL_PATH_FLAGS[: 3 if job == "probe" else 2]]
+    flag = draw(st.sampled_from(flags))
+    # a local path is a folder made here; the probe's work folder receives the probe's JSON when the script runs
+    local = flag in LOCAL_PATH_FLAGS or (job == "probe" and flag == "--workdir")
+    value = draw(DASH_NAMES if local else RECIPE_TEXT | DASH_NAMES)
     engine = draw(st.sampled_from(["specforge", "speculators"]))
     bad = any(unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") for c in value)
+    paths = {"--init": "drafter", "--target": "target-b", "--target-a": "target-a"}
+    if flag in LOCAL_PATH_FLAGS:
+        paths[flag] = value
+    fz.write_tiny_drafter(folder / paths["--init"])
+    for f in ("--target-a", "--target") if job == "probe" else ("--target",):
+        tiny_target_folder(folder / paths[f])
     out = folder / "recipe"
-    argv = ["recipe", "--engine", engine, "--init", str(drafter), "--target", str(target), "--out", str(out),
-            f"{flag}={value}"]  # FLAG=VALUE: a value may start with "-"
-    return fz.Case("recipe", f"{engine} {flag} {value!r}"[:120], argv, "invalid" if bad else "valid", folder,
-                   check_ok=_script_runs_as_written(out, engine, flag, value), kind=f"{flag}")
+    argv = ["recipe", "--job", job, "--engine", engine, "--out", str(out)]
+    argv += [f"{f}={paths[f]}" for f in LOCAL_PATH_FLAGS if f in paths and (job == "probe" or f != "--target-a")]
+    if flag not in LOCAL_PATH_FLAGS:
+        argv.append(f"{flag}={value}")  # FLAG=VALUE: a value may start with "-"
+    return fz.Case("recipe", f"{job} {engine} {flag} {value!r}"[:120], argv, "invalid" if bad else "valid", folder,
+                   check_ok=_script_runs_as_written(out, job, flag, value), kind=f"{job} {flag}", main=in_folder(folder))
 
 
-def _script_runs_as_written(out: Path, engine: str, flag: str, value: str):
+def _rebuilt(out: Path, job: str):
+    """The recipe built again from its ``recipe.json`` settings (from the case's folder, as it was built)."""
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, build_probe_recipe
+    from eaglelab.engines.recipes import RecipeSettings, build_recipe
+
+    s = json.loads((out / "recipe.json").read_text())["settings"]
+    with contextlib.chdir(out.parent):
+        return build_probe_recipe(ProbeRecipeSettings(**s)) if job == "probe" else build_recipe(RecipeSettings(**s))
+
+
+def _parse_problem(call: list[str]) -> str | None:
+    """Why the command's own parser refuses a recorded call (eaglelab's, SpecForge's, speculators'), or None."""
+    from tests import engines
+
+    try:
+        if call[0] == "eaglelab":
+            from eaglelab.cli import build_parser
+
+            with contextlib.redirect_stderr(io.StringIO()):
+                build_parser().parse_args(call[1:])
+        elif call[0] == "specforge":
+            with contextlib.redirect_stderr(io.StringIO()):
+                engines.specforge_parser().parse_args(call[1:])
+        elif call[0] == "speculators":
+            try:
+                engines.speculators_command(call[1], call[2:])
+            except Exception as exc:  # Typer's own click: a BadParameter is a value checked against the cluster's files
+                if type(exc).__name__ != "BadParameter":
+                    raise
+    except (SystemExit, Exception) as exc:  # noqa: BLE001 - the parser's refusal is the finding
+        return f"{call[:2]}: {type(exc).__name__}: {str(exc)[:120]}"
+    return None
+
+
+def _script_runs_as_written(out: Path, job: str, flag: str, value: str):
     def check(outcome: fz.Outcome):
-        from eaglelab.engines.recipes import RecipeSettings, build_recipe
-
-        recipe_json = json.loads((out / "recipe.json").read_text())
-        s = recipe_json["settings"]
-        recipe = build_recipe(RecipeSettings(**s))
+        recipe = _rebuilt(out, job)
+        workdir = out / recipe.settings.workdir
+        if job == "probe" and not workdir.resolve().is_relative_to(out.resolve()):
+            return None  # the script's output would land outside the case's folder: not run here
+        if job == "probe":  # the script's mkdir is a recorder: its folder made here for the probe's JSON
+            workdir.mkdir(parents=True, exist_ok=True)
         calls, proc = script_stubs.run_script(out / "run.sh", out)
         if proc.returncode != 0 or proc.stderr:
             return "garbage", "the script did not run as written", proc.stderr[-200:]
@@ -280,6 +358,18 @@ def _script_runs_as_written(out: Path, engine: str, flag: str, value: str):
             return "garbage", "a word reached the engines changed", f"{flag} {value!r}"
         if list(out.parent.rglob("PWNED")):
             return "garbage", "code ran from a value", f"{flag} {value!r}"
+        if value.startswith("-") and flag != "--chat-template":
+            loose = [c for c in script_stubs.engine_calls(calls) if any(w == value or w.startswith(value + "/")
+                                                                        for w in c[1:])]
+            if loose:
+                return "garbage", "a path starting with '-' reached an engine as an option-like word", f"{loose[0][:6]}"
+        if value.startswith("-") and flag == "--chat-template":
+            if any(value in c[1:] for c in calls):
+                return "garbage", "a name starting with '-' reached an engine as its own word", f"{value!r}"
+        for call in script_stubs.engine_calls(calls):
+            problem = _parse_problem(call)
+            if problem:
+                return "garbage", "an engine's own parser refuses a step of the script", problem
         return None
     return check
 
@@ -389,7 +479,12 @@ def worker_cases(draw, root: Path) -> fz.Case:
 # --------------------------------------------------------------------------- hub
 
 HUB_FAULTS = ("trickle config", "trickle weights", "huge config", "huge config no length", "lying length",
-              "garbage config", "garbage weights", "server error", "forbidden", "empty weights", "huge header length")
+              "garbage config", "garbage weights", "server error", "forbidden", "empty weights", "huge header length",
+              "commit changes", "header length changes", "etag changes")
+#: Faults in a file asked for more than once: read as a target's heads (a header, then tensors by range).
+HUB_HEAD_FAULTS = ("header length changes", "etag changes")
+#: Answers eaglelab never asks for: the command succeeds and the server never sees the request.
+HUB_UNASKED = ("huge agent registry",)
 
 
 def hub_fault(kind: str, body: bytes):
@@ -427,27 +522,94 @@ def hub_fault(kind: str, body: bytes):
     return fault
 
 
+def changed_file_fault(kind: str, path: Path, commit: str, first_answers: int):
+    """Answers for ``path`` (a served file) after its first ``first_answers`` requests to the hub: from another commit
+    (``commit changes``), with another ETag (``etag changes``), or from a copy whose header is 8 bytes longer, every
+    tensor 8 bytes later (``header length changes``), each claiming the original's other stamps."""
+    import re
+
+    data = path.read_bytes()
+    etag = f'"{hashlib.sha256(data).hexdigest()}"'
+    if kind == "header length changes":
+        n = int.from_bytes(data[:8], "little")
+        data = (n + 8).to_bytes(8, "little") + data[8:8 + n] + b" " * 8 + data[8 + n:]
+    seen = []
+
+    def fault(rec):
+        if rec.filename != path.name or rec.server != "hub":
+            return None
+        seen.append(rec)
+        if len(seen) <= first_answers:
+            return None
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", rec.range or "")
+        lo, hi = (int(m.group(1)), min(int(m.group(2)), len(data) - 1)) if m else (0, len(data) - 1)
+        return 206, {"Content-Range": f"bytes {lo}-{hi}/{len(data)}", "Accept-Ranges": "bytes",
+                     "X-Repo-Commit": "0" * 40 if kind == "commit changes" else commit,
+                     "ETag": '"0000"' if kind == "etag changes" else etag}, data[lo:hi + 1]
+    return fault
+
+
+def _registry_asked(hub) -> Callable[[fz.Outcome], tuple[str, str, str] | None]:
+    def check(outcome: fz.Outcome) -> tuple[str, str, str] | None:
+        asked = [r.path for r in hub.requests if r.path.startswith("/api/agent-harnesses")]
+        return ("bad-output", "hub: the agent registry was asked for", asked[0]) if asked else None
+    return check
+
+
+def _read_heads(argv: list[str]) -> None:
+    from eaglelab.model.heads import read_target_heads
+
+    read_target_heads(argv[0])
+
+
 def hub_case(root: Path, hub, kind: str) -> fz.Case:
-    """``inspect acme/drafter`` against ``hub`` misbehaving as ``kind``: it must be one line, within the deadline."""
+    """``inspect acme/drafter`` (or a read of ``acme/target``'s heads) against ``hub`` misbehaving as ``kind``: one
+    line, within the deadline; for :data:`HUB_UNASKED`, an answer and the request never made."""
+    import huggingface_hub.utils._detect_agent as detect
+    from huggingface_hub import constants
+
+    from tests.hub_server import zeros
     from tests.test_hub import TINY
 
     folder = fz.new_dir(root, "hub")
-    fault = hub_fault(kind, json.dumps(TINY).encode())
+    argv, entry, oracle, check_ok = ["inspect", "acme/drafter"], None, "invalid", None
+    if kind in HUB_HEAD_FAULTS:
+        repo = "acme/target"
+        fault = changed_file_fault(kind, hub.revision_dir(repo) / "model.safetensors", hub.commit(repo), 1)
+        argv, entry = [repo], cli_errors("probe", _read_heads)
+    elif kind == "commit changes":
+        repo = "acme/drafter"
+        fault = changed_file_fault(kind, hub.revision_dir(repo) / "model.safetensors", hub.commit(repo), 0)
+    elif kind == "huge agent registry":
+        def fault(rec):
+            return (200, {"Content-Length": str(1 << 30)}, zeros(1 << 30)) \
+                if rec.path.startswith("/api/agent-harnesses") else None
+        oracle, check_ok = "valid", _registry_asked(hub)
+    else:
+        fault = hub_fault(kind, json.dumps(TINY).encode())
 
     def run(argv: list[str]) -> int:
         from eaglelab.cli import main
 
+        saved = os.environ.get("HF_HUB_DISABLE_TELEMETRY"), constants.HF_HUB_DISABLE_TELEMETRY, detect._registry
+        if kind in HUB_UNASKED:  # as a user without HF_HUB_DISABLE_TELEMETRY: the registry not yet fetched
+            os.environ["HF_HUB_DISABLE_TELEMETRY"], constants.HF_HUB_DISABLE_TELEMETRY, detect._registry = "0", False, None
         hub.fault = fault
         try:
-            return main(argv)
+            return (entry or main)(argv)
         finally:
             hub.fault = None
-    return fz.Case("hub", kind, ["inspect", "acme/drafter"], "invalid", folder, kind=kind, main=run)
+            if saved[0] is None:
+                os.environ.pop("HF_HUB_DISABLE_TELEMETRY", None)
+            else:
+                os.environ["HF_HUB_DISABLE_TELEMETRY"] = saved[0]
+            constants.HF_HUB_DISABLE_TELEMETRY, detect._registry = saved[1:]
+    return fz.Case("hub", kind, argv, oracle, folder, check_ok=check_ok, kind=kind, main=run)
 
 
 @st.composite
 def hub_cases(draw, root: Path, hub) -> fz.Case:
-    return hub_case(root, hub, draw(st.sampled_from(HUB_FAULTS)))
+    return hub_case(root, hub, draw(st.sampled_from(HUB_FAULTS + HUB_UNASKED)))
 
 
 # --------------------------------------------------------------------------- picker
@@ -623,9 +785,101 @@ def _dump_sane(outcome: fz.Outcome):
     return None
 
 
+#: Pairs of dump folders the probe must refuse (issue #37 items 4, 7, 12), each with the words its one line says.
+PAIR_REFUSALS = {"all-zero loss masks": "nothing to measure", "one-token samples": "nothing to measure",
+                 "too few samples": "needs at least", "same folder": "same folder", "byte copy": "byte-identical",
+                 "rows linked from outside": "outside the dump folder", "gzip bomb": "gzip bomb"}
+PAIR_SAMPLES = 5
+
+
+def _write_pair_folder(folder: Path, kind: str, seed: int) -> Path:
+    """``PAIR_SAMPLES`` SpecForge samples by the package's writer, on the same token ids in both folders of a pair."""
+    import torch
+
+    from eaglelab.data.dump_writers import specforge_payload
+
+    g, ids = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(0)
+    rows = folder / "rows_0-2000"
+    rows.mkdir(parents=True)
+    for i in range(PAIR_SAMPLES):
+        s = 1 if kind == "one-token samples" else DUMP_S
+        counted = torch.ones(s, dtype=torch.bool)
+        counted[-1] = False
+        if kind == "all-zero loss masks" or (kind == "too few samples" and i >= 2):
+            counted[:] = False
+        payload = specforge_payload(torch.randint(0, DUMP_V, (s,), generator=ids), counted,
+                                    torch.randn(s, 3 * DUMP_H, generator=g), torch.randn(s, DUMP_H, generator=g))
+        torch.save(payload, rows / f"data_{i}.ckpt")
+    return folder
+
+
+def _pair_case(draw, folder: Path) -> fz.Case:
+    """Two dump folders the probe reads as A and B: refused with the reason (PAIR_REFUSALS), or probed in full."""
+    import gzip
+
+    kind = draw(st.sampled_from(sorted(PAIR_REFUSALS) + ["rows linked from inside"]))
+    a = _write_pair_folder(folder / "a", kind, 1)
+    b = _write_pair_folder(folder / "b", kind, 2)
+    if kind == "same folder":
+        b = a
+    elif kind == "byte copy":
+        shutil.rmtree(b)
+        shutil.copytree(a, b)
+    elif kind.startswith("rows linked"):
+        store = (folder / "store") if kind.endswith("outside") else (a / "store")
+        store.mkdir()
+        (a / "rows_0-2000").rename(store / "rows_0-2000")
+        (a / "rows_0-2000").symlink_to(store / "rows_0-2000", target_is_directory=True)
+    elif kind == "gzip bomb":  # 16 MiB of zeros in 16 KiB, where floats compress by under 2x
+        (a / "rows_0-2000" / "data_0.ckpt").unlink()
+        bomb = bytearray(gzip.compress(bytes(16 << 20), compresslevel=9))
+        if draw(st.booleans()):  # a footer that lies low: the cap holds while decompressing
+            bomb[-4:] = (100).to_bytes(4, "little")
+        (a / "rows_0-2000" / "data_0.ckpt.gz").write_bytes(bytes(bomb))
+    says = PAIR_REFUSALS.get(kind)
+
+    def names_it(outcome: fz.Outcome):
+        if says not in outcome.stderr:
+            return "garbage", f"refused for another reason than {kind}", outcome.stderr[:300]
+        return None
+
+    def probed_all(outcome: fz.Outcome):
+        got = json.loads(outcome.stdout)
+        if got["samples"] != PAIR_SAMPLES or not got["verdict"]:
+            return "garbage", "a symlinked rows folder's samples were not all probed", outcome.stdout[:200]
+        return None
+
+    return fz.Case("dump", f"pair: {kind}", [str(a), str(b)], "invalid" if says else "valid", folder,
+                   check_ok=None if says else probed_all, check_error=names_it if says else None,
+                   kind=f"pair {kind}", main=cli_errors("probe", _probe_pair))
+
+
+def _probe_pair(argv: list[str]) -> None:
+    """The dump probe on two folders, with a tiny target's heads and a fresh drafter of its width: what it says."""
+    import torch
+
+    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.data.dumps import open_dumps, pair_dumps
+    from eaglelab.model.drafter import Eagle3Drafter
+    from eaglelab.model.heads import TargetHeads
+    from eaglelab.probe.dumps import run_dump_probe
+
+    target = {**fz.TINY_TARGET, "hidden_size": DUMP_H, "vocab_size": DUMP_V, "num_hidden_layers": 4}
+    drafter = Eagle3Drafter(drafter_config_for_target(target, DUMP_V // 2, [0, 1, 2]), seed=0)
+    g = torch.Generator().manual_seed(0)
+    heads = TargetHeads("tiny", torch.ones(DUMP_H), 1e-6, torch.randn(DUMP_V, DUMP_H, generator=g),
+                        torch.randn(DUMP_V, DUMP_H, generator=g), {})
+    a, b = (open_dumps(x, hidden_size=DUMP_H, vocab_size=DUMP_V) for x in argv)
+    pairs = pair_dumps(a, b)
+    result = run_dump_probe(pairs, heads, heads, drafter, (0, 1, 2), k=2)
+    print(json.dumps({"samples": len(pairs.indices), "verdict": result.decision.label, "tokens": result.tokens}))
+
+
 @st.composite
 def dump_cases(draw, root: Path) -> fz.Case:
     folder = fz.new_dir(root, "dump")
+    if draw(st.integers(0, 2)) == 0:
+        return _pair_case(draw, folder)
     layout = draw(st.sampled_from(["specforge", "vllm"]))
     compress = layout == "specforge" and draw(st.booleans())
     tensors = _dump_tensors(layout)
@@ -658,15 +912,19 @@ STRATEGIES: dict[str, Callable[..., st.SearchStrategy[fz.Case]]] = {
 
 @contextlib.contextmanager
 def hub_for_fuzzing(root: Path, deadline_s: float = 1.0):
-    """A hub-compatible server with one drafter repo, this process's huggingface_hub pointed at it, a short deadline."""
+    """A hub-compatible server with a drafter and a target repo, this process's huggingface_hub pointed at it, a short
+    deadline."""
     from _pytest.monkeypatch import MonkeyPatch
 
+    import eaglelab.model.heads  # noqa: F401 (torch imported once here, not within a case's time cap)
     from tests.hub_server import HubServer, point_client_at
+    from tests.test_hostile_heads_hub import write_target
     from tests.test_hub import TINY, write_synthetic_drafter
 
     mp = MonkeyPatch()
     with HubServer(root / "hub") as hub:
         write_synthetic_drafter(hub.revision_dir("acme/drafter"), TINY)
+        write_target(hub.revision_dir("acme/target"))
         point_client_at(mp, hub.endpoint, root / "hf-home")
         mp.setenv("HF_HUB_DOWNLOAD_TIMEOUT", str(deadline_s))
         try:

@@ -18,6 +18,8 @@ What it answers: exactly the calls ``huggingface_hub`` 2.4.0 makes for ``hf_hub_
   and ``X-Linked-Etag``, so the client reads the metadata off the redirect and follows it for bytes.
 * ``GET /api/models/{owner}/{name}`` and ``.../revision/{revision}`` (``model_info``): ``sha`` and
   ``siblings`` (with ``size`` / ``lfs`` when ``?blobs=true``).
+* ``GET /api/models/{owner}/{name}/tree/{revision}[/{path}]`` (``list_repo_tree``, which
+  ``snapshot_download`` lists a commit with): every file, one page.
 * Errors as JSON with ``X-Error-Code`` / ``X-Error-Message``, so the client raises its typed errors:
   ``RepoNotFound`` (401 without a token, 404 with one, as the Hub does, so private repos do not
   leak), ``RevisionNotFound`` (404), ``EntryNotFound`` (404, with ``X-Repo-Commit``). Anything else
@@ -399,6 +401,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(rec, head)
         elif route == "model_info":
             self._model_info(rec, parse_qs(url.query), head)
+        elif route == "tree":
+            self._tree(rec, head)
         elif route == "cdn":
             self._cdn(rec, head)
         else:
@@ -418,6 +422,9 @@ class _Handler(BaseHTTPRequestHandler):
             rec.repo_id = f"{parts[2]}/{parts[3]}"
             rec.revision = parts[5] if len(parts) == 6 else "main"
             return "model_info"
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "tree":
+            rec.repo_id, rec.revision, rec.filename = f"{parts[2]}/{parts[3]}", parts[5], "/".join(parts[6:])
+            return "tree"
         return None
 
     def _revision(self, rec: RequestRecord, head: bool) -> tuple[Path, str] | None:
@@ -496,6 +503,25 @@ class _Handler(BaseHTTPRequestHandler):
             "author": owner, "sha": commit, "lastModified": stamp, "createdAt": stamp, "private": False,
             "gated": False, "disabled": False, "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
         }, head)
+
+    def _tree(self, rec: RequestRecord, head: bool) -> None:
+        """``list_repo_tree`` (what ``snapshot_download`` lists): every file under the path, one page."""
+        found = self._revision(rec, head)
+        if found is None:
+            return
+        rev_dir, _ = found
+        entries: list[dict[str, Any]] = []
+        for f in sorted(_files(rev_dir)):
+            if rec.filename and not f.startswith(rec.filename.rstrip("/") + "/"):
+                continue
+            path = rev_dir / f
+            size = path.stat().st_size
+            entry: dict[str, Any] = {"type": "file", "path": f, "size": size,
+                                     "oid": hashlib.sha1(f"{rec.repo_id}/{f}".encode()).hexdigest()}
+            if f.endswith(LFS_SUFFIXES):
+                entry["lfs"] = {"oid": self.server.hub._etag(path, True), "size": size, "pointerSize": 134}
+            entries.append(entry)
+        self._send_json(rec, 200, entries, head)
 
     # ------------------------------------------------------------------ responses
 

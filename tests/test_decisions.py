@@ -16,7 +16,7 @@ from eaglelab.decisions import (
 
 def test_gain_kept_counts_the_gain_over_no_speculation():
     assert gain_kept(3.0, 2.0) == pytest.approx(0.5)
-    assert gain_kept(1.0, 1.5) == 0.0  # no gain on the old target: nothing to keep
+    assert gain_kept(1.0, 1.5) is None  # no gain on the old target: no share of it is defined
 
 
 @pytest.mark.parametrize("tau_a, tau_b, action", [

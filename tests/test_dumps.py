@@ -298,7 +298,7 @@ def spoil(folder: Path, case: str) -> Path:
     ("NaN", "hold NaN or Inf"), ("Inf", "hold NaN or Inf"),
     ("token ids out of range", "outside the vocabulary"),
     ("missing key", "lacks the tensors ['hidden_state']"),
-    ("pickle", "weights_only"),
+    ("pickle", "not a tensors-only file: it needs pickled objects eaglelab refuses to load"),
     ("truncated", "torch.load(weights_only=True)"),
     ("not a torch file", "torch.load(weights_only=True)"),
 ])

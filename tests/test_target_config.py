@@ -52,10 +52,10 @@ def test_quantization_is_named_from_its_config_or_its_tensors(config, modelopt, 
     (["model.language_model.embed_tokens.weight", "model.language_model.norm.weight", "lm_head.weight"],
      "model.language_model.embed_tokens.weight", "lm_head.weight", "model.language_model."),
     (["model.embed_tokens.weight", "model.norm.weight", "model.mtp.embed_tokens.weight"], "model.embed_tokens.weight",
-     "model.embed_tokens.weight", ""),  # no head: tied
+     "model.embed_tokens.weight", ""),  # no head: tied, as the config says
 ])
 def test_weight_names_are_found_under_any_prefix(names, embed, head, prefix):
-    h = head_names(names, {}, "t")
+    h = head_names(names, {"tie_word_embeddings": head == embed}, "t")
     assert (h.embed_tokens, h.lm_head, h.prefix) == (embed, head, prefix)
 
 

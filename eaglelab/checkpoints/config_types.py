@@ -8,10 +8,15 @@ multimodal target's ``text_config`` / ``language_config``, RoPE's ``rope_scaling
 path, never a coercion (``"8"`` is not 8, ``true`` is not 1, ``[1.0]`` is not a layer id) and
 never a crash further in. ``null`` means "absent", as transformers reads it. Fields eaglelab
 does not read are left alone.
+
+RoPE's fields are also checked against each other (:func:`rope_problem`): a base above 1, a scaling
+factor of at least 1, llama3's band and YaRN's ramp the right way round, YaRN's attention factor
+bounded, as transformers validates them. A config that passes is one the model code can compute.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from eaglelab.errors import ConfigError
@@ -82,6 +87,66 @@ _CHECKS = {
 }
 
 
+#: The largest YaRN attention factor ``0.1 * mscale * ln(factor) + 1`` accepted (published models: 1.0 to 1.5).
+#: It multiplies cos and sin, and an MLA layer's softmax scale takes its square: at most 100 keeps both
+#: finite in float16.
+MAX_YARN_MSCALE = 100.0
+
+
+def float_of(v: Any) -> float:
+    """``v`` as a float; an integer too large for one is infinity (a ``float()`` would raise)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
+def yarn_mscale(factor: float, mscale: float) -> float:
+    """YaRN's attention factor for ``factor`` and ``mscale`` (1 when the factor does not stretch)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def rope_problem(fields: dict[str, Any], prefix: str = "") -> str | None:
+    """Why one set of RoPE fields cannot be computed, in one line naming the field (None: it can).
+
+    The fields are those of one object (a config's top level, its ``rope_scaling`` or ``rope_parameters``,
+    or a drafter's merged RoPE); only fields that are present and numbers are compared, as transformers'
+    ``rope_config_validation`` compares them (``beta_fast`` / ``beta_slow`` with its defaults 32 / 1):
+
+    - ``rope_theta`` above 1: the inverse frequencies are ``theta ** (-i / d)``, and YaRN divides by
+      ``ln(theta)``; at 1 every position rotates alike, below 1 the frequencies grow without bound;
+    - ``factor`` at least 1 (transformers: "must be a float or int >= 1"; below 1 frequencies grow);
+    - llama3's ``high_freq_factor`` above ``low_freq_factor`` (the smoothing divides by their difference);
+    - YaRN's ``beta_fast`` not below ``beta_slow`` (Kimi-K2 writes 1 and 1);
+    - YaRN's attention factor for ``mscale`` / ``mscale_all_dim`` at most :data:`MAX_YARN_MSCALE`.
+    """
+    def num(key: str) -> float | None:
+        v = fields.get(key)
+        return float_of(v) if _is_number(v) else None
+
+    theta, factor = num("rope_theta"), num("factor")
+    if theta is not None and theta <= 1:
+        return (f"field '{prefix}rope_theta' must be greater than 1 (RoPE's base; YaRN divides by ln(theta)), "
+                f"got {shown(fields['rope_theta'])}")
+    if factor is not None and factor < 1:
+        return f"field '{prefix}factor' must be at least 1 (a RoPE scaling factor, as transformers checks it), " \
+               f"got {shown(fields['factor'])}"
+    low, high = num("low_freq_factor"), num("high_freq_factor")
+    if low is not None and high is not None and high <= low:
+        return (f"field '{prefix}high_freq_factor' must be greater than low_freq_factor (llama3 smooths between "
+                f"them), got {shown(fields['high_freq_factor'])} and {shown(fields['low_freq_factor'])}")
+    fast, slow = num("beta_fast"), num("beta_slow")
+    if (fast is not None or slow is not None) and (fast or 32.0) < (slow or 1.0):
+        return (f"field '{prefix}beta_fast' must not be below beta_slow (YaRN's ramp; defaults 32 and 1), "
+                f"got {shown(fields.get('beta_fast'))} and {shown(fields.get('beta_slow'))}")
+    for key in ("mscale", "mscale_all_dim"):
+        m = num(key)
+        if m is not None and factor is not None and not yarn_mscale(factor, m) <= MAX_YARN_MSCALE:
+            return (f"field '{prefix}{key}' makes YaRN's attention factor 0.1 * {key} * ln(factor) + 1 exceed "
+                    f"{MAX_YARN_MSCALE:g}, got {key} {shown(fields[key])} with factor {shown(fields['factor'])}")
+    return None
+
+
 def check_config_types(cfg: Any, where: str, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
     """Check every known field of a config (and of its sub-configs) for its JSON type and range.
 
@@ -108,7 +173,11 @@ def check_config_types(cfg: Any, where: str, error: type[ConfigError] = ConfigEr
                 continue
             if not _CHECKS[kind](value):
                 raise error(where, f"field {printable(prefix + key)!r} must be {kind}, got {shown(value)}")
-            if key in _NESTED and len(prefix.split(".")) < 4:
+        problem = rope_problem(obj, printable(prefix))
+        if problem:
+            raise error(where, problem)
+        for key, value in obj.items():
+            if key in _NESTED and isinstance(value, dict) and len(prefix.split(".")) < 4:
                 stack.append((f"{prefix}{key}.", value))
                 if key == "rope_parameters":  # transformers 5: one set per attention type
                     stack.extend((f"{prefix}{key}.{k}.", v) for k, v in value.items() if isinstance(v, dict))

@@ -27,6 +27,7 @@ from eaglelab.checkpoints.tensor_table import (
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
 from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target
 from eaglelab.errors import ConfigError, EaglelabError
+from eaglelab.inputs import printable, quoted
 
 
 @dataclass
@@ -77,9 +78,10 @@ class Inspection:
         if self.target is None:
             return []
         h = self.target.heads
-        names = "no language-model embedding in the headers" if h is None else \
-            (f"language model under '{h.prefix}': " if h.prefix else "language model: ") + \
-            f"embedding {h.embed_tokens} {list(self.target.embed_shape)}, head {h.lm_head}" + (" (tied)" if h.tied else "")
+        names = (self.target.problem or "no language-model embedding in the headers") if h is None else \
+            (f"language model under {printable(repr(h.prefix))}: " if h.prefix else "language model: ") + \
+            f"embedding {quoted(h.embed_tokens)} {list(self.target.embed_shape)}, head {quoted(h.lm_head)}" + \
+            (" (tied)" if h.tied else "")
         return [names, f"weights: {self.target.quantization.line}"]
 
     def tensor_rows(self) -> list[dict[str, Any]]:

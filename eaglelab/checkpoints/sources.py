@@ -24,14 +24,7 @@ from eaglelab.checkpoints.headers import (  # noqa: F401 (re-exported: the reade
     read_safetensors_header,
     validate_header_entries,
 )
-from eaglelab.checkpoints.hub import (
-    hub_offline,
-    hub_problem,
-    hub_timeout,
-    read_hub_config,
-    read_hub_header,
-    read_hub_index,
-)
+from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
 from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError, UnsafeFormatError
 from eaglelab.inputs import open_regular, path_kind, printable, read_json_object, shown
 
@@ -51,6 +44,8 @@ class Checkpoint:
         weight_files: the safetensors files (local paths, or hub file names).
         tensors: name -> TensorInfo across all shards.
         local: whether tensor bytes can be read from local files.
+        hub: for a hub id, the repository as it was read (its commit, each file's header and length):
+            tensor bytes are read through it, from the same commit and headers.
     """
 
     source: str
@@ -60,6 +55,7 @@ class Checkpoint:
     weight_files: list[str]
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     local: bool = True
+    hub: HubRepo | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_parameters(self) -> int:
@@ -222,18 +218,23 @@ def _local_checkpoint(source: str, weights_optional: bool = False) -> Checkpoint
 
 
 def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional: bool = False) -> Checkpoint:
-    """Read a hub checkpoint's config and safetensors headers only (range requests, each under one deadline)."""
+    """Read a hub checkpoint's config and safetensors headers only (range requests, each under one deadline).
+
+    Every file is read through one :class:`~eaglelab.checkpoints.hub.HubRepo`: at one commit, each header once.
+    """
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
     timeout = hub_timeout()
+    repo = HubRepo(repo_id, revision, timeout)
     try:
         from huggingface_hub.errors import EntryNotFoundError
 
-        config, config_path = read_hub_config(repo_id, revision, timeout)
+        config, config_path = repo.read_config()
         try:
-            headers = {"model.safetensors": read_hub_header(repo_id, "model.safetensors", revision, timeout)}
+            files = ["model.safetensors"]
+            repo.header("model.safetensors")
         except EntryNotFoundError:  # no single file: a sharded checkpoint, or no weights at all
-            index = read_hub_index(repo_id, revision, timeout)
+            index = repo.read_json("model.safetensors.index.json")
             if index is None and weights_optional:
                 index = {"weight_map": {}}
             elif index is None:
@@ -244,14 +245,22 @@ def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional:
                     not all(isinstance(f, str) and f and "/" not in f and f != ".." for f in weight_map.values()):
                 raise SourceError(f"{repo_id}/model.safetensors.index.json", "shard index has no usable weight_map "
                                                                              "(file names beside the index)") from None
-            headers = {f: read_hub_header(repo_id, f, revision, timeout) for f in sorted(set(weight_map.values()))}
+            files = sorted(set(weight_map.values()))
+            for f in files:
+                repo.header(f)
     except EaglelabError:
         raise
     except Exception as exc:  # network, auth, missing repo, revision or file: one clear line
         raise HubError(repo_id, hub_problem(exc, revision, timeout)) from None
     tensors: dict[str, TensorInfo] = {}
-    for fname, header in headers.items():
-        for name, info in validate_header_entries(header, printable(f"{repo_id}/{fname}"), data_size=None,
+    for fname in files:
+        header, n = repo.header(fname)
+        size = repo.file_size(fname)
+        if size is not None and 8 + n > size:
+            raise HeaderError(printable(f"{repo_id}/{fname}"), f"not a safetensors file, or truncated: its header length "
+                                                               f"runs past the end of the file ({size:,} bytes)")
+        for name, info in validate_header_entries(header, printable(f"{repo_id}/{fname}"),
+                                                  data_size=None if size is None else size - 8 - n, data_start=8 + n,
                                                   file=fname).items():
             if name in tensors:
                 raise HeaderError(printable(f"{repo_id}/{fname}"), f"tensor {printable(repr(name))} also appears in "
@@ -262,9 +271,10 @@ def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional:
         kind="hub",
         config=config,
         config_path=config_path,
-        weight_files=sorted(headers),
+        weight_files=files,
         tensors=tensors,
         local=False,
+        hub=repo,
     )
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render, text_diff
+from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render_all, template_context, text_diff
 from eaglelab.checkpoints.config_diff import KeyRule
 from eaglelab.checkpoints.target_config import Quantization, is_multimodal, text_config
 from eaglelab.checkpoints.tokenizer_files import Tokenizer, describe
+from eaglelab.inputs import quoted
 
 # --------------------------------------------------------------------------- config diff
 
@@ -129,7 +130,7 @@ def target_view(config: dict[str, Any], quantization: Quantization | None = None
         view["language_model.model_type"] = inner.get("model_type")
     vision = config.get("vision_config")
     if isinstance(vision, dict):
-        view["vision_config"] = ", ".join(f"{k} {vision[k]}" for k in sorted(vision)
+        view["vision_config"] = ", ".join(f"{quoted(k)} {quoted(vision[k])}" for k in sorted(vision)
                                           if isinstance(vision[k], (int, float, str)) and not isinstance(vision[k], bool))[:200]
     view["attention_kind"] = "MLA" if inner.get("kv_lora_rank") is not None else "grouped-query"
     if quantization is not None:
@@ -324,10 +325,13 @@ class TemplateComparison:
 
 
 def compare_templates(old: Tokenizer, new: Tokenizer) -> TemplateComparison:
-    """Render each default template on :data:`SAMPLE_CONVERSATION` with its own special tokens, and diff them."""
+    """Render each default template on :data:`SAMPLE_CONVERSATION` with its own special tokens (both in one
+    child process), and diff them."""
     ta, tb = old.templates.get("default"), new.templates.get("default")
-    ra = render(ta, SAMPLE_CONVERSATION, old.specials) if ta is not None else None
-    rb = render(tb, SAMPLE_CONVERSATION, new.specials) if tb is not None else None
+    jobs = [(t, template_context(SAMPLE_CONVERSATION, tok.specials)) for t, tok in ((ta, old), (tb, new)) if t is not None]
+    done = iter(render_all(jobs))
+    ra = next(done) if ta is not None else None
+    rb = next(done) if tb is not None else None
     texts = (ra.text if ra else None, rb.text if rb else None)
     diff = text_diff(*texts) if None not in texts else []
     return TemplateComparison((old.template_file, new.template_file), ta == tb, texts,
@@ -359,11 +363,12 @@ def target_verdict(diffs: list[TargetKeyDiff], tokenizers: TokenizerComparison,
                    templates: TemplateComparison) -> TargetVerdict:
     """The verdict line for the drafter: the most serious of widths, tokenizer, template, then the probe."""
     by_key = {d.key: d for d in diffs}
-    reasons = [f"{d.key}: {d.a!r} -> {d.b!r} ({d.why})" for d in diffs
+    reasons = [f"{quoted(d.key)}: {quoted(d.a, 80)} -> {quoted(d.b, 80)} ({d.why})" for d in diffs
                if d.category in (_A, _L, _W, _ATT, _MOE, _ROPE, _Q) and d.key not in ("model_type",)][:8]
     for key in ("hidden_size", "vocab_size"):
         if key in by_key:
-            return TargetVerdict("incompatible", f"INCOMPATIBLE: {key} {by_key[key].a} -> {by_key[key].b}: the old "
+            return TargetVerdict("incompatible", f"INCOMPATIBLE: {key} {quoted(by_key[key].a, 40)} -> "
+                                                 f"{quoted(by_key[key].b, 40)}: the old "
                                                  "drafter cannot load on the new target; train one from scratch",
                                  tuple(reasons))
     reasons = [tokenizers.line, templates.line, *reasons]

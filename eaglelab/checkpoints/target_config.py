@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.errors import CheckpointMismatchError
-from eaglelab.inputs import printable
+from eaglelab.inputs import printable, quoted
 
 #: Parts of a tensor name that belong to a vision tower, projector or MTP head, never the language model.
 NOT_TEXT = ("vision", "visual", "mm_projector", "multi_modal_projector", "audio", "mtp")
@@ -89,17 +89,58 @@ def _outer(base: str) -> str:
     return base[: -len("model.")] if base == "model." or base.endswith(".model.") else base
 
 
-def head_names(names: Iterable[str], config: dict[str, Any] | None, where: str) -> HeadNames:
+#: ``tie_word_embeddings`` as transformers defaults it per ``model_type``, for a config that leaves it unset: the
+#: field's default in each config class (transformers 5.24.0, ``models/<type>/configuration_<type>.py``: LlamaConfig,
+#: Qwen2Config, DeepseekV3Config... false; GemmaConfig, Gemma3Config, Kimi_K25Config... true). Remote-code types
+#: map as transformers maps them (``kimi_k2`` is read as ``deepseek_v3``). A type not listed is not tied.
+TIE_DEFAULTS: dict[str, bool] = {
+    **dict.fromkeys(("llama", "llama4", "llama4_text", "mistral", "ministral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                     "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen2_vl", "qwen2_5_vl", "qwen3_vl",
+                     "qwen3_vl_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_linear", "glm4",
+                     "glm4_moe", "glm4v", "glm4v_moe", "gpt_oss", "phi", "phi3", "minimax", "minimax_m2", "granite",
+                     "olmo2", "olmo3", "exaone", "exaone4", "hunyuan_v1_moe", "seed_oss", "longcat_flash", "llava"), False),
+    **dict.fromkeys(("gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "kimi_k25", "mistral3",
+                     "smollm3", "ernie4_5_moe", "gpt2", "opt", "falcon", "cohere", "starcoder2"), True),
+}
+
+
+def tied_embeddings(config: dict[str, Any] | None) -> tuple[bool, str]:
+    """Whether a target's head is its embedding, and why: ``(tied, reason)``.
+
+    ``tie_word_embeddings`` as the config sets it (the text config's, else the top level's); unset, the
+    default transformers gives the model type (:data:`TIE_DEFAULTS`: the top level's type, whose class
+    ties the head, else the text config's); an unknown type is not tied.
+    """
+    value = target_field(config, "tie_word_embeddings")
+    if isinstance(value, bool):
+        return value, f"the config says tie_word_embeddings {str(value).lower()}"
+    for cfg in (config or {}, text_config(config)):
+        kind = cfg.get("model_type")
+        if isinstance(kind, str) and kind in TIE_DEFAULTS:
+            return TIE_DEFAULTS[kind], (f"the config leaves tie_word_embeddings unset and transformers defaults it to "
+                                        f"{str(TIE_DEFAULTS[kind]).lower()} for {kind}")
+    return False, "the config leaves tie_word_embeddings unset and names no model type transformers ties by default"
+
+
+def _files_named(files: Iterable[str]) -> str:
+    """``model.safetensors`` or ``model-00001-of-00064.safetensors, ... (64 files)`` for a message."""
+    names = [str(f).rsplit("/", 1)[-1] for f in files]
+    if not names:
+        return "its weights"
+    return printable(", ".join(names[:2]) + (f", ... ({len(names)} files)" if len(names) > 2 else ""))
+
+
+def head_names(names: Iterable[str], config: dict[str, Any] | None, where: str, files: Iterable[str] = ()) -> HeadNames:
     """A target's names of ``embed_tokens``, the final ``norm`` and ``lm_head``, prefixes followed.
 
     The language model's embedding is the shortest ``...embed_tokens.weight`` outside a vision
     tower or MTP head; the norm sits beside it; ``lm_head`` one level up (``language_model.lm_head``
-    beside ``language_model.model.``), beside it, or at the top. No head and no ``tie_word_embeddings:
-    false``: tied, as transformers reads it.
+    beside ``language_model.model.``), beside it, or at the top. No head: the embedding only when the
+    config ties them (:func:`tied_embeddings`), as transformers would.
 
     Raises:
-        CheckpointMismatchError: no language-model embedding, no norm beside it, or no head where
-            the config says it is not tied.
+        CheckpointMismatchError: no language-model embedding, no norm beside it, or no head and
+            ``tie_word_embeddings`` not true.
     """
     names = set(names)
     embeds = sorted((n for n in names if n.endswith("embed_tokens.weight")
@@ -115,9 +156,10 @@ def head_names(names: Iterable[str], config: dict[str, Any] | None, where: str) 
     candidates = [_outer(base) + "lm_head.weight", base + "lm_head.weight", "lm_head.weight"]
     head = next((c for c in candidates if c in names), None)
     if head is None:
-        if target_field(config, "tie_word_embeddings") is False:
-            raise CheckpointMismatchError(where, f"holds no {printable(candidates[0])} and its config says "
-                                                 "tie_word_embeddings false")
+        tied, why = tied_embeddings(config)
+        if not tied:
+            raise CheckpointMismatchError(where, f"no {printable(candidates[0])} in {_files_named(files)} and "
+                                                 f"tie_word_embeddings is not true: {why}")
         return HeadNames(embed, norm, embed, True)
     return HeadNames(embed, norm, head, False)
 
@@ -131,12 +173,14 @@ class TargetWeights:
             embedding, e.g. a header-only sample without it).
         embed_shape, head_shape: their shapes ([V, H]), None when absent.
         quantization: the storage of the weights.
+        problem: why ``heads`` is None, in words (no embedding, no norm, no head and not tied).
     """
 
     heads: HeadNames | None
     embed_shape: tuple[int, ...] | None
     head_shape: tuple[int, ...] | None
     quantization: Quantization
+    problem: str | None = None
 
     @property
     def prefixed(self) -> bool:
@@ -148,13 +192,11 @@ class TargetWeights:
 def target_weights(tensors: dict[str, Any], config: dict[str, Any] | None, where: str,
                    modelopt: dict[str, Any] | None = None) -> TargetWeights:
     """:class:`TargetWeights` from a checkpoint's tensor table (name -> TensorInfo) and config."""
-    try:
-        heads = head_names(tensors, config, where)
-    except CheckpointMismatchError:
-        heads = None
     quant = quantization_of(config, {n: t.dtype for n, t in tensors.items()}, modelopt)
-    if heads is None:
-        return TargetWeights(None, None, None, quant)
+    try:
+        heads = head_names(tensors, config, where, sorted({t.file for t in tensors.values()}))
+    except CheckpointMismatchError as exc:
+        return TargetWeights(None, None, None, quant, exc.problem)
     return TargetWeights(heads, tuple(tensors[heads.embed_tokens].shape), tuple(tensors[heads.lm_head].shape), quant)
 
 
@@ -182,8 +224,8 @@ class Quantization:
     def line(self) -> str:
         if self.method == "none":
             return f"not quantized ({self.scheme})" if self.scheme else "not quantized"
-        kept = f"; kept in higher precision: {', '.join(self.kept[:6])}" + (" ..." if len(self.kept) > 6 else "") \
-            if self.kept else ""
+        kept = f"; kept in higher precision: {', '.join(quoted(k, 60) for k in self.kept[:6])}" + \
+            (" ..." if len(self.kept) > 6 else "") if self.kept else ""
         return f"{self.method}: {self.scheme}{kept} [{self.evidence}]"
 
     def to_json(self) -> dict[str, Any]:
@@ -191,8 +233,12 @@ class Quantization:
                 "line": self.line}
 
 
-def _words(value: Any) -> str:
-    return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+def _words(value: Any, case=None) -> str:
+    """A field in words for a line on a terminal: a string (``case``: ``str.upper`` / ``str.lower`` applied first)
+    quoted unless it is a plain name, a number as written."""
+    if isinstance(value, str):
+        return quoted(case(value) if case else value, 60) if value else ""
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
 
 
 def _compressed_tensors_scheme(q: dict[str, Any]) -> str:
@@ -202,12 +248,12 @@ def _compressed_tensors_scheme(q: dict[str, Any]) -> str:
         weights = group.get("weights") if isinstance(group, dict) else None
         if not isinstance(weights, dict):
             continue
-        kind, bits = _words(weights.get("type")).upper() or "?", _words(weights.get("num_bits")) or "?"
+        kind, bits = _words(weights.get("type"), str.upper) or "?", _words(weights.get("num_bits")) or "?"
         size, strategy = weights.get("group_size"), _words(weights.get("strategy"))
         how = f", groups of {size}" if isinstance(size, int) and not isinstance(size, bool) else \
             (f", per {strategy}" if strategy else "")
         acts = group.get("input_activations")
-        act = f", activations {_words(acts.get('type')).upper()}{_words(acts.get('num_bits'))}" \
+        act = f", activations {_words(acts.get('type'), str.upper)}{_words(acts.get('num_bits'))}" \
             if isinstance(acts, dict) else ""
         parts.append(f"{kind}{bits} weights{how}{act}")
     fmt = _words(q.get("format"))
@@ -215,15 +261,15 @@ def _compressed_tensors_scheme(q: dict[str, Any]) -> str:
 
 
 def _config_quantization(q: dict[str, Any], evidence: str) -> Quantization:
-    method = _words(q.get("quant_method")).lower() or "unknown"
+    method = _words(q.get("quant_method"), str.lower) or "unknown"
     if method == "compressed-tensors":
         ignore = q.get("ignore")
         kept = tuple(str(x) for x in ignore) if isinstance(ignore, list) else ()
         return Quantization(method, _compressed_tensors_scheme(q), kept, evidence)
     if method == "fp8":
         block = q.get("weight_block_size")
-        how = f"{block[0]} x {block[1]} blocks" if isinstance(block, list) and len(block) == 2 else "per tensor"
-        fmt = _words(q.get("fmt")).upper() or "E4M3"
+        how = f"{_words(block[0])} x {_words(block[1])} blocks" if isinstance(block, list) and len(block) == 2 else "per tensor"
+        fmt = _words(q.get("fmt"), str.upper) or "E4M3"
         acts = _words(q.get("activation_scheme"))
         kept = q.get("modules_to_not_convert") or q.get("ignored_layers")
         return Quantization(method, f"FP8 {fmt} weights, {how}" + (f", {acts} activations" if acts else ""),
@@ -241,7 +287,8 @@ def _config_quantization(q: dict[str, Any], evidence: str) -> Quantization:
     if method == "bitsandbytes":
         bits = "4-bit" if q.get("load_in_4bit") else "8-bit" if q.get("load_in_8bit") else "?"
         return Quantization(method, f"{bits} {_words(q.get('bnb_4bit_quant_type'))}".strip(), (), evidence)
-    return Quantization(method, ", ".join(f"{k}={_words(v)}" for k, v in list(q.items())[:4] if _words(v)), (), evidence)
+    return Quantization(method, ", ".join(f"{quoted(k, 40)}={_words(v)}" for k, v in list(q.items())[:4] if _words(v)), (),
+                        evidence)
 
 
 #: safetensors header signatures: (name suffix, dtype or None) -> (method, scheme).

@@ -11,6 +11,7 @@ from typing import Any
 
 from eaglelab.checkpoints.config_diff import diff_configs
 from eaglelab.checkpoints.spec import FLOAT_DTYPES, DrafterSpec
+from eaglelab.inputs import quoted
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def check_tensors_against_spec(
     if spec.mla is not None:
         prefixed = sorted(k for k in tensors if k.startswith("model."))
         if prefixed:  # SGLang's MLA loader (kimi_k25_eagle3.py) logs and skips them: the weights never load
-            problems.append(f"{len(prefixed)} tensor(s) named model.* ({prefixed[0]}, ...): SGLang's MLA drafter loader "
+            problems.append(f"{len(prefixed)} tensor(s) named model.* ({quoted(prefixed[0])}, ...): SGLang's MLA drafter loader "
                             "skips them; write them without the prefix")
     for name, exp in expected.items():
         if name not in actual:
@@ -242,7 +243,7 @@ def check_tensors_against_spec(
             problems.append(f"{name}: dtype {dtype}, expected {exp.dtype}")
     for name in actual:
         if name not in expected:
-            problems.append(f"unexpected tensor {name} (SGLang drops it silently, vLLM raises)")
+            problems.append(f"unexpected tensor {quoted(name)} (SGLang drops it silently, vLLM raises)")
     float_dtypes = {actual[n][1] for n, e in expected.items() if n in actual and e.dtype == "float"}
     if len(float_dtypes) > 1:
         problems.append(f"weights mix float dtypes {sorted(float_dtypes)}")

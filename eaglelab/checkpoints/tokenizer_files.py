@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.errors import EaglelabError, SourceError
-from eaglelab.inputs import MAX_JSON_BYTES, loads_json, path_kind, printable, read_bytes, shown
+from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, path_kind, printable, read_bytes, shown
 
 #: The small files of a target eaglelab reads beside its config (none of them is code).
 TARGET_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model", "special_tokens_map.json",
@@ -103,16 +103,17 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
 
 
 def _hub_files(repo_id: str, revision: str | None) -> TargetFiles:
-    from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_file
+    from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
     from eaglelab.errors import HubError
 
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
     timeout = hub_timeout()
+    repo = HubRepo(repo_id, revision, timeout)  # every file from one commit
     out = TargetFiles(repo_id)
     for name in TARGET_FILES:
         try:
-            raw = read_hub_file(repo_id, name, revision, timeout, _cap(name))
+            raw = repo.read_file(name, _cap(name))
         except EaglelabError:
             raise
         except Exception as exc:  # network, auth, missing repo: one line
@@ -231,7 +232,7 @@ def _read_tiktoken(raw: bytes, where: str, tok: Tokenizer) -> None:
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit() or len(parts[1]) > 10:
+        if len(parts) != 2 or not is_ascii_digits(parts[1].decode("ascii", "replace")) or len(parts[1]) > 10:
             raise SourceError(where, f"line {n} is not 'base64-token rank'")
         try:
             token = base64.b64decode(parts[0], validate=True)
@@ -285,7 +286,7 @@ def read_tokenizer(files: TargetFiles) -> Tokenizer:
     if not isinstance(decoder, dict):
         raise SourceError(where, f"added_tokens_decoder must be an object, got {shown(decoder)}")
     for key, entry in decoder.items():
-        if not key.isdigit() or len(key) > 10:
+        if not is_ascii_digits(key) or len(key) > 10:
             raise SourceError(where, f"added_tokens_decoder key {printable(repr(key))[:40]} is not a token id")
         special = entry.get("special", False) if isinstance(entry, dict) else False
         tok.added.setdefault(_id(int(key), where, "an added_tokens_decoder key"),

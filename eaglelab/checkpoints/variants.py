@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.checkpoints.config_diff import comparison_view
+from eaglelab.checkpoints.config_types import float_of, rope_problem, yarn_mscale
 from eaglelab.checkpoints.spec import (
     MLA_FIELDS,
     SPECFORGE,
@@ -36,6 +37,7 @@ from eaglelab.checkpoints.spec import (
 )
 from eaglelab.checkpoints.target_config import is_multimodal, target_field, target_layer_count
 from eaglelab.errors import UnsupportedDrafterError
+from eaglelab.inputs import shown
 
 # Every config field the field table (docs/EAGLE3_FORMAT.md §1.1) covers; the docs test holds it to this list.
 FIELDS = (
@@ -107,7 +109,7 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
     if "eagle" in arch_text or kind in ("eagle", "eagle2"):
         return Family("EAGLE-1/2 head", False, f"architectures={archs}")
     if kind:
-        return Family(f"speculators {kind} drafter", False, f"speculators_model_type={kind!r}")
+        return Family(f"speculators {shown(kind)} drafter", False, f"speculators_model_type={kind!r}")
     if is_target_config(cfg):
         mtp = target_field(cfg, "num_nextn_predict_layers")
         return Family("target model", False, f"architectures={archs}" + (f", {mtp} MTP layer(s)" if mtp else ""))
@@ -147,6 +149,28 @@ class Rope:
     mscale: float = 1.0
     mscale_all_dim: float = 0.0
 
+    def __post_init__(self):
+        """Refuse parameters the computation cannot take (a ValueError naming the field).
+
+        The readers refuse such a config first, naming its file (:func:`rope_of`,
+        :func:`eaglelab.checkpoints.config_types.check_config_types`); this is the one place that
+        computes, so no division by zero or overflow can be reached from any other caller either.
+        """
+        fields = {"rope_theta": self.theta, "factor": self.factor, "low_freq_factor": self.low_freq_factor,
+                  "high_freq_factor": self.high_freq_factor, "beta_fast": self.beta_fast, "beta_slow": self.beta_slow,
+                  "original_max_position_embeddings": self.original_max_position_embeddings}
+        for key, value in {**fields, "mscale": self.mscale, "mscale_all_dim": self.mscale_all_dim}.items():
+            low = 0 if key.startswith("mscale") else 1 if key == "original_max_position_embeddings" else None
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float_of(value))
+            if not number or (value <= 0 if low is None else value < low):
+                raise ValueError(f"RoPE field {key!r} must be a finite number "
+                                 f"{'above 0' if low is None else f'of at least {low}'}, got {value!r}")
+        if self.kind == "yarn":
+            fields.update(mscale=self.mscale, mscale_all_dim=self.mscale_all_dim)
+        problem = rope_problem(fields)
+        if problem:
+            raise ValueError(problem)
+
     def inverse_frequencies(self, head_dim: int) -> list[float]:
         """Per-pair inverse frequency [head_dim / 2] after scaling (in float64; the model casts)."""
         base = [1.0 / (self.theta ** (i / head_dim)) for i in range(0, head_dim, 2)]
@@ -162,9 +186,8 @@ class Rope:
                     out.append(f)
                 elif wl > low_wl:
                     out.append(f / self.factor)
-                else:
-                    smooth = 0.0 if self.low_freq_factor == self.high_freq_factor else \
-                        (self.original_max_position_embeddings / wl - self.low_freq_factor) / \
+                else:  # high_freq_factor > low_freq_factor (__post_init__)
+                    smooth = (self.original_max_position_embeddings / wl - self.low_freq_factor) / \
                         (self.high_freq_factor - self.low_freq_factor)
                     out.append((1 - smooth) * f / self.factor + smooth * f)
             return out
@@ -180,9 +203,16 @@ class Rope:
         return base
 
     def _yarn_range(self, head_dim: int) -> tuple[int, int]:
+        """transformers' ``find_correction_range`` (truncated): the dims YaRN ramps between.
+
+        ``theta`` is above 1 (:meth:`__post_init__`), so ``ln(theta)`` is never 0; a ratio that over- or
+        underflows (a beta near 0 or near the float limit) is taken as a difference of logarithms.
+        """
         def dim(rotations: float) -> float:
-            return head_dim * math.log(self.original_max_position_embeddings / (rotations * 2 * math.pi)) / \
-                (2 * math.log(self.theta))
+            ratio = self.original_max_position_embeddings / (rotations * 2 * math.pi)
+            log_ratio = math.log(ratio) if 0 < ratio < math.inf else \
+                math.log(self.original_max_position_embeddings) - math.log(rotations) - math.log(2 * math.pi)
+            return head_dim * log_ratio / (2 * math.log(self.theta))
 
         return max(math.floor(dim(self.beta_fast)), 0), min(math.ceil(dim(self.beta_slow)), head_dim - 1)
 
@@ -191,24 +221,29 @@ class Rope:
         """Factor on cos and sin (YaRN's mscale ratio; 1 otherwise)."""
         if self.kind != "yarn":
             return 1.0
-
-        def m(scale: float, mscale: float) -> float:
-            return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-        return m(self.factor, self.mscale) / m(self.factor, self.mscale_all_dim)
+        return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
 
     @property
     def softmax_mscale(self) -> float:
         """DeepSeek's YaRN factor on an MLA layer's softmax scale, applied squared (``mscale(factor, mscale_all_dim)``)."""
-        if self.kind != "yarn" or self.factor <= 1:
-            return 1.0
-        return 0.1 * self.mscale_all_dim * math.log(self.factor) + 1.0
+        return yarn_mscale(self.factor, self.mscale_all_dim) if self.kind == "yarn" else 1.0
 
 
-def _number(value: Any, where: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise UnsupportedDrafterError(where, f"RoPE field {key!r} must be a positive number, got {value!r}")
+def _number(value: Any, where: str, key: str, zero: bool = False) -> float:
+    """A RoPE field as a finite float above 0 (at least 0 with ``zero``), or a refusal naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float_of(value)) or \
+            value < 0 or (value == 0 and not zero):
+        raise UnsupportedDrafterError(where, f"RoPE field {key!r} must be a {'non-negative' if zero else 'positive'} "
+                                             f"number, got {shown(value)}")
     return float(value)
+
+
+def _rope(where: str, *args, **kwargs) -> Rope:
+    """A :class:`Rope`, its fields' consistency refused in one line naming ``where``."""
+    try:
+        return Rope(*args, **kwargs)
+    except ValueError as exc:
+        raise UnsupportedDrafterError(where, str(exc)) from None
 
 
 def rope_of(body: dict[str, Any], where: str = "config.json") -> Rope:
@@ -229,24 +264,25 @@ def rope_of(body: dict[str, Any], where: str = "config.json") -> Rope:
         raise UnsupportedDrafterError(where, f"RoPE type {kind!r} is not computed by eaglelab "
                                              f"(computed: {', '.join(ROPE_KINDS)})")
     if kind == "default":
-        return Rope("default", theta)
+        return _rope(where, "default", theta)
     if "factor" not in merged:
         raise UnsupportedDrafterError(where, f"RoPE type {kind!r} without a 'factor'")
     factor = _number(merged["factor"], where, "factor")
     if kind == "linear":
-        return Rope("linear", theta, factor)
+        return _rope(where, "linear", theta, factor)
     if "original_max_position_embeddings" not in merged:
         raise UnsupportedDrafterError(where, f"RoPE type {kind!r} without 'original_max_position_embeddings' "
                                              "(SpecForge refuses it; engines fall back differently)")
     original = int(_number(merged["original_max_position_embeddings"], where, "original_max_position_embeddings"))
     if kind == "llama3":
-        return Rope("llama3", theta, factor, _number(merged.get("low_freq_factor", 1.0), where, "low_freq_factor"),
-                    _number(merged.get("high_freq_factor", 4.0), where, "high_freq_factor"), original)
-    return Rope("yarn", theta, factor, original_max_position_embeddings=original,
-                beta_fast=_number(merged.get("beta_fast", 32.0), where, "beta_fast"),
-                beta_slow=_number(merged.get("beta_slow", 1.0), where, "beta_slow"),
-                mscale=float(merged.get("mscale", 1.0) or 0.0),
-                mscale_all_dim=float(merged.get("mscale_all_dim", 0.0) or 0.0))
+        return _rope(where, "llama3", theta, factor,
+                     _number(merged.get("low_freq_factor", 1.0), where, "low_freq_factor"),
+                     _number(merged.get("high_freq_factor", 4.0), where, "high_freq_factor"), original)
+    return _rope(where, "yarn", theta, factor, original_max_position_embeddings=original,
+                 beta_fast=_number(merged.get("beta_fast", 32.0), where, "beta_fast"),
+                 beta_slow=_number(merged.get("beta_slow", 1.0), where, "beta_slow"),
+                 mscale=_number(merged.get("mscale", 1.0) or 0.0, where, "mscale", zero=True),
+                 mscale_all_dim=_number(merged.get("mscale_all_dim", 0.0) or 0.0, where, "mscale_all_dim", zero=True))
 
 
 # --------------------------------------------------------------------------- exact or refused

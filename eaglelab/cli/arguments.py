@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from eaglelab.inputs import is_ascii_digits
+
 #: Largest count a flag takes (steps, sequences, tokens): far beyond any real run, small enough to stay exact.
 MAX_COUNT = 10**12
 
@@ -49,7 +51,7 @@ def accept_len(text: str) -> float:
 
 def _integer(text: str, low: int) -> int:
     word = text.strip()
-    if not word.lstrip("+-").isdigit() or len(word) > 13:
+    if not is_ascii_digits(word[1:] if word[:1] in ("+", "-") else word) or len(word) > 13:
         raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
     value = int(word)
     if not low <= value <= MAX_COUNT:

@@ -5,11 +5,17 @@ Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never impor
 
 from __future__ import annotations
 
-import json
-
 from eaglelab.cli.output import print_json, table
+from eaglelab.inputs import printable, quoted
 
 # --------------------------------------------------------------------------- inspect / compare
+
+def _say(*lines: str) -> None:
+    """Print each line with its control and format characters escaped: a file's text cannot add a line or
+    move the cursor (what came from a file is also quoted where the line is composed)."""
+    for line in lines:
+        print(printable(line))
+
 
 def cmd_inspect(args) -> int:
     from eaglelab.checkpoints.inspection import inspect_checkpoint
@@ -19,20 +25,17 @@ def cmd_inspect(args) -> int:
         print_json(insp.to_json())
         return 0
     ck = insp.checkpoint
-    print(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
-          f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
-    rows = [[r["name"], r["shape"], r["dtype"], f"{r['parameters']:,}", r["meaning"][:60]] for r in insp.tensor_rows()]
+    _say(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
+         f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
+    rows = [[quoted(r["name"]), r["shape"], quoted(r["dtype"]), f"{r['parameters']:,}", r["meaning"][:60]]
+            for r in insp.tensor_rows()]
     print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
-    print(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
-    for line in insp.target_lines():
-        print(f"target: {line}")
-    for line in insp.refusals[1:]:
-        print(f"  - also: {line}")
-    print("problems: " + ("none" if not insp.problems else ""))
-    for p in insp.problems:
-        print(f"  - {p}")
-    for c in insp.cautions:
-        print(f"caution: {c}")
+    _say(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
+    _say(*(f"target: {line}" for line in insp.target_lines()))
+    _say(*(f"  - also: {line}" for line in insp.refusals[1:]))
+    _say("problems: " + ("none" if not insp.problems else ""))
+    _say(*(f"  - {p}" for p in insp.problems))
+    _say(*(f"caution: {c}" for c in insp.cautions))
     return 0
 
 
@@ -44,26 +47,24 @@ def cmd_compare(args) -> int:
     if args.json:
         print_json(report.to_json())
         return 0
-    print(f"{report.headline()}\n")
+    _say(report.headline(), "")
     if cmp_.config_diff:
-        print(table([[d.key, _short(d.a, 60), _short(d.b, 60), d.category, d.why[:60]] for d in cmp_.config_diff],
-                     ["config key", "A", "B", "category", "why"]))
+        print(table([[quoted(d.key, 60), _short(d.a, 60), _short(d.b, 60), d.category, d.why[:60]]
+                     for d in cmp_.config_diff], ["config key", "A", "B", "category", "why"]))
     else:
-        print("configs: identical")
+        _say("configs: identical")
     changed = [t for t in cmp_.tensor_diff if t.status != "same"]
-    print(f"\ntensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
+    _say("", f"tensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
     if changed:
-        print(table([[t.name, t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
+        print(table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
                      ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
-    print(f"\nverdict (A vs B): {cmp_.verdict.level.upper()}")
-    for r in cmp_.verdict.reasons:
-        print(f"  - {r}")
+    _say("", f"verdict (A vs B): {cmp_.verdict.level.upper()}")
+    _say(*(f"  - {r}" for r in cmp_.verdict.reasons))
     if cmp_.vocab_maps is not None:
-        print(f"\nvocabulary maps: {cmp_.vocab_maps.level.upper()}\n  - {cmp_.vocab_maps.message}")
+        _say("", f"vocabulary maps: {cmp_.vocab_maps.level.upper()}", f"  - {cmp_.vocab_maps.message}")
     for label, v in cmp_.target_verdicts.items():
-        print(f"\n{label.upper()} on target {args.target}: {v.level}")
-        for r in v.reasons:
-            print(f"  - {r}")
+        _say("", f"{label.upper()} on target {args.target}: {v.level}")
+        _say(*(f"  - {r}" for r in v.reasons))
     return 0
 
 
@@ -74,32 +75,30 @@ def cmd_compare_targets(args) -> int:
     if args.json:
         print_json(report.to_json())
         return 0
-    print(f"{report.headline()}\n")
-    print(table([[side, s.source, (s.config.get("architectures") or ["?"])[0],
+    _say(report.headline(), "")
+    print(table([[side, s.source, quoted((s.config.get("architectures") or ["?"])[0], 60),
                   f"{s.quantization.method}: {s.quantization.scheme}" if s.quantization.method != "none" else "none",
-                  "-" if s.prefix is None else (s.prefix or "(none)"), f"{s.tokenizer.kind}, {s.tokenizer.size:,} ids"]
+                  "-" if s.prefix is None else quoted(s.prefix) if s.prefix else "(none)",
+                  f"{s.tokenizer.kind}, {s.tokenizer.size:,} ids"]
                  for side, s in (("old", report.a), ("new", report.b))],
                 ["", "target", "architecture", "quantization", "weights prefix", "tokenizer"]))
     if report.config_diff:
-        print("\n" + table([[d.key, _short(d.a), _short(d.b), d.category, d.why[:60]] for d in report.config_diff],
-                           ["config key", "old", "new", "category", "what it means"]))
+        print("\n" + table([[quoted(d.key, 60), _short(d.a), _short(d.b), d.category, d.why[:60]]
+                            for d in report.config_diff], ["config key", "old", "new", "category", "what it means"]))
     else:
-        print("\nconfigs: the language models' fields are identical")
-    print(f"\ntokenizers: {report.tokenizers.line}")
-    for line in report.tokenizers.special_changes[:10] + report.tokenizers.examples:
-        print(f"  - {line}")
-    print(f"chat templates: {report.templates.line}")
-    for line in report.templates.diff:
-        print(f"  {line}")
-    print(f"\nverdict: {report.verdict.level.upper()}")
-    for r in report.verdict.reasons:
-        print(f"  - {r}")
+        _say("", "configs: the language models' fields are identical")
+    _say("", f"tokenizers: {report.tokenizers.line}")
+    _say(*(f"  - {line}" for line in report.tokenizers.special_changes[:10] + report.tokenizers.examples))
+    _say(f"chat templates: {report.templates.line}")
+    _say(*(f"  {line}" for line in report.templates.diff))
+    _say("", f"verdict: {report.verdict.level.upper()}")
+    _say(*(f"  - {r}" for r in report.verdict.reasons))
     return 0
 
 
 def _short(value, limit: int = 40) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A config value in a table cell: a string from the file quoted unless it is a plain name, others as JSON."""
+    return quoted(value, limit)
 
 
 def add_parsers(sub) -> None:

@@ -6,8 +6,11 @@ None of them imports torch or transformers: they start in a fraction of a second
 
 from __future__ import annotations
 
+import sys
+
 from eaglelab.cli.arguments import accept_len, alias, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
+from eaglelab.inputs import printable
 
 # --------------------------------------------------------------------------- run
 
@@ -33,12 +36,14 @@ def cmd_perf(args) -> int:
         from eaglelab.serving.logs import by_concurrency, parse_log
 
         parsed = parse_log(args.log)
-        if args.json:
-            print_json(parsed.to_json())
+        if args.json:  # record by record: the log's size in output, not in memory
+            for chunk in parsed.json_chunks():
+                sys.stdout.write(chunk)
+            print()
             return 0
         s = parsed.summary()
         print(f"{args.log}: {s['n']} metrics lines, {parsed.skipped_lines} other lines skipped, "
-              f"{len(parsed.malformed)} malformed")
+              f"{parsed.n_malformed} malformed")
         print(f"median accept length {s['median_accept_len']:.2f}, median throughput {s['median_throughput']}")
         rows = by_concurrency(parsed)
         if rows:
@@ -56,7 +61,7 @@ def cmd_perf(args) -> int:
         raise ParameterError("perf", "give --log FILE, or all of --baseline-tps, --cycle-ms and --accept-len")
     from eaglelab.serving.perf import diagnose
 
-    out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [])
+    out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [], k=args.k)
     if args.json:
         print_json(out)
         return 0
@@ -93,7 +98,7 @@ def _perf_under_load(args) -> int:
         if args.baseline_tps is not None and args.cycle_ms is not None and args.accept_len is not None:
             from eaglelab.serving.perf import diagnose
 
-            out = {**diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or []), **out}
+            out = {**diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [], k=args.k), **out}
         print_json(out)
         return 0
     if report.log_rows:
@@ -108,9 +113,8 @@ def _perf_under_load(args) -> int:
                       f"{r['best_speedup']:.2f}x"] for r in report.rows],
                     ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {report.tau:.2f})",
                      "break-even τ", "best k", "at best k"]))
-        where = ", ".join(f"{p['concurrency']}" for p in report.calibrated_on)
-        print(f"(the roofline of {args.target_config or 'Kimi-K2.5 on 8 PCIe GPUs [assumed]'}, calibrated on the "
-              f"point(s) measured at concurrency {where})")
+        print(f"(the roofline of {printable(args.target_config or f'Kimi-K2.5 on {args.gpus} PCIe GPUs [assumed]')}, "
+              f"{report.calibration.line()})")
     for line in lines(report):
         print(line)
     return 0
@@ -132,11 +136,9 @@ def cmd_plan(args) -> int:
         given["transfer_fraction"] = tuple(args.transfer)
     scenario = Scenario.founding_case(**given)
     if args.log:
-        from statistics import median
-
         from eaglelab.serving.logs import parse_log
 
-        scenario = scenario.with_logged_tau(median(r.accept_len for r in parse_log(args.log).records))
+        scenario = scenario.with_logged_tau(parse_log(args.log).summary()["median_accept_len"])
     lever = None
     if args.verify_model == "kimi-k2-pcie":
         lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]

@@ -22,7 +22,10 @@ is a response token (SpecForge's mask moved one left), and the trailing run of p
 for nothing (padding, a last prompt token) is cut: causal attention means no counted quantity reads
 them, so a padded and a clean file give the same numbers. Every file is checked as it is read
 (keys, ranks, widths, layer count, NaN / Inf, token ids, truncation) and refused in one line naming it.
-Pickles are read with ``torch.load(weights_only=True)`` only.
+Pickles are read with ``torch.load(weights_only=True)`` only; a ``.ckpt.gz`` is decompressed as a
+stream, refused as soon as it grows past :data:`GZIP_RATIO` times its own size. A symlinked folder
+that stays inside the dump folder is read at its target, once, and named; one leading outside it is
+refused: no sample is skipped without a word.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
 import re
 import zlib
 from collections.abc import Iterator
@@ -44,6 +48,15 @@ from eaglelab.inputs import printable
 LAYOUTS = ("specforge", "vllm")
 #: Largest sample file read (compressed or not): a 128k-token Kimi sample is ~7 GB in bf16.
 MAX_SAMPLE_BYTES = 16 * 1024**3
+#: Most a ``.ckpt.gz`` may decompress to, per byte of the file: hidden states are floats, which gzip (level 6,
+#: SpecForge's ``--compress``) shrinks by under 2x in bf16 or fp32; 8x leaves room for int64 ids and masks,
+#: and a file past it is no sample but a bomb (gzip reaches 1000x on zeros: 1 MB claimed 2.4 GB).
+GZIP_RATIO = 8
+#: Bytes a ``.ckpt.gz`` may decompress to on top of that: ``torch.save``'s zip records and padding, which
+#: dominate a tiny sample and compress far better than its floats.
+GZIP_SLACK = 1 << 20
+#: Bytes decompressed per read: the most a refused bomb holds past its cap.
+_GZIP_CHUNK = 1 << 22
 _SPECFORGE_NAME = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
 _NUMBERED = re.compile(r"(\d+)\.safetensors$")
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -86,6 +99,9 @@ class DumpFolder:
         files: sample index -> file, in index order.
         hidden_size: H every sample must have (None: the first sample's).
         vocab_size: token ids must lie below it (None: unchecked).
+        bytes: the sample files' total size.
+        links: each symlinked folder inside ``root`` (``"link -> target"``, relative) and how many samples lie
+            in its target (read there, once).
     """
 
     root: Path
@@ -94,6 +110,7 @@ class DumpFolder:
     hidden_size: int | None = None
     vocab_size: int | None = None
     bytes: int = field(default=0)
+    links: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -113,11 +130,28 @@ class DumpFolder:
             yield self.read(index)
 
 
-def _walk(root: Path) -> list[Path]:
-    out = []
-    for dirpath, _dirs, names in os.walk(root):
-        out += [Path(dirpath) / n for n in names]
-    return sorted(out)
+def _walk(root: Path) -> tuple[list[Path], dict[Path, Path]]:
+    """Every file under ``root`` (links to folders not followed), and each symlinked folder with its target.
+
+    A symlinked folder that resolves inside ``root`` holds files the walk reaches at their real place,
+    so they are read there, once; one that leads outside ``root`` is refused: never skipped in silence.
+
+    Raises:
+        DumpError: a symlinked folder leading outside ``root``.
+    """
+    real_root = root.resolve()
+    out, links = [], {}
+    for dirpath, dirs, names in os.walk(root):
+        here = Path(dirpath)
+        for sub in (here / name for name in dirs if (here / name).is_symlink()):
+            real = sub.resolve()
+            if real != real_root and real_root not in real.parents:
+                raise DumpError(printable(str(sub)), f"is a link to a folder outside the dump folder "
+                                                     f"({printable(str(real))}): eaglelab reads samples only under "
+                                                     "the folder given; move or copy them inside it")
+            links[sub] = real
+        out += [here / n for n in names]
+    return sorted(out), links
 
 
 def open_dumps(path: str | Path, hidden_size: int | None = None, vocab_size: int | None = None,
@@ -142,7 +176,7 @@ def open_dumps(path: str | Path, hidden_size: int | None = None, vocab_size: int
         raise DumpError(where, "not a folder of hidden-state dumps")
     if layout is not None and layout not in LAYOUTS:
         raise DumpError(where, f"layout must be one of {', '.join(LAYOUTS)}, got {printable(repr(layout))}")
-    files = _walk(root)
+    files, links = _walk(root)
     specforge = [f for f in files if _SPECFORGE_NAME.match(f.name)]
     vllm = [f for f in files if f.name.endswith(".safetensors")]
     if layout is None:
@@ -168,54 +202,91 @@ def open_dumps(path: str | Path, hidden_size: int | None = None, vocab_size: int
         indexed[index] = f
     if not indexed:
         raise DumpError(where, f"holds no {layout} hidden-state files")
-    total = 0
-    for f in indexed.values():
-        try:
-            total += f.stat().st_size
-        except OSError:
-            pass
-    return DumpFolder(root, layout, dict(sorted(indexed.items())), hidden_size, vocab_size, total)
+    total = sum(_size(f) for f in indexed.values())
+    under = {f"{link.relative_to(root)} -> {real.relative_to(root.resolve()) if real != root.resolve() else '.'}":
+             sum(1 for f in indexed.values() if real in f.resolve().parents) for link, real in links.items()}
+    return DumpFolder(root, layout, dict(sorted(indexed.items())), hidden_size, vocab_size, total, under)
 
 
-def _read_capped(fh, where: str, what: str) -> bytes:
-    """Everything ``fh`` holds, in chunks (no buffer of the cap's size), refused past :data:`MAX_SAMPLE_BYTES`."""
-    chunks, size = [], 0
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _read_capped(fh, where: str, what: str, cap: int = MAX_SAMPLE_BYTES, why: str = "") -> io.BytesIO:
+    """Everything ``fh`` holds, read in chunks into one buffer, refused as soon as it passes ``cap`` bytes.
+
+    No chunk reads more than one byte past the cap, so a refused stream never holds more than ``cap + 1``.
+    """
+    buf, size = io.BytesIO(), 0
     while True:
-        chunk = fh.read(1 << 26)
+        chunk = fh.read(min(_GZIP_CHUNK, cap + 1 - size))
         if not chunk:
-            return b"".join(chunks)
+            buf.seek(0)
+            return buf
         size += len(chunk)
-        if size > MAX_SAMPLE_BYTES:
-            raise DumpError(where, f"{what} over the {MAX_SAMPLE_BYTES:,}-byte cap on one sample")
-        chunks.append(chunk)
+        if size > cap:
+            raise DumpError(where, f"{what} over {cap:,} bytes{why}")
+        buf.write(chunk)
 
 
-def _read_bounded(path: Path, where: str) -> bytes:
+def gzip_cap(compressed: int) -> int:
+    """Most a ``.ckpt.gz`` of ``compressed`` bytes may decompress to (:data:`GZIP_RATIO`, :data:`GZIP_SLACK`)."""
+    return min(MAX_SAMPLE_BYTES, GZIP_RATIO * compressed + GZIP_SLACK)
+
+
+def _gzip_footer_size(fh) -> int:
+    """The size a gzip stream's footer claims (ISIZE, modulo 2**32): a hint to refuse early, never trusted."""
+    fh.seek(max(fh.seek(0, io.SEEK_END) - 4, 0))
+    claimed = int.from_bytes(fh.read(4), "little")
+    fh.seek(0)
+    return claimed
+
+
+def _read_bounded(path: Path, where: str) -> io.BytesIO:
+    """A sample file's bytes; a ``.gz`` decompressed as a stream, capped near its own size (:func:`gzip_cap`)."""
     from eaglelab.inputs import open_regular
 
     with open_regular(path, DumpError) as fh:
         try:
-            raw = _read_capped(fh, where, "is")
-        except OSError as exc:
-            raise DumpError(where, f"cannot read ({exc.strerror or type(exc).__name__})") from None
-    if path.name.endswith(".gz"):
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
-                raw = _read_capped(gz, where, "decompresses to")
-        except (OSError, EOFError, ValueError, zlib.error) as exc:
+            if not path.name.endswith(".gz"):
+                return _read_capped(fh, where, "is", why=", the cap on one sample")
+            size = os.fstat(fh.fileno()).st_size
+            cap = gzip_cap(size)
+            why = (f" ({GZIP_RATIO} x its {size:,} compressed bytes + {GZIP_SLACK:,}: float states do not compress "
+                   "that far; a gzip bomb?)")
+            claimed = _gzip_footer_size(fh)
+            if claimed > cap:
+                raise DumpError(where, f"its gzip footer claims {claimed:,} bytes decompressed, over {cap:,}{why}")
+            with gzip.GzipFile(fileobj=fh) as gz:
+                return _read_capped(gz, where, "decompresses to", cap, why)
+        except (EOFError, ValueError, zlib.error, gzip.BadGzipFile) as exc:
             raise DumpError(where, f"not a readable gzip file ({printable(str(exc)) or type(exc).__name__})") from None
-    return raw
+        except OSError as exc:
+            raise DumpError(where, f"cannot read ({printable(exc.strerror or str(exc)) or type(exc).__name__})") from None
+
+
+#: The one line for a pickle that ``torch.load(weights_only=True)`` refuses because it names a global.
+NEEDS_PICKLE = "not a tensors-only file: it needs pickled objects eaglelab refuses to load"
+
+
+def _torch_load_problem(exc: Exception) -> str:
+    """eaglelab's own words for why ``torch.load(weights_only=True)`` failed: torch's text (its advice to load
+    with ``weights_only=False``) is never quoted."""
+    if isinstance(exc, pickle.UnpicklingError) and "GLOBAL" in str(exc):
+        return NEEDS_PICKLE
+    return ("not a SpecForge sample torch.load(weights_only=True) reads (a truncated or corrupt torch.save file, "
+            "or not one)")
 
 
 def _read_specforge(index: int, path: Path) -> DumpSample:
     where = printable(str(path))
     raw = _read_bounded(path, where)
     try:
-        d = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        d = torch.load(raw, map_location="cpu", weights_only=True)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DumpError(where, f"not a SpecForge sample torch.load(weights_only=True) reads "
-                               f"({printable(first[:200])})") from None
+        raise DumpError(where, _torch_load_problem(exc)) from None
+    finally:
+        raw.close()
     if not isinstance(d, dict):
         raise DumpError(where, f"holds a {type(d).__name__}, not SpecForge's dict of tensors")
     need = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
@@ -367,109 +438,72 @@ class DumpPairs:
                             f"sample {index} counts different positions (loss masks differ)")
         return sa, sb
 
+    def counts(self) -> str:
+        """How many samples each folder holds, how many are probed, and how many are skipped and why."""
+        return (f"{len(self.indices)} paired samples probed of {len(self.a)} in A and {len(self.b)} in B; skipped: "
+                f"{self.only_a} only in A, {self.only_b} only in B, {self.paired - len(self.indices)} past --sequences")
+
     def notes(self) -> list[str]:
         out = []
         if self.only_a or self.only_b:
-            out.append(f"{self.only_a} samples only in {self.a.root} and {self.only_b} only in {self.b.root} were "
-                       "skipped (a producer drops samples with NaN)")
+            out.append(f"{self.only_a} samples only in {printable(str(self.a.root))} and {self.only_b} only in "
+                       f"{printable(str(self.b.root))} were skipped (a producer drops samples with NaN)")
+        for name, folder in (("A", self.a), ("B", self.b)):
+            for link, n in folder.links.items():
+                out.append(f"{name}: {printable(link)} is a symlinked folder inside the dump folder: its {n} samples "
+                           "were read once, at the target")
         return out
+
+
+#: Paired samples whose files are compared when two folders might be one target's dumps twice.
+SAME_CHECKED = 2
 
 
 def pair_dumps(a: DumpFolder, b: DumpFolder, limit: int | None = None) -> DumpPairs:
     """Pair two folders by sample index; ``limit``: at most this many pairs (the first ones).
 
     Raises:
-        DumpError: the folders share no sample index.
+        DumpError: the folders share no sample index, or are one target's dumps twice (the same
+            folder, the same files, or byte-identical first samples: :func:`same_dumps`).
     """
+    where = f"{printable(str(a.root))} vs {printable(str(b.root))}"
     common = sorted(set(a.files) & set(b.files))
+    same = same_dumps(a, b, common)
+    if same:
+        raise DumpError(where, f"{same}: the probe compares two targets' dumps (A's and B's); give each target's folder")
     if not common:
-        raise DumpError(f"{printable(str(a.root))} vs {printable(str(b.root))}",
-                        "no sample index in both folders: were they captured on the same data?")
+        raise DumpError(where, "no sample index in both folders: were they captured on the same data?")
     only_a, only_b = len(set(a.files) - set(common)), len(set(b.files) - set(common))
     return DumpPairs(a, b, common[:limit] if limit else common, only_a, only_b)
 
 
-# --------------------------------------------------------------------------- writers (small targets, the demo world)
-
-def specforge_payload(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
-                      last: torch.Tensor) -> dict[str, torch.Tensor]:
-    """One sample as SpecForge saves it, from eaglelab's convention.
-
-    Args:
-        input_ids: [S]; loss_mask: [S] bool (the token after t is a response token);
-        aux: [S, 3H]; last: [S, H] after the final norm.
-    """
-    return {"input_ids": input_ids.long().clone(), "loss_mask": tokens_from_counted(loss_mask),
-            "hidden_state": last[None].clone(), "aux_hidden_state": aux[None].clone()}
-
-
-def vllm_payload(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
-                 last_before_norm: torch.Tensor) -> dict[str, torch.Tensor]:
-    """One request as vLLM's hidden-state connector writes it, plus the token loss mask speculators keeps apart.
-
-    Args:
-        aux: [S, 3H]; last_before_norm: [S, H] the last decoder layer's output (before the final norm).
-    """
-    S, H = last_before_norm.shape
-    states = torch.cat([aux.reshape(S, 3, H), last_before_norm[:, None]], 1).contiguous()
-    return {"hidden_states": states, "token_ids": input_ids.long().contiguous(),
-            "loss_mask": tokens_from_counted(loss_mask)}
-
-
-@torch.no_grad()
-def capture_dumps(model, drafter_spec, ids: torch.Tensor, counted: torch.Tensor, out, layout: str = "specforge",
-                  batch_size: int = 8, dtype: torch.dtype = torch.float32, compress: bool = False,
-                  progress: bool = True) -> int:
-    """Run a (small) target over sequences and write the dumps its serving engine would, into ``out``.
-
-    What a team's engine writes at scale, made here for targets that load in one process: the demo
-    world's, the tests'. SpecForge rows keep their padding (as its script writes them); vLLM requests
-    are written unpadded, with the token loss mask beside the states.
-
-    Args:
-        model: a transformers causal LM.
-        drafter_spec: the drafter whose three layers are dumped.
-        ids: [N, S] token ids; counted: [N, S] eaglelab's loss mask.
-        out: an :class:`eaglelab.outputs.OutputFolder` (each file written atomically and recorded).
-        layout: ``specforge`` or ``vllm``.
-        dtype: storage dtype (the engines write the model's, bf16 at scale).
-        compress: SpecForge's ``--compress`` (``.ckpt.gz``).
-
-    Returns:
-        the number of samples written.
-    """
-    from safetensors.torch import save_file
-
-    from eaglelab.model.targets import Target, decoder_layers
-    from eaglelab.progress import progress as bar
-
-    if layout not in LAYOUTS:
-        raise DumpError("layout", f"must be one of {', '.join(LAYOUTS)}, got {printable(repr(layout))}")
-    target = Target.for_drafter(model, drafter_spec)
-    box = {}
-    hook = decoder_layers(model)[-1].register_forward_hook(
-        lambda _m, _i, o: box.__setitem__("raw", o[0] if isinstance(o, tuple) else o))
+def same_dumps(a: DumpFolder, b: DumpFolder, common: list[int]) -> str | None:
+    """Why A and B are one target's dumps twice, or None: the same folder (resolved), the same files (device and
+    inode) or byte-identical files for the first :data:`SAME_CHECKED` paired samples (every one checked)."""
+    if a.root.resolve() == b.root.resolve():
+        return "--states-a and --states-b are the same folder"
+    first = common[:SAME_CHECKED]
+    if not first:
+        return None
     try:
-        for start in bar(range(0, len(ids), batch_size), desc=f"dump ({layout})", disable=not progress):
-            batch = ids[start: start + batch_size]
-            got = target.forward(batch.to(target.device))
-            for j in range(len(batch)):
-                i = start + j
-                sample = (batch[j].cpu(), counted[i].bool().cpu(), got.aux[j].to("cpu", dtype),
-                          (got.last_hidden if layout == "specforge" else box["raw"])[j].to("cpu", dtype))
-                group = (i // 2000) * 2000
-                if layout == "specforge":
-                    name = f"rows_{group}-{group + 2000}/data_{i}.ckpt" + (".gz" if compress else "")
-                    buf = io.BytesIO()
-                    torch.save(specforge_payload(*sample), buf)
-                    raw = gzip.compress(buf.getvalue(), compresslevel=6) if compress else buf.getvalue()
-                    with out.writing(name) as tmp:
-                        Path(tmp).write_bytes(raw)
-                else:
-                    n = counted_length(sample[1])  # a request is unpadded
-                    with out.writing(f"hs_{i}.safetensors") as tmp:
-                        save_file(vllm_payload(*(t[:n] for t in sample)), str(tmp))
-    finally:
-        hook.remove()
-        target.close()
-    return len(ids)
+        if all(os.path.samefile(a.files[i], b.files[i]) for i in first):
+            return f"the two folders hold the same files (samples {', '.join(map(str, first))})"
+    except OSError:
+        return None  # a file that cannot be opened is named when it is read
+    if all(_same_bytes(a.files[i], b.files[i]) for i in first):
+        return f"the two folders' first {len(first)} samples are byte-identical (one target's dumps twice?)"
+    return None
+
+
+def _same_bytes(x: Path, y: Path) -> bool:
+    """Whether two files hold the same bytes, read in step and stopped at the first difference."""
+    from eaglelab.inputs import open_regular
+
+    try:
+        with open_regular(x, DumpError) as fx, open_regular(y, DumpError) as fy:
+            while (cx := fx.read(1 << 20)) == fy.read(1 << 20):
+                if not cx:
+                    return True
+            return False
+    except (OSError, DumpError):
+        return False  # unreadable here: named when the sample is read

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from eaglelab.errors import EaglelabError
-from eaglelab.inputs import open_regular
+from eaglelab.inputs import is_ascii_digits, open_regular
 
 MAX_LINE_BYTES = 256 << 20
 
@@ -72,7 +72,7 @@ def _logprob(value, where: str) -> float:
 
 
 def _token(value, where: str) -> int:
-    if isinstance(value, str) and value.isdigit():
+    if is_ascii_digits(value):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{where}: token id {value!r} is not a non-negative integer")

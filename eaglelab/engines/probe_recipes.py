@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, steps_text
+from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, script_value, steps_text
 from eaglelab.errors import ConfigError, ParameterError
 
 
@@ -140,6 +140,7 @@ def capture_config(layers: dict[str, Any]) -> dict[str, Any]:
 def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
     """The dump-and-probe script for ``s.engine``, after :func:`check_probe_recipe`."""
     layers = check_probe_recipe(s)
+    given, s = s, as_script_words(s)
     steps: list[Step] = []
     old = _local_drafter(s, steps)
     w = s.workdir
@@ -156,8 +157,8 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
                 f"dump target {key.upper()}'s hidden states at the old drafter's layers (SpecForge repository script)",
                 ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
                  targets[key], "--strategy", "eagle3", "--draft-model-config", draft_config, "--data-path",
-                 s.data, "--output-path", folders[key], "--chat-template", s.chat_template, "--max-length",
-                 str(s.max_length)],
+                 s.data, "--output-path", folders[key], *option("--chat-template", s.chat_template),
+                 "--max-length", str(s.max_length)],
                 [f"Layer outputs {layers['aux_layer_outputs']} (the old drafter's) and the last hidden state after the "
                  "final norm;", "the same data, template, GPUs and batch size for both targets: the probe pairs the "
                  "samples by index.", "Run from a SpecForge checkout (scripts/ is not in its wheel)."]
@@ -194,7 +195,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
         engine_command=("eaglelab", "probe"), stdout=f"{w}/probe.json"))
     provenance = {"layers dumped": f"{layers['aux_layer_outputs']} (layer outputs, the old drafter's) + the last",
                   "pairing": "by sample index, token ids checked equal"}
-    return ProbeRecipe(s, steps, files, provenance, layers)
+    return ProbeRecipe(given, steps, files, provenance, layers)
 
 
 def write_probe_recipe(s: ProbeRecipeSettings, out_dir: str | Path, overwrite: bool = False) -> ProbeRecipe:

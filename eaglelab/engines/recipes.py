@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import is_mla_target
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, script_value, steps_text, yaml_text
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, path_word, script_value, steps_text, yaml_text
 from eaglelab.errors import ConfigError, ParameterError
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
@@ -334,8 +334,19 @@ def build_recipe(settings: RecipeSettings, from_run: str | Path | None = None) -
         for key, (name, source) in vocab["keys"].items():
             provenance[key] = f"{name} ({source})"
     build = _specforge if settings.engine == "specforge" else _speculators
-    steps, files = build(settings, vocab, values)
+    steps, files = build(as_script_words(settings), vocab, values)
     return Recipe(settings, steps, files, provenance, vocab)
+
+
+#: The settings of a recipe that are paths (local folders, files on the cluster) or hub ids.
+PATH_SETTINGS = ("init", "target", "target_a", "data", "workdir")
+
+
+def as_script_words(settings):
+    """``settings`` with each path as a command's word (:func:`~eaglelab.engines.scripts.path_word`: ``-k2`` is
+    written ``./-k2``, so that no engine's parser reads it as an option); the recipe records the settings as given."""
+    names = {f.name for f in fields(settings)}
+    return replace(settings, **{n: path_word(getattr(settings, n)) for n in PATH_SETTINGS if n in names})
 
 
 def _local_drafter(s: RecipeSettings, steps: list[Step]) -> str:
@@ -380,7 +391,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
         "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
         ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
          s.target, "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
-         f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", "--chat-template", s.chat_template,
+         f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", *option("--chat-template", s.chat_template),
          "--max-length", str(s.max_length)],
         ["It also writes hidden_states/vocab_mapping/vocab_mapping.pt, built from the new data: do NOT use that",
          "file; the training config points at the old drafter's map."]))

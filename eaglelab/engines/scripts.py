@@ -3,8 +3,9 @@
 A step's argv holds data (strings, quoted for bash with :func:`shlex.quote`, after
 :func:`script_value` refused control characters that could end a comment line or change a path on
 the way) and the script's own variables (:class:`Var`, :class:`Here`), the only words left
-unquoted, inside double quotes. Configs the script reads are written as YAML with every string
-JSON-escaped in double quotes (:func:`yaml_text`).
+unquoted, inside double quotes. A user's path or name that starts with ``-`` is written so that the
+engines' parsers read it as a value (:func:`path_word`, :func:`option`). Configs the script reads are
+written as YAML with every string JSON-escaped in double quotes (:func:`yaml_text`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,28 @@ def script_value(name: str, value: Any) -> str:
             raise ParameterError(name, f"holds the control character {c!r} at position {i}: refused in a generated "
                                        "script (rename the path)")
     return value
+
+
+def path_word(value: str) -> str:
+    """A path as a command's word that no parser reads as an option: a relative ``-k2`` becomes ``./-k2``.
+
+    argparse (eaglelab, SpecForge's scripts, vLLM, SGLang, torchrun) and click / Typer (speculators, ``hf``)
+    take a word that starts with ``-`` for an option, after a flag and as a positional alike; ``./`` names
+    the same file. A hub id never starts with ``-``, and an absolute path never does.
+    """
+    return f"./{value}" if value.startswith("-") else value
+
+
+def option(flag: str, value: str) -> list[str]:
+    """``[flag, value]``, or ``[flag=value]`` when ``value`` starts with ``-`` (a name, not a path: see
+    :func:`path_word`), so that the engine's parser reads it as the flag's value, not as another option.
+
+    Raises:
+        ParameterError: ``value`` is ``--``, which argparse reads as no value even after ``=``.
+    """
+    if value == "--":
+        raise ParameterError(flag, "'--' cannot reach the engines as a value (argparse reads it as the end of options)")
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
 
 
 def comment_line(text: str) -> str:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.errors import ParameterError, is_whole, require_whole
+from eaglelab.inputs import printable
+from eaglelab.serving.load_checks import calibration_of
+from eaglelab.serving.perf import require_one_setup, require_reachable
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 
@@ -58,6 +61,10 @@ class LoadSettings:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ParameterError(f"--{name.replace('_', '-')}", f"must be a positive finite number, got {value!r}")
+        if self.accept_len is not None:
+            require_reachable(self.accept_len, self.k, "--accept-len")
+        if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
+            require_one_setup(self.cycle_ms, self.baseline_tps)
 
 
 @dataclass
@@ -71,6 +78,8 @@ class LoadReport:
         pays_up_to: from ``at_concurrency`` up, the largest concurrency (then powers of two to 1024) up to
             which speculation pays at ``tau``; None when it does not pay at ``at_concurrency`` itself.
         model: the calibrated model (its parameters), and ``calibrated_on``: the points that fixed it.
+        calibration: how the model reproduces those points
+            (:class:`~eaglelab.serving.load_checks.Calibration`); the table is called calibrated only where it does.
     """
 
     settings: LoadSettings
@@ -81,23 +90,27 @@ class LoadReport:
     model: Any = None
     calibrated_on: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    calibration: Any = None
 
     def to_json(self) -> dict[str, Any]:
         return {"by_concurrency": self.rows, "log_by_concurrency": self.log_rows, "accept_len": self.tau,
                 "k": self.settings.k, "pays_up_to": self.pays_up_to,
                 "model": self.model.to_json() if self.model is not None else None,
-                "calibrated_on": self.calibrated_on, "notes": self.notes}
+                "calibrated_on": self.calibrated_on, "notes": self.notes,
+                "calibration": self.calibration.to_json() if self.calibration is not None else None}
 
     def crossover(self) -> str:
         """One line: up to which concurrency speculation pays, per the model at τ."""
         if self.model is None or self.tau is None:
             return "no model: give a measured point (--baseline-tps, --cycle-ms) or a plain log"
         at = self.settings.at_concurrency
+        per = "" if self.calibration is None or self.calibration.calibrated else \
+            " (per a model fitted to, not calibrated on, the points measured)"
         if self.pays_up_to is None:
-            return f"at τ {self.tau:.2f} speculation does not pay even at {at} request{'s' if at != 1 else ''} in flight"
+            return f"at τ {self.tau:.2f} speculation does not pay even at {at} request{'s' if at != 1 else ''} in flight{per}"
         if self.pays_up_to >= 1024:
-            return f"at τ {self.tau:.2f} speculation pays at every concurrency up to 1024"
-        return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond"
+            return f"at τ {self.tau:.2f} speculation pays at every concurrency up to 1024{per}"
+        return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
 
 
 def load_model_for(settings: LoadSettings):
@@ -124,8 +137,6 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
         ParameterError: neither a measured point nor a log; a point without its cycle.
         LogFormatError: a log that cannot be read.
     """
-    import statistics
-
     from eaglelab.serving.load import Point, by_concurrency, calibrate
     from eaglelab.serving.logs import by_concurrency as log_groups
     from eaglelab.serving.logs import parse_log, parse_plain_log
@@ -148,14 +159,25 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
         if tps:
             cycle = row["accept_len"] * c / tps
             plain_tps = row.get("plain_throughput")
-            points.append(Point(c, decode_s=c / plain_tps if plain_tps else None, cycle_s=cycle, k=s.k))
-    tau = s.accept_len if s.accept_len is not None else (
-        statistics.median(r.accept_len for r in spec.records) if spec is not None else None)
+            decode = c / plain_tps if plain_tps else None
+            if decode is not None and cycle < decode:  # a measured speedup above τ: not one setup's numbers
+                notes.append(f"concurrency {c} left out of the calibration: the logs' speedup {row['speedup']:.2f}x is "
+                             f"above their τ {row['accept_len']:.2f}, a cycle ({1e3 * cycle:.4g} ms) shorter than a plain "
+                             f"step ({1e3 * decode:.4g} ms): are both logs from one server?")
+                continue
+            points.append(Point(c, decode_s=decode, cycle_s=cycle, k=s.k))
+    tau = s.accept_len if s.accept_len is not None else (spec.summary()["median_accept_len"] if spec is not None else None)
     if tau is None:
         raise ParameterError("--accept-len", "the τ of the drafter served now is needed (or a --log that holds it)")
-    model = None
+    require_reachable(tau, s.k, "--accept-len" if s.accept_len is not None else "--log")
+    model = calibration = None
     if any(p.decode_s is not None for p in points):
-        model = calibrate(load_model_for(s), points)
+        start = load_model_for(s)
+        model = calibrate(start, points)
+        calibration = calibration_of(start, model, points)
+        if len(points) == 1 or calibration.broken:  # one point is reproduced, or refused; no table of non-times
+            calibration.require(_source(s), None if s.baseline_tps is not None else "--log")
+        notes += [n for n in [calibration.note()] if n]
     elif log_rows:
         notes.append("no plain decoding step measured (--baseline-tps or --plain-log): the logs' groups are shown, "
                      "the model is not calibrated")
@@ -163,7 +185,14 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     pays = model.pays_up_to(s.k, tau, start=s.at_concurrency) if model is not None else None
     used = [{"concurrency": p.concurrency, "decode_ms": None if p.decode_s is None else 1e3 * p.decode_s,
              "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s} for p in points]
-    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes)
+    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration)
+
+
+def _source(s: LoadSettings) -> str:
+    """The uncalibrated model in words, for a refusal."""
+    if s.target_config is None:
+        return f"the roofline of Kimi-K2.5 on {s.gpus} PCIe GPUs [assumed]"
+    return f"the roofline of {printable(s.target_config)} on {s.gpus} x {s.gpu}"
 
 
 def lines(report: LoadReport) -> list[str]:

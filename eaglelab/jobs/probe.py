@@ -128,9 +128,10 @@ class ProbeReport:
         return out
 
     def headline(self, tag: str = "") -> str:
-        """One line: the verdict, τ on A and B, agreement, and which checkpoints were compared."""
-        s = self.settings
-        return (f"Verdict{' ' + tag if tag else ''}: {self.result.decision.label.upper()} · drafter {s.drafter} "
+        """One line: the verdict (or that there is none), τ on A and B, agreement, and which checkpoints were compared."""
+        s, decision = self.settings, self.result.decision
+        why = "" if decision.decided else " (the old drafter gains nothing on target A)"
+        return (f"Verdict{' ' + tag if tag else ''}: {decision.label.upper()}{why} · drafter {s.drafter} "
                 f"on {s.target_a} (A) and {s.target_b} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
                 f"{self.tau_b:.2f} on B · next-token agreement {100 * self.result.argmax_agreement:.1f}%")
 
@@ -145,7 +146,7 @@ class ProbeReport:
         bands = self.result.decision.bands
         if bands:
             out.append(f"  bootstrap over sequences: τ on A {bands['tau_a'].text()}; on B {bands['tau_b'].text()}; "
-                       f"gain kept {bands['kept'].text(percent=True)}")
+                       f"gain kept {self.result.decision.kept_text()}")
         for name, m in (self.measured or {}).items():
             out.append(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
                        f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: "
@@ -217,7 +218,9 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
         progress: show the bar.
         measure: also decode ``settings.measure_prompts`` prompts for real on A and B (when > 0).
     """
-    from eaglelab.probe.plugin import measure_plugin, run_probe
+    from eaglelab.errors import SourceError
+    from eaglelab.inputs import printable
+    from eaglelab.probe.plugin import ProbeSource, measure_plugin, run_probe
     from eaglelab.progress import progress as progress_bar
 
     if settings.from_dumps:
@@ -226,16 +229,20 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
     with progress_bar(total=(0 if pair else 3) + batches, desc="plug-in probe", disable=not progress,
                       leave=True) as bar:
         pair = pair or load_pair(settings, bar)
+        source = ProbeSource(printable(str(pair.data.source)))
+        if not pair.data.positions:  # nothing counts: refused before either target runs
+            raise SourceError(source.where, f"0 positions counted in {len(pair.data.ids)} sequences: nothing to measure")
         bar.total = bar.n + -(-len(pair.data.ids) // settings.batch_size)  # the data may hold fewer sequences
         bar.set_postfix_str("capturing both targets")
         result = run_probe(pair.model_a, pair.model_b, pair.drafter, pair.data.ids, k=settings.k,
-                           batch_size=settings.batch_size, loss_mask=pair.data.counted, on_batch=bar.update)
+                           batch_size=settings.batch_size, loss_mask=pair.data.counted, on_batch=bar.update,
+                           source=source)
         bar.set_postfix_str("done")
     measured = None
     if measure and settings.measure_prompts:
         measured = measure_plugin(pair.model_a, pair.model_b, pair.drafter, pair.prompts(settings.measure_prompts),
                                   settings.measure_tokens, k=settings.k)
-    return ProbeReport(settings, result, str(pair.data.source), pair.data.positions, measured)
+    return ProbeReport(settings, result, str(pair.data.source), pair.data.positions, measured, list(result.notes))
 
 
 def check_dump_probe(settings: ProbeSettings) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -265,12 +272,16 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     from eaglelab.checkpoints.target_config import target_layer_count
     from eaglelab.data.dumps import open_dumps, pair_dumps
     from eaglelab.errors import CheckpointMismatchError
+    from eaglelab.inputs import printable
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.heads import read_target_heads
     from eaglelab.probe.dumps import run_dump_probe
     from eaglelab.progress import progress as progress_bar
 
     spec, cfg_a, _ = check_dump_probe(settings)
+    # the folders are listed and paired (one folder twice is refused) before any head is read
+    folder_a, folder_b = open_dumps(settings.states_a), open_dumps(settings.states_b)
+    pairs = pair_dumps(folder_a, folder_b, limit=settings.sequences)
     device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, settings.dtype)
     heads_a = read_target_heads(settings.target_a).to(device, dtype)
@@ -279,20 +290,18 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
         if heads.hidden_size != spec.target_hidden_size:
             raise CheckpointMismatchError(heads.source, f"lm_head is {heads.hidden_size} wide, the drafter reads "
                                                         f"{spec.target_hidden_size}")
+    for folder, heads in ((folder_a, heads_a), (folder_b, heads_b)):
+        folder.hidden_size, folder.vocab_size = heads.hidden_size, heads.vocab_size
     drafter = load_drafter(settings.drafter).to(device)
-    folder_a = open_dumps(settings.states_a, heads_a.hidden_size, heads_a.vocab_size)
-    folder_b = open_dumps(settings.states_b, heads_b.hidden_size, heads_b.vocab_size)
-    pairs = pair_dumps(folder_a, folder_b, limit=settings.sequences)
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, target_layer_count(cfg_a))
     batches = -(-len(pairs.indices) // settings.batch_size)
     with progress_bar(total=batches, desc="plug-in probe (dumps)", disable=not progress, leave=True) as bar:
         result = run_dump_probe(pairs, heads_a, heads_b, drafter, outs, k=settings.k, batch_size=settings.batch_size,
                                 on_batch=bar.update)
-    data = (f"hidden-state dumps: {len(pairs.indices)} paired samples ({folder_a.layout} {folder_a.root} as A, "
-            f"{folder_b.layout} {folder_b.root} as B)")
-    notes = pairs.notes()
-    if pairs.paired > len(pairs.indices):
-        notes.append(f"{len(pairs.indices)} of the {pairs.paired} paired samples probed (--sequences caps them)")
+    data = (f"hidden-state dumps ({folder_a.layout} {printable(str(folder_a.root))} as A, {folder_b.layout} "
+            f"{printable(str(folder_b.root))} as B): {pairs.counts()}")
+    notes = pairs.notes() + [f"target {label}: {n}" for label, h in (("A", heads_a), ("B", heads_b)) for n in h.notes]
+    notes += result.notes
     notes.append("from dumps nothing is decoded for real: the measured τ needs the targets (live probe or an engine)")
     return ProbeReport(settings, result, data, result.tokens, None, notes)
 
@@ -357,7 +366,7 @@ def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]
     import torch
 
     from eaglelab.checkpoints.preflight import check_context, check_drafter
-    from eaglelab.data.dumps import capture_dumps
+    from eaglelab.data.dump_writers import capture_dumps
     from eaglelab.data.sets import probe_set, world_of
     from eaglelab.data.world import World
     from eaglelab.errors import SourceError

@@ -148,7 +148,9 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagl
     if ck.kind == "hub":
         from huggingface_hub import snapshot_download
 
-        ck = load_checkpoint(snapshot_download(str(source), allow_patterns=["*.json", "*.safetensors"]))
+        # the weights at the commit whose headers were just checked, not whatever the branch holds now
+        commit = ck.hub.commit if ck.hub is not None else None
+        ck = load_checkpoint(snapshot_download(str(source), revision=commit, allow_patterns=["*.json", "*.safetensors"]))
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights")
     model = Eagle3Drafter(ck.config, where=str(ck.config_path or source))

@@ -3,30 +3,37 @@
 The probe from hidden-state dumps (:func:`eaglelab.probe.dumps.run_dump_probe`) needs of each target
 only what turns a last hidden state into next-token logits (the final norm and ``lm_head``) and what
 the drafter reads for the tokens (``embed_tokens``). At Kimi size that is a few GB out of a TB: they
-are read by name, from local safetensors or from a hub repository by range requests, and nothing
-else of the target is touched.
+are read by name, from local safetensors or from a hub repository by range requests (at the commit
+and from the headers its checkpoint was read with), and nothing else of the target is touched.
 
 The names follow the checkpoint: a text model's ``model.embed_tokens.weight``, a multimodal one's
 ``language_model.model.embed_tokens.weight`` (Kimi-K2.5) or ``model.language_model.embed_tokens.weight``
 (Qwen2.5-VL in transformers 4.52+); the norm and ``lm_head`` are looked up beside the embedding found,
 and a tied ``lm_head`` (``tie_word_embeddings``) is the embedding.
+
+What is read is checked before it is used: the shapes before any byte (one hidden size; rows padded
+beyond the config's ``vocab_size`` read as the first ``vocab_size``, as SGLang and vLLM read them; fewer
+rows refused), and every value as it is read (a NaN or infinity refused, naming the file and tensor).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, is_hub_id, load_checkpoint, read_tensor_into
+from eaglelab.checkpoints.hub import hub_problem
+from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, load_checkpoint, read_tensor_into
 from eaglelab.checkpoints.target_config import head_names as target_heads
-from eaglelab.checkpoints.target_config import text_config
-from eaglelab.errors import CheckpointMismatchError, HubError, SourceError
+from eaglelab.checkpoints.target_config import target_field, text_config
+from eaglelab.errors import CheckpointMismatchError, EaglelabError, HubError, SourceError, is_whole
 from eaglelab.inputs import printable
 
 _TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 #: Bytes per hub range request when reading a tensor (each request under the hub's deadline).
 HUB_CHUNK_BYTES = 64 * 1024 * 1024
+#: Elements checked for finite values at a time (a 4 MB mask, never a copy of the tensor).
+FINITE_CHUNK = 1 << 22
 
 
 @dataclass
@@ -40,6 +47,7 @@ class TargetHeads:
         lm_head: [V, H].
         embedding: [V, H] ``embed_tokens`` (the same tensor as ``lm_head`` when tied).
         names: the checkpoint's name of each of the three (``norm``, ``lm_head``, ``embed_tokens``).
+        notes: what was read other than as stored (rows padded beyond the vocabulary left out), one line each.
     """
 
     source: str
@@ -48,6 +56,7 @@ class TargetHeads:
     lm_head: torch.Tensor
     embedding: torch.Tensor
     names: dict[str, str]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def hidden_size(self) -> int:
@@ -66,7 +75,7 @@ class TargetHeads:
         head = self.lm_head.to(device, dtype or self.lm_head.dtype)
         embedding = self.embedding.to(device)
         return TargetHeads(self.source, self.norm_weight.to(device, dtype or self.norm_weight.dtype), self.eps, head,
-                           embedding, self.names)
+                           embedding, self.names, list(self.notes))
 
     def norm(self, hidden: torch.Tensor) -> torch.Tensor:
         """The final RMSNorm as Llama / DeepSeek compute it (float32 variance, weight after the cast back)."""
@@ -79,89 +88,145 @@ def head_names(ck: Checkpoint) -> dict[str, str]:
     """The checkpoint's names of ``embed_tokens``, the final ``norm`` and ``lm_head`` (prefixes followed).
 
     Raises:
-        CheckpointMismatchError: no language-model embedding, or no norm / lm_head beside it.
+        CheckpointMismatchError: no language-model embedding, no norm beside it, or no lm_head where the
+            config does not tie it to the embedding.
     """
-    return target_heads(ck.tensors, ck.config, ck.source).as_dict()
+    return target_heads(ck.tensors, ck.config, ck.source, ck.weight_files).as_dict()
 
 
-def _decode(raw: bytes | bytearray, info: TensorInfo, where: str) -> torch.Tensor:
-    if info.dtype not in _TORCH_DTYPES:
-        raise SourceError(where, f"tensor {printable(info.name)} is {info.dtype}; a head is read in floating point "
-                                 f"({', '.join(_TORCH_DTYPES)})")
-    if len(raw) != info.nbytes:
-        raise SourceError(where, f"tensor {printable(info.name)}: {len(raw):,} bytes read, {info.nbytes:,} expected")
-    return torch.frombuffer(bytearray(raw) if isinstance(raw, bytes) else raw,
-                            dtype=_TORCH_DTYPES[info.dtype]).reshape(info.shape).clone()
+def _where(ck: Checkpoint, info: TensorInfo) -> str:
+    """The file holding a tensor, for messages: its local path, or ``owner/name/file`` on the hub."""
+    return printable(info.file if ck.local else f"{ck.source}/{info.file}")
+
+
+def _head_infos(ck: Checkpoint, names: dict[str, str]) -> tuple[dict[str, TensorInfo], list[str]]:
+    """The three tensors as they will be read, from their headers alone, and the notes on them.
+
+    One hidden size for the three. With the config's ``vocab_size`` V: an embedding or head of more rows
+    is padded (SGLang and vLLM pad the vocabulary for tensor parallelism and ignore the padded rows), and
+    only its first V rows are read; fewer rows than V are refused. Without V, the two must have the
+    same rows.
+
+    Raises:
+        SourceError: a tensor not stored in floating point (a quantized head).
+        CheckpointMismatchError: the shapes do not fit, naming the file, the tensor and both sizes.
+    """
+    infos = {key: ck.tensors[name] for key, name in names.items()}
+    for info in infos.values():
+        if info.dtype not in _TORCH_DTYPES:
+            raise SourceError(_where(ck, info), f"tensor {printable(info.name)} is {info.dtype}; a head is read in "
+                                                f"floating point ({', '.join(_TORCH_DTYPES)})")
+    embed, head, norm = infos["embed_tokens"], infos["lm_head"], infos["norm"]
+    if len(embed.shape) != 2 or len(head.shape) != 2 or len(norm.shape) != 1 or \
+            not (embed.shape[1] == head.shape[1] == norm.shape[0]):
+        raise CheckpointMismatchError(ck.source, f"embed_tokens {list(embed.shape)}, lm_head {list(head.shape)} and "
+                                                 f"norm {list(norm.shape)} do not share one hidden size")
+    vocab = target_field(ck.config, "vocab_size")
+    if not is_whole(vocab):
+        if embed.shape[0] != head.shape[0]:
+            raise CheckpointMismatchError(_where(ck, head), f"tensor {printable(head.name)} has {head.shape[0]:,} rows "
+                                                            f"and {printable(embed.name)} {embed.shape[0]:,}, and the "
+                                                            "config names no vocab_size to say which rows are the "
+                                                            "vocabulary")
+        return infos, []
+    notes = []
+    for key in ("embed_tokens", "lm_head"):
+        info = infos[key]
+        rows = info.shape[0]
+        if rows < vocab:
+            raise CheckpointMismatchError(_where(ck, info), f"tensor {printable(info.name)} has {rows:,} rows, fewer than "
+                                                            f"the config's vocab_size {vocab:,}")
+        if rows > vocab:
+            row_bytes = info.nbytes // rows
+            infos[key] = replace(info, shape=(vocab, info.shape[1]), span=(info.span[0], info.span[0] + vocab * row_bytes))
+            if key == "embed_tokens" or names["lm_head"] != names["embed_tokens"]:
+                notes.append(f"{printable(info.name)} in {_where(ck, info)} has {rows:,} rows, padded beyond the "
+                             f"config's vocab_size {vocab:,} (as SGLang and vLLM pad it for tensor parallelism): its "
+                             f"first {vocab:,} rows are read, the padding is ignored")
+    return infos, notes
+
+
+def _check_finite(tensor: torch.Tensor, info: TensorInfo, where: str) -> None:
+    """Refuse a tensor holding a NaN or an infinity, checked in chunks (no second copy of a GB head).
+
+    Raises:
+        CheckpointMismatchError: naming the file, the tensor and the first row that is not finite.
+    """
+    flat = tensor.reshape(-1)
+    width = int(tensor.shape[-1]) if tensor.dim() > 1 else 1
+    for lo in range(0, flat.numel(), FINITE_CHUNK):
+        ok = torch.isfinite(flat[lo:lo + FINITE_CHUNK])
+        if not bool(ok.all()):
+            first = lo + int(ok.logical_not_().to(torch.uint8).argmax())
+            at = f"row {first // width:,}" if tensor.dim() > 1 else f"index {first:,}"
+            raise CheckpointMismatchError(where, f"tensor {printable(info.name)} holds a non-finite value (NaN or "
+                                                 f"infinity) at {at}: a head must be finite to give any verdict")
+
+
+def _tensor(info: TensorInfo) -> torch.Tensor:
+    """An empty tensor of the stored dtype (one :func:`_head_infos` accepted) and shape, for the bytes to be read into."""
+    return torch.empty(info.shape, dtype=_TORCH_DTYPES[info.dtype])
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    return memoryview(tensor.view(torch.uint8).reshape(-1).numpy()) if tensor.numel() else memoryview(bytearray())
 
 
 def _read_local(info: TensorInfo) -> torch.Tensor:
-    if info.dtype not in _TORCH_DTYPES:
-        return _decode(b"", info, printable(info.file))
-    out = torch.empty(info.shape, dtype=_TORCH_DTYPES[info.dtype])
-    read_tensor_into(info, memoryview(out.view(torch.uint8).reshape(-1).numpy()) if out.numel() else memoryview(b""))
+    out = _tensor(info)
+    read_tensor_into(info, _bytes_of(out))
     return out
 
 
-def _read_hub(repo_id: str, info: TensorInfo, revision: str | None) -> torch.Tensor:
-    """One tensor's bytes by range requests of :data:`HUB_CHUNK_BYTES`, each under the hub's deadline."""
-    import struct
+def _read_hub(ck: Checkpoint, info: TensorInfo) -> torch.Tensor:
+    """One tensor's bytes by range requests of :data:`HUB_CHUNK_BYTES` into its tensor, at the checkpoint's commit.
 
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import hf_raise_for_status
-
-    from eaglelab.checkpoints.hub import hub_fetch, hub_problem, hub_timeout
-
-    where = printable(f"{repo_id}/{info.file}")
-    url = hf_hub_url(repo_id, info.file, revision=revision)
-    buf = bytearray()
-    timeout = hub_timeout()
+    The data start is the one the checkpoint's header read gave (one header per file): nothing is
+    re-read to place a tensor, and an answer from another commit or of another file length is refused.
+    """
+    repo = ck.hub
+    out = _tensor(info)
+    view = _bytes_of(out)
+    start = info.data_start + info.span[0]
     try:
-        first = hub_fetch(url, 8, timeout, {"Range": "bytes=0-7"}, truncate=True)  # the header's length
-        hf_raise_for_status(first)
-        if len(first.content) != 8:
-            raise SourceError(where, "the hub sent no safetensors header length")
-        start = 8 + struct.unpack("<Q", first.content)[0] + info.span[0]
-        while len(buf) < info.nbytes:
-            n = min(HUB_CHUNK_BYTES, info.nbytes - len(buf))
-            lo = start + len(buf)
-            r = hub_fetch(url, n, timeout, {"Range": f"bytes={lo}-{lo + n - 1}"})
-            hf_raise_for_status(r)
-            if r.status_code != 206 or len(r.content) != n:
-                raise SourceError(where, f"the hub answered a range request with {len(r.content):,} bytes "
-                                         f"(status {r.status_code}), {n:,} asked")
-            buf += r.content
-    except SourceError:
+        for lo in range(0, info.nbytes, HUB_CHUNK_BYTES):
+            n = min(HUB_CHUNK_BYTES, info.nbytes - lo)
+            view[lo:lo + n] = repo.read_range(info.file, start + lo, n)
+    except EaglelabError:
         raise
     except Exception as exc:
-        raise HubError(repo_id, f"reading {printable(info.name)}: {hub_problem(exc, revision, timeout)}") from None
-    return _decode(buf, info, where)
+        raise HubError(repo.repo_id, f"reading {printable(info.name)}: {hub_problem(exc, repo.revision, repo.timeout)}") \
+            from None
+    return out
 
 
 def _reader(source: str, revision: str | None):
-    """The checkpoint, its head names, and a function reading one tensor by name (locally or by hub ranges)."""
+    """The checkpoint, the three tensors as they will be read, notes, and a function reading one (checked finite)."""
     ck = load_checkpoint(source, revision)
-    names = head_names(ck)
-    hub = is_hub_id(str(source)) and not ck.local
+    infos, notes = _head_infos(ck, head_names(ck))
 
-    def read(name: str) -> torch.Tensor:
-        info = ck.tensors[name]
-        return _read_hub(str(source), info, revision) if hub else _read_local(info)
+    def read(key: str) -> torch.Tensor:
+        info = infos[key]
+        where = _where(ck, info)
+        tensor = _read_local(info) if ck.local or ck.hub is None else _read_hub(ck, info)
+        _check_finite(tensor, info, where)
+        return tensor
 
-    return ck, names, read
+    return ck, infos, notes, read
 
 
 def read_target_embedding(source: str, revision: str | None = None) -> torch.Tensor:
     """A target's input embedding [V, H] alone, read by name (prefixes followed), nothing else of the target.
 
     What an export that carries the embedding needs (vLLM keeps a shipped one): 2.3 GB of a 1 TB Kimi
-    target in bf16, without loading the model.
+    target in bf16, without loading the model. Rows padded beyond the config's ``vocab_size`` are left out.
 
     Raises:
         SourceError, HubError, HeaderError, ConfigError: the files cannot be read.
-        CheckpointMismatchError: the target has no language-model embedding.
+        CheckpointMismatchError: the target has no language-model embedding, or one that is not finite.
     """
-    _, names, read = _reader(source, revision)
-    return read(names["embed_tokens"])
+    _, _, _, read = _reader(source, revision)
+    return read("embed_tokens")
 
 
 def read_target_heads(source: str, revision: str | None = None) -> TargetHeads:
@@ -174,15 +239,14 @@ def read_target_heads(source: str, revision: str | None = None) -> TargetHeads:
 
     Raises:
         SourceError, HubError, HeaderError, ConfigError: the files cannot be read.
-        CheckpointMismatchError: the tensors are missing or do not fit one another.
+        CheckpointMismatchError: the tensors are missing, do not fit one another or the vocabulary (checked
+            before any is read), or hold a NaN or an infinity.
     """
-    ck, names, read = _reader(source, revision)
-    tensors = {key: read(name) for key, name in names.items() if key != "lm_head" or name != names["embed_tokens"]}
+    ck, infos, notes, read = _reader(source, revision)
+    names = {key: info.name for key, info in infos.items()}
+    tied = names["lm_head"] == names["embed_tokens"]
+    tensors = {key: read(key) for key in ("norm", "embed_tokens") + (() if tied else ("lm_head",))}
     tensors.setdefault("lm_head", tensors["embed_tokens"])
-    cfg = text_config(ck.config)
-    eps = cfg.get("rms_norm_eps", 1e-6)
-    embed, head, norm = tensors["embed_tokens"], tensors["lm_head"], tensors["norm"]
-    if embed.dim() != 2 or head.dim() != 2 or norm.dim() != 1 or not (embed.shape[1] == head.shape[1] == norm.shape[0]):
-        raise CheckpointMismatchError(source, f"embed_tokens {list(embed.shape)}, lm_head {list(head.shape)} and norm "
-                                              f"{list(norm.shape)} do not share one hidden size")
-    return TargetHeads(str(source), norm, float(eps), head, embed, names)
+    eps = text_config(ck.config).get("rms_norm_eps", 1e-6)
+    return TargetHeads(str(source), tensors["norm"], float(eps), tensors["lm_head"], tensors["embed_tokens"],
+                       names, notes)

@@ -21,6 +21,8 @@ from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
+from eaglelab.serving.load import Point, calibrate, kimi_k25_on_pcie
+from eaglelab.serving.load_checks import calibration_of
 
 #: Default range of the data exponent b (the per-position miss rate falls as N^-b) when the user
 #: has not measured it: an assumption, wide on purpose; a warm-start sweep on their data narrows it.
@@ -91,14 +93,12 @@ class Scenario:
         require_whole("at_concurrency", self.at_concurrency)
         if not is_whole(self.k):
             raise ParameterError("k", f"draft tokens per cycle must be a whole number >= 1, got {self.k!r}")
-        if self.break_even_tau < 1.0:  # also catches a cycle so short its tok/s overflow
-            raise ParameterError("cycle_ms", f"a {self.cycle_ms:g} ms cycle is shorter than one plain decoding step at "
-                                             f"{self.baseline_tps:g} tok/s ({1e3 / self.baseline_tps:.3g} ms): a cycle "
-                                             "holds a verify, which costs at least a step; are both from one setup?")
-        if not 1.0 < self.accept_len < self.k + 1:
-            raise ParameterError("accept_len", f"τ {self.accept_len} must lie strictly between 1 and k + 1 = {self.k + 1}")
-        if self.plugin_tau is not None and not 1.0 <= self.plugin_tau <= self.k + 1:
-            raise ParameterError("plugin_tau", f"τ {self.plugin_tau} must lie in [1, k + 1 = {self.k + 1}]")
+        perf.require_one_setup(self.cycle_ms, self.baseline_tps, "cycle_ms")
+        perf.require_reachable(self.accept_len, self.k, "accept_len")
+        if self.accept_len in (1.0, self.k + 1):  # the law is anchored inside: at either end its miss rate's log is infinite
+            raise ParameterError("accept_len", f"τ {self.accept_len:g} must lie strictly between 1 and k + 1 = {self.k + 1}")
+        if self.plugin_tau is not None:
+            perf.require_reachable(self.plugin_tau, self.k, "plugin_tau")
         lo, hi = sorted(self.exponents)
         if not (math.isfinite(hi) and 0 < lo and hi <= MAX_EXPONENT):
             raise ParameterError("exponents", f"the data exponent b must lie in (0, {MAX_EXPONENT:g}] (measured "
@@ -345,13 +345,19 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
 
 
 def _load_model(s: Scenario, load, source: str | None):
-    """The load model calibrated at the scenario's point: plain tok/s and the cycle at ``s.at_concurrency``."""
-    from eaglelab.serving.load import Point, calibrate, kimi_k25_on_pcie
+    """The load model calibrated at the scenario's point: plain tok/s and the cycle at ``s.at_concurrency``.
 
+    Raises:
+        ParameterError: the model cannot reproduce that point (:meth:`~eaglelab.serving.load_checks.Calibration.require`).
+    """
     if load is None:
         load, source = kimi_k25_on_pcie(), "the roofline of Kimi-K2.5 on 8 PCIe GPUs [assumed]"
     point = Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps, cycle_s=s.cycle_ms / 1e3, k=s.k)
-    return calibrate(load, [point]), f"{source or 'your target'}, calibrated at your point"
+    model = calibrate(load, [point])
+    calibration = calibration_of(load, model, [point])
+    calibration.require(source or "the load model of your target")
+    note = calibration.note()
+    return model, f"{source or 'your target'}, calibrated at your point" + (f" ({note})" if note else "")
 
 
 def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, float]:

@@ -12,7 +12,9 @@ tokens checked equal, and batches of pairs stream through three passes that are 
 3. the old drafter teacher-forced on A's and on B's states, reading each target's embedding.
 
 Memory is bounded by the batch (``batch_size`` sequences; the head products by ``head_chunk``
-positions at a time), never by the number of tokens.
+positions at a time), never by the number of tokens. Dumps that count no position (loss masks of 0,
+one-token samples), too few samples for the verdict's band, or numbers that are not finite get no
+verdict: one :class:`~eaglelab.errors.DumpError` naming the folders and what is missing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import torch
 
 from eaglelab.data.dumps import DumpPairs, DumpSample
 from eaglelab.data.states import HiddenStates
+from eaglelab.errors import DumpError
+from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.heads import TargetHeads
 from eaglelab.train.ttt import TargetTokens
@@ -116,8 +120,12 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
 
     Returns:
         :class:`eaglelab.probe.plugin.ProbeResult`, as the live probe's.
+
+    Raises:
+        DumpError: a sample that does not read or pair, or no verdict can be drawn from the dumps
+            (:func:`eaglelab.probe.plugin.finish_probe`).
     """
-    from eaglelab.probe.plugin import finish_probe, layer_labels, update_similarity
+    from eaglelab.probe.plugin import ProbeSource, finish_probe, layer_labels, update_similarity
     from eaglelab.probe.similarity import SimilarityAccumulator
     from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
@@ -139,4 +147,7 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
             evaluate_batch(drafter, sb, None, k, tally_b, target=heads.b)
         if on_batch is not None:
             on_batch()
-    return finish_probe(sim, labels, tally_a, tally_b)
+    source = ProbeSource(f"{printable(str(pairs.a.root))} (A) and {printable(str(pairs.b.root))} (B)", DumpError,
+                         "paired samples", "positions counted (a position counts when the next token's loss mask "
+                                           "is 1; a one-token sample counts none)")
+    return finish_probe(sim, labels, tally_a, tally_b, source)

@@ -8,17 +8,21 @@ Two kinds of evidence, on the same token sequences:
    (per-position accuracy, simulated τ), and measured speculative decoding on B.
 
 A verdict (plug in / warm start / from scratch, :func:`eaglelab.decisions.plugin_verdict`) follows from
-the acceptance numbers.
+the acceptance numbers, and only from evidence: no position counted, too few sequences for its band,
+or a number that is not finite (a head or states with NaN) is refused in one line saying what is
+missing (:func:`finish_probe`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from eaglelab.data.states import HiddenStates
-from eaglelab.decisions import Decision, plugin_verdict
+from eaglelab.decisions import Decision, missing_evidence, plugin_verdict
+from eaglelab.errors import EaglelabError, SourceError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target
 from eaglelab.probe.similarity import SimilarityAccumulator
@@ -38,6 +42,7 @@ class ProbeResult:
     eval_b: dict | None = None
     decision: Decision | None = None
     tv: float = float("nan")
+    notes: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         plugin = {}
@@ -57,6 +62,23 @@ class ProbeResult:
         }
 
 
+@dataclass(frozen=True)
+class ProbeSource:
+    """Where a probe's sequences came from, for the one line that refuses a verdict without evidence.
+
+    Attributes:
+        where: the data (a file, the world's conversations) or the dump folders, as the user named them.
+        error: the typed error to raise (:class:`~eaglelab.errors.DumpError` for dumps).
+        unit: what one sequence is called there (``"sequences"``, ``"paired samples"``).
+        counted: what a counted position is called there.
+    """
+
+    where: str = "the probe's sequences"
+    error: type[EaglelabError] = SourceError
+    unit: str = "sequences"
+    counted: str = "positions counted"
+
+
 def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
     return [f"{name} ({i})" for name, i in zip(("low", "mid", "high"), aux_layer_outputs)] + ["last"]
 
@@ -70,7 +92,7 @@ def _split(states_aux: torch.Tensor, last: torch.Tensor) -> list[torch.Tensor]:
 @torch.no_grad()
 def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, k: int = 3,
               batch_size: int = 8, progress: bool = False, loss_mask: torch.Tensor | None = None,
-              on_batch=None) -> ProbeResult:
+              on_batch=None, source: ProbeSource | None = None) -> ProbeResult:
     """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
 
     Each batch of sequences runs through both targets, feeds the similarity accumulator and the
@@ -85,6 +107,10 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         progress: a bar of its own over the batches (a caller with a bar passes ``on_batch`` instead).
         loss_mask: [N, S] positions that count for similarity and acceptance (default: all).
         on_batch: called after each batch (advances a caller's progress bar).
+        source: where the sequences came from, named when the evidence falls short.
+
+    Raises:
+        EaglelabError: (``source.error``) no verdict can be drawn (:func:`finish_probe`).
     """
     from eaglelab.progress import progress as bar
     from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
@@ -116,15 +142,27 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     finally:
         ta.close()
         tb.close()
-    return finish_probe(sim, labels, tally_a, tally_b)
+    return finish_probe(sim, labels, tally_a, tally_b, source)
 
 
-def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b) -> ProbeResult:
-    """The probe's result from its accumulators: summaries, τ on A and B with their bootstrap bands, the verdict."""
+def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b,
+                 source: ProbeSource | None = None) -> ProbeResult:
+    """The probe's result from its accumulators: summaries, τ on A and B with their bootstrap bands, the verdict.
+
+    Raises:
+        EaglelabError: (``source.error``, naming ``source.where``) no verdict can be drawn: no position
+            counted, too few sequences for the band (:func:`eaglelab.decisions.missing_evidence`), or a
+            number that is not finite.
+    """
     from eaglelab.decisions import tau_bands
 
+    source = source or ProbeSource()
+    missing = missing_evidence(tally_a.sequences, tally_a.seq_counted, tally_a.steps, source.unit, source.counted)
+    if missing:
+        raise source.error(source.where, missing)
     res = sim.result()
     ev_a, ev_b = tally_a.result(), tally_b.result()
+    _require_finite(res, ev_a, ev_b, source)
     bands = None
     if tally_a.seq_hits and len(tally_a.seq_hits) == len(tally_b.seq_hits):
         bands = tau_bands(tally_a.seq_hits, tally_a.seq_counted, tally_b.seq_hits, tally_b.seq_counted)
@@ -132,7 +170,21 @@ def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b
         ev_b["chain_band"] = [b.to_json() for b in bands["chain_b"]]
     return ProbeResult(res["layers"], res["cka_map"], labels, res["cosines"], res["argmax_agreement"],
                        res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"], bands),
-                       tv=res["tv"])
+                       tv=res["tv"], notes=list(res["notes"]))
+
+
+def _require_finite(res: dict, ev_a: dict, ev_b: dict, source: ProbeSource) -> None:
+    """Refuse a verdict next to a number that is not finite: name the first few, and where NaN comes from."""
+    numbers = {"next-token agreement": res["argmax_agreement"], "TV": res["tv"],
+               "τ on A": ev_a["accept_len"], "τ on B": ev_b["accept_len"]}
+    for layer in res["layers"]:
+        numbers |= {f"{name} at {layer.layer}": getattr(layer, attr) for name, attr in
+                    (("cosine", "cosine_mean"), ("relative L2", "rel_l2"), ("norm ratio", "norm_ratio"), ("CKA", "cka"))}
+    bad = [f"{name} {value}" for name, value in numbers.items() if not math.isfinite(value)]
+    if bad:
+        raise source.error(source.where, f"the probe's numbers are not finite ({', '.join(bad[:4])}"
+                                         f"{f' and {len(bad) - 4} more' if len(bad) > 4 else ''}): a target's head or "
+                                         "its states hold NaN or Inf, or states do not vary; no verdict is read from them")
 
 
 def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,

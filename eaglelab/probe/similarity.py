@@ -5,10 +5,18 @@ pair: linear CKA with the unbiased HSIC estimator of Nguyen, Raghu & Kornblith (
 accumulated over minibatches so memory stays flat as the token count grows: each minibatch
 of n tokens adds HSIC_1(K, L), HSIC_1(K, K), HSIC_1(L, L) with K = X Xᵀ, L = Y Yᵀ (n x n),
 and CKA = mean HSIC(K, L) / sqrt(mean HSIC(K, K) · mean HSIC(L, L)).
+
+HSIC_1 of linear kernels does not change when a constant is added to every row of X, so each
+minibatch is centred on its own mean (in float64) before its Gram matrix: with raw states a channel
+offset of 1e5 makes K's entries 1e10 and the estimator's terms cancel past float64's digits (CKA
+-6.6e34 on identical states). Each layer is also scaled by one power of two, fixed by the first
+minibatch (exact in floating point, and CKA does not change with scale), so tiny or huge states
+neither underflow nor overflow.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,9 +68,22 @@ def _zero_diag_stats(G: torch.Tensor):
     return G, g1, g1.sum()
 
 
-def _gram_stats(x: torch.Tensor):
-    """:func:`_zero_diag_stats` of the linear Gram matrix of x [n, D]."""
-    return _zero_diag_stats(x.double() @ x.double().T)
+def _gram_stats(x: torch.Tensor, scale: float = 1.0):
+    """:func:`_zero_diag_stats` of the linear Gram matrix of x [n, D], centred on its mean and divided by ``scale``.
+
+    Centring leaves HSIC_1 unchanged (it is shift invariant) and keeps the Gram matrix's entries at
+    the size of the states' spread, not of their offset.
+    """
+    x = x.double()
+    x = (x - x.mean(0)) / scale
+    return _zero_diag_stats(x @ x.T)
+
+
+def _binary_scale(x: torch.Tensor) -> float:
+    """A power of two near the largest centred magnitude of x (1.0 when x does not vary): an exact divisor."""
+    x = x.double()
+    top = float((x - x.mean(0)).abs().max()) if x.numel() else 0.0
+    return 2.0 ** math.floor(math.log2(top)) if top > 0 and math.isfinite(top) else 1.0
 
 
 def _hsic_from_stats(a, b, n: int) -> torch.Tensor:
@@ -88,9 +109,13 @@ def linear_cka_full(x: torch.Tensor, y: torch.Tensor) -> float:
     return float(xy / ((x.T @ x).norm() * (y.T @ y).norm()))
 
 
+#: How far past [0, 1] a CKA may fall by rounding alone, and be clipped back.
+CKA_ROUNDING = 1e-6
+
+
 @dataclass
 class StreamingCKA:
-    """Minibatch linear CKA between several layers of A and of B (unbiased HSIC, flat memory).
+    """Minibatch linear CKA between several layers of A and of B (unbiased HSIC, flat memory, centred minibatches).
 
     Attributes:
         n_a: number of A layers (rows of the map).
@@ -102,18 +127,24 @@ class StreamingCKA:
     _xy: torch.Tensor = field(init=False)
     _xx: torch.Tensor = field(init=False)
     _yy: torch.Tensor = field(init=False)
+    _scale_x: list = field(init=False)
+    _scale_y: list = field(init=False)
     batches: int = field(default=0, init=False)
 
     def __post_init__(self):
         self._xy = torch.zeros(self.n_a, self.n_b, dtype=torch.float64)
         self._xx = torch.zeros(self.n_a, dtype=torch.float64)
         self._yy = torch.zeros(self.n_b, dtype=torch.float64)
+        self._scale_x, self._scale_y = [], []
 
     def update(self, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
         """Add one minibatch of the same n tokens: xs[i] [n, D] from A, ys[j] [n, D] from B (n >= 4)."""
         n = xs[0].shape[0]
-        sx = [_gram_stats(x) for x in xs]
-        sy = [_gram_stats(y) for y in ys]
+        if not self.batches:  # one exact power-of-two scale per layer, for every minibatch after
+            self._scale_x = [_binary_scale(x) for x in xs]
+            self._scale_y = [_binary_scale(y) for y in ys]
+        sx = [_gram_stats(x, c) for x, c in zip(xs, self._scale_x)]
+        sy = [_gram_stats(y, c) for y, c in zip(ys, self._scale_y)]
         for i, a in enumerate(sx):
             self._xx[i] += _hsic_from_stats(a, a, n).cpu()
             for j, b in enumerate(sy):
@@ -122,10 +153,30 @@ class StreamingCKA:
             self._yy[j] += _hsic_from_stats(b, b, n).cpu()
         self.batches += 1
 
+    def estimate(self) -> torch.Tensor:
+        """The raw CKA estimates [n_a, n_b] in float64: NaN where undefined (no minibatch, or states that do not vary).
+
+        The unbiased HSIC is an inner product (of U-centred Gram matrices, Székely & Rizzo 2014), summed
+        over minibatches, so by Cauchy-Schwarz the estimate lies in [-1, 1]; below 0 it is the estimator's
+        noise around no linear similarity.
+        """
+        xx, yy = self._xx[:, None], self._yy[None, :]
+        ok = (xx > 0) & (yy > 0)
+        denom = (xx.clamp_min(0).sqrt() * yy.clamp_min(0).sqrt()).clamp_min(1e-300)
+        return torch.where(ok, self._xy / denom, torch.full_like(self._xy, float("nan")))
+
     def value(self) -> torch.Tensor:
-        """CKA map [n_a, n_b]."""
-        denom = torch.sqrt(self._xx[:, None].clamp_min(1e-30) * self._yy[None, :].clamp_min(1e-30))
-        return (self._xy / denom).float()
+        """CKA map [n_a, n_b] in [0, 1]: an estimate below 0 is shown as 0 (:meth:`below_zero` names it);
+        NaN where undefined, or where the estimate is outside [-1, 1] by more than :data:`CKA_ROUNDING`
+        (an arithmetic failure, never a number)."""
+        raw = self.estimate()
+        broken = (raw > 1 + CKA_ROUNDING) | (raw < -1 - CKA_ROUNDING)
+        return torch.where(broken, torch.full_like(raw, float("nan")), raw.clamp(0.0, 1.0)).float()
+
+    def below_zero(self) -> torch.Tensor:
+        """[n_a, n_b] where the estimate fell below 0 by more than rounding (shown as 0 by :meth:`value`)."""
+        raw = self.estimate()
+        return (raw < -CKA_ROUNDING) & (raw >= -1 - CKA_ROUNDING)
 
 
 @dataclass
@@ -248,6 +299,9 @@ class SimilarityAccumulator:
                 norm_ratio=float(self._sums["nb"][i] / self._sums["na"][i].clamp_min(1e-30)),
                 cka=float(cka[i, i]),
             ))
+        raw, below = self._cka.estimate(), self._cka.below_zero()
+        notes = [f"CKA at {label}: the unbiased estimate is {float(raw[i, i]):.4f}, below 0 (no linear similarity "
+                 "beyond the estimator's noise); shown as 0" for i, label in enumerate(self.labels) if below[i, i]]
         return {"layers": layers, "cka_map": cka.numpy(), "cosines": cosines, "tokens": self.tokens,
                 "argmax_agreement": self.agree / self.compared if self.compared else float("nan"),
-                "tv": self.tv_sum / self.tv_count if self.tv_count else float("nan")}
+                "tv": self.tv_sum / self.tv_count if self.tv_count else float("nan"), "notes": notes}

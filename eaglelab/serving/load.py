@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from eaglelab.errors import ParameterError, is_whole, require_whole
+from eaglelab.serving.load_checks import SCALE_LIMIT, check_target_config, config_bits
 from eaglelab.serving.perf import accept_len_constant_rate, distinct_experts_touched, rate_for_accept_len
 
 #: Concurrencies scanned for "up to which concurrency does it pay" (the answer is the largest that pays).
@@ -73,6 +74,14 @@ class Machine:
     comm_latency_s: float = 0.0
     comm_s_per_token: float = 0.0
     overlap: bool = True
+
+    def __post_init__(self):
+        """A positive finite bandwidth and peak, every overhead finite and >= 0: no step costs less than nothing."""
+        rates = (self.bandwidth_bytes_s, self.flops_s)
+        costs = (self.step_overhead_s, self.request_overhead_s, self.comm_latency_s, self.comm_s_per_token)
+        if not (all(0 < v < math.inf for v in rates) and all(0 <= v < math.inf for v in costs)):
+            raise ParameterError(f"machine {self.name}", "needs a positive finite bandwidth and peak and overheads >= 0, "
+                                                         f"got {rates} and {costs}")
 
     def scaled(self, bandwidth: float = 1.0, flops: float = 1.0) -> Machine:
         return replace(self, bandwidth_bytes_s=self.bandwidth_bytes_s * bandwidth, flops_s=self.flops_s * flops)
@@ -134,6 +143,15 @@ class TargetShape:
     experts_per_token: int = 0
     expert_bytes: float = 0.0
 
+    def __post_init__(self):
+        """Every byte and FLOP term finite and >= 0, and a token's experts among the layer's: else a forward could
+        read negative bytes, or a verify cost less than a decode step."""
+        bad = [f"{k} {v!r}" for k, v in asdict(self).items() if not (isinstance(v, (int, float)) and 0 <= v < math.inf)]
+        if self.moe_layers and not 1 <= self.experts_per_token <= self.experts_total:
+            bad.append(f"experts_per_token {self.experts_per_token!r} of experts_total {self.experts_total!r}")
+        if bad:
+            raise ParameterError("target shape", "every byte and FLOP term must be a finite number >= 0: " + ", ".join(bad))
+
     def weight_bytes(self, tokens) -> np.ndarray:
         t = np.asarray(tokens, dtype=float)
         if not self.moe_layers:
@@ -154,12 +172,13 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, where: str = 
 
     text = text_config(cfg)
     check_config_types(text, where)
+    check_target_config(text, where)
     try:
         H, L, V = int(text["hidden_size"]), int(text["num_hidden_layers"]), int(text["vocab_size"])
     except (KeyError, TypeError, ValueError):
         raise ParameterError(where, "a target config needs hidden_size, num_hidden_layers and vocab_size") from None
     heads = int(text.get("num_attention_heads") or 1)
-    bits = weight_bits or _bits(cfg)
+    bits = weight_bits or config_bits(cfg, where)
     per = bits / 8
     if text.get("kv_lora_rank"):  # MLA (DeepSeek-V3, Kimi-K2): a compressed latent per token and layer
         q_rank, kv_rank = int(text.get("q_lora_rank") or 0), int(text["kv_lora_rank"])
@@ -187,26 +206,6 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, where: str = 
         return TargetShape(dense_params * per, active, kv, moe_layers, experts, top, expert * per)
     dense_params = L * (attn + 3 * H * inter) + V * H
     return TargetShape(dense_params * per, dense_params, kv)
-
-
-def _bits(cfg: dict) -> float:
-    from eaglelab.checkpoints.target_config import text_config
-
-    q = cfg.get("quantization_config") or text_config(cfg).get("quantization_config") or {}
-    if isinstance(q, dict):
-        for key in ("bits", "w_bit", "num_bits"):
-            if isinstance(q.get(key), int):
-                return float(q[key]) + 0.5  # plus the scales
-        groups = q.get("config_groups")
-        if isinstance(groups, dict):
-            for g in groups.values():
-                w = (g or {}).get("weights") if isinstance(g, dict) else None
-                if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
-                    return float(w["num_bits"]) + 0.5
-        if "fp8" in str(q.get("quant_method", "")).lower():
-            return 8.0
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    return {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8_e4m3fn": 8.0}.get(dtype, 16.0)
 
 
 @dataclass(frozen=True)
@@ -390,7 +389,7 @@ def _scale_machine(model: LoadModel, p: Point) -> LoadModel:
 
 
 #: The roofline's bandwidth and peak scales a joint fit searches (times the machine's datasheet), coarse then fine.
-_SCALES = np.geomspace(1e-3, 1e3, 49)
+_SCALES = np.geomspace(1 / SCALE_LIMIT, SCALE_LIMIT, 49)
 #: How much a fit prefers the datasheet: a tie-break (squared relative error per squared log of the scale),
 #: so that two points, which any scale fits exactly, keep the roofline's own shape.
 _PRIOR_WEIGHT = 1e-4

@@ -15,18 +15,26 @@ Recognised lines (``docs/EAGLE3_FORMAT.md``); every other line is skipped:
 A server without speculation logs the same decode and stats lines without the acceptance: they are
 kept apart (:attr:`ParsedLog.plain`), so a plain log of the same server gives the measured speedup per
 concurrency (:func:`by_concurrency`).
+
+A log is streamed line by line into running aggregates (:mod:`eaglelab.serving.log_tally`): its
+memory grows with its groups and distinct numbers, not its lines (at most 8 bytes a number). Every
+line's record is read again only for a caller that asks for them (:attr:`ParsedLog.records`), and
+``perf --log --json`` streams them (:meth:`ParsedLog.json_chunks`).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import math
-import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from eaglelab.errors import LogFormatError
-from eaglelab.inputs import iter_lines, printable
+from eaglelab.inputs import is_ascii_digits, iter_lines, printable
+from eaglelab.outputs import finite_json, strict_json_text
+from eaglelab.serving.log_tally import Group, Tally, Values, group_summary, median
 
 _SGLANG_MARK = "Decode batch"
 _VLLM_MARK = "SpecDecoding metrics:"
@@ -79,27 +87,6 @@ class PlainRecord:
     gen_throughput: float | None
 
 
-@dataclass
-class ParsedLog:
-    """All records of a log plus what was skipped."""
-
-    path: str
-    records: list[LogRecord]
-    skipped_lines: int
-    malformed: list[tuple[int, str]]
-    plain: list[PlainRecord] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        """Medians of accept length and throughput overall and per (source, concurrency)."""
-        return summarise(self.records)
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "records": [asdict(r) for r in self.records],
-                "summary": self.summary(), "by_concurrency": by_concurrency(self),
-                "skipped_lines": self.skipped_lines,
-                "malformed": [{"line_no": n, "problem": p} for n, p in self.malformed]}
-
-
 def _number(text: str, name: str, low: float = 0.0, high: float = math.inf) -> float:
     """A finite number in ``[low, high]``; the unit after it (``tokens/s``, ``%``) is ignored."""
     word = text.strip().split(" ", 1)[0].rstrip("%")
@@ -118,7 +105,7 @@ def _number(text: str, name: str, low: float = 0.0, high: float = math.inf) -> f
 
 def _count(text: str, name: str) -> int:
     word = text.strip().split(" ", 1)[0]
-    if not word.isdigit() or len(word) > 12:
+    if not is_ascii_digits(word) or len(word) > 12:
         raise ValueError(f"{name}: not a count: {printable(repr(word[:_MAX_NUMBER_CHARS]))}")
     return int(word)
 
@@ -225,72 +212,183 @@ def parse_line(line: str, line_no: int = 0) -> LogRecord | PlainRecord | None:
     return None
 
 
-def _parse_lines(lines: Iterable[tuple[int, str, bool]], path: str) -> ParsedLog:
-    records, plain, malformed, skipped = [], [], [], 0
+Line = tuple[int, str, bool]  # (line number, text, cut: a line over MAX_LINE_BYTES, not parsed)
+Item = LogRecord | PlainRecord | tuple[int, str] | None  # a line's record, (line, problem) if malformed, None if skipped
+
+
+def _scan(lines: Iterable[Line], again: Callable[[], Iterable[Line]]) -> Iterator[Item]:
+    """Each line's outcome in order, streamed: its record, ``(line, problem)`` for a malformed metrics line, or None.
+
+    A vLLM SpecDecoding record takes the concurrency and generation tok/s of its interval's stats line:
+    vLLM logs both every interval, the stats line just after the metrics line, so a record takes the next
+    stats line before the next record (found by a second reader of the same lines, ``again()``, kept just
+    ahead: :class:`_Ahead`), else the last one before it.
+    """
+    ahead, last = None, None
     for i, line, cut in lines:
         if cut:
-            if _SGLANG_MARK in line or _VLLM_MARK in line:
-                malformed.append((i, f"a line over {MAX_LINE_BYTES >> 20} MiB, not parsed"))
-            else:
-                skipped += 1
+            big = _SGLANG_MARK in line or _VLLM_MARK in line
+            yield (i, f"a line over {MAX_LINE_BYTES >> 20} MiB, not parsed") if big else None
             continue
         try:
             rec = parse_line(line, i)
         except ValueError as exc:
-            malformed.append((i, str(exc)))
+            yield i, str(exc)
             continue
-        if rec is None:
-            skipped += 1
-        elif isinstance(rec, PlainRecord):
-            plain.append(rec)
-        else:
-            records.append(rec)
-    _pair_vllm(records, plain)
-    return ParsedLog(path, records, skipped, malformed, plain)
+        if isinstance(rec, PlainRecord) and rec.source == "vllm":
+            last = rec
+        elif isinstance(rec, LogRecord) and rec.source == "vllm":
+            ahead = ahead or _Ahead(again())
+            pick = ahead.stats_after(i) or last
+            if pick is not None:
+                rec.concurrency, rec.gen_throughput = pick.concurrency, pick.gen_throughput
+        yield rec
 
 
-def _pair_vllm(records: list[LogRecord], plain: list[PlainRecord]) -> None:
-    """Give each vLLM SpecDecoding record the concurrency and generation tok/s of its interval's stats line.
+class _Ahead:
+    """A second reader of a log's lines, kept just ahead of the first: what follows a vLLM record."""
 
-    vLLM logs both every interval, the stats line just after the metrics line: a record takes the next
-    stats line before the next record, else the last one before it. Stats lines so taken are a
-    speculative server's and leave the plain list.
+    def __init__(self, lines: Iterable[Line]):
+        self._lines = iter(lines)
+        self._found: tuple[float, PlainRecord | None] = (0, None)  # the last vLLM line found: (line, its stats)
+
+    def stats_after(self, n: int) -> PlainRecord | None:
+        """The vLLM stats line after line ``n`` and before the next vLLM record (None: there is none)."""
+        if self._found[0] > n:
+            return self._found[1]
+        for i, line, cut in self._lines:
+            if i <= n or cut or (_VLLM_MARK not in line and _VLLM_STATS not in line):
+                continue
+            try:
+                rec = parse_line(line, i)
+            except ValueError:
+                continue
+            if rec is not None and rec.source == "vllm":
+                self._found = (i, rec if isinstance(rec, PlainRecord) else None)
+                return self._found[1]
+        self._found = (math.inf, None)
+        return None
+
+
+class ParsedLog:
+    """A parsed log: its records' counts and medians per group, read in one pass in bounded memory.
+
+    The summaries (:meth:`summary`, :func:`by_concurrency`) come from running aggregates, whose memory grows
+    with the log's groups (source and concurrency) and its distinct numbers, not with its lines.
+    :attr:`records`, :attr:`plain` and :attr:`malformed` read the log again for a caller that needs every
+    line's record (their lists grow with the log); :meth:`json_chunks` streams them.
     """
-    stats = [p for p in plain if p.source == "vllm"]
-    if not stats:
-        return
-    import bisect
 
-    at = [p.line_no for p in stats]  # ascending: lines are read in order
-    vllm = [r for r in records if r.source == "vllm"]
-    for n, rec in enumerate(vllm):
-        limit = vllm[n + 1].line_no if n + 1 < len(vllm) else math.inf
-        i = bisect.bisect_right(at, rec.line_no)  # the first stats line after the record
-        pick = stats[i] if i < len(stats) and at[i] < limit else (stats[i - 1] if i else None)
-        if pick is not None:
-            rec.concurrency, rec.gen_throughput = pick.concurrency, pick.gen_throughput
-    if vllm:  # a speculative server's stats lines are not a plain decoding baseline
-        plain[:] = [p for p in plain if p.source != "vllm"]
+    def __init__(self, path: str, lines: Callable[[], Iterable[Line]]):
+        self.path, self._lines = path, lines
+        self._tally = Tally()
+        for item in self._items():
+            self._tally.add(item)
+
+    def _items(self) -> Iterator[Item]:
+        return _scan(self._lines(), self._lines)
+
+    @property
+    def skipped_lines(self) -> int:
+        return self._tally.skipped
+
+    @property
+    def n_records(self) -> int:
+        return sum(g.n for g in self._tally.groups.values())
+
+    @property
+    def n_malformed(self) -> int:
+        return self._tally.malformed
+
+    @property
+    def first_malformed(self) -> tuple[int, str] | None:
+        return self._tally.first_malformed
+
+    @property
+    def records(self) -> list[LogRecord]:
+        """Every metrics line's record, in order (read again: a list as long as the log)."""
+        return [r for r in self._items() if isinstance(r, LogRecord)]
+
+    @property
+    def plain(self) -> list[PlainRecord]:
+        """The decode / stats lines without speculation, in order (a speculative vLLM server's stats lines left out)."""
+        keep = self._tally.plain_sources()
+        return [r for r in self._items() if isinstance(r, PlainRecord) and r.source in keep]
+
+    @property
+    def malformed(self) -> list[tuple[int, str]]:
+        """``(line, problem)`` of each malformed metrics line, in order."""
+        return [r for r in self._items() if isinstance(r, tuple)]
+
+    def summary(self) -> dict:
+        """Medians of accept length and throughput overall and per (source, concurrency)."""
+        return group_summary(self._tally.groups)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "records": [asdict(r) for r in self.records], "summary": self.summary(),
+                "by_concurrency": by_concurrency(self), "skipped_lines": self.skipped_lines,
+                "malformed": [{"line_no": n, "problem": p} for n, p in self.malformed]}
+
+    def json_chunks(self) -> Iterator[str]:
+        """``strict_json_text(self.to_json())`` in pieces, one record at a time (``perf --log --json``, bounded memory).
+
+        The log is read once more; the summary, groups and counts printed are that reading's.
+        """
+        fresh = copy.copy(self)
+        fresh._tally = Tally()
+        yield strict_json_text({"path": self.path})[:-2] + ',\n  "records": ['
+        first = True
+        for item in fresh._items():
+            fresh._tally.add(item)
+            if isinstance(item, LogRecord):
+                yield ("\n" if first else ",\n") + _indented(vars(item), 4)  # its fields, as asdict orders them
+                first = False
+        yield "]" if first else "\n  ]"
+        rest, replaced = finite_json({"summary": fresh.summary(), "by_concurrency": by_concurrency(fresh),
+                                      "skipped_lines": fresh.skipped_lines})
+        yield ",\n" + json.dumps(rest, indent=2, default=str, allow_nan=False)[2:-2] + ',\n  "malformed": ['
+        first = True
+        for item in fresh._items() if fresh.n_malformed else ():
+            if isinstance(item, tuple):
+                yield ("\n" if first else ",\n") + _indented({"line_no": item[0], "problem": item[1]}, 4)
+                first = False
+        yield "]" if first else "\n  ]"
+        if replaced:
+            yield ',\n  "non_finite": ' + _indented(replaced, 2)[2:]
+        yield "\n}"
+
+
+def _indented(value, spaces: int) -> str:
+    """``value`` as ``json.dumps(indent=2)`` writes it ``spaces`` deep inside an outer document."""
+    pad = " " * spaces
+    return pad + json.dumps(value, indent=2, default=str, allow_nan=False).replace("\n", "\n" + pad)
 
 
 def parse_log_text(text: str, path: str = "<text>") -> ParsedLog:
     """Parse a whole log's text; non-metrics lines are counted as skipped, bad numbers as malformed."""
-    return _parse_lines(((i, line, False) for i, line in enumerate(text.splitlines(), start=1)), path)
+    return ParsedLog(path, lambda: ((i, line, False) for i, line in enumerate(text.splitlines(), start=1)))
+
+
+def _file_lines(path: str | Path) -> Callable[[], Iterator[Line]]:
+    """The lines of a log file, decoded (bad UTF-8 replaced), streamed anew on each call."""
+    def lines() -> Iterator[Line]:
+        return ((i, raw.decode("utf-8", errors="replace"), cut)
+                for i, raw, cut in iter_lines(path, LogFormatError, MAX_LINE_BYTES))
+
+    return lines
 
 
 def parse_log(path: str | Path) -> ParsedLog:
-    """Parse a server log file, streamed line by line (any size; time linear in its length).
+    """Parse a server log file, streamed line by line (any size; time linear in its length, memory bounded).
 
     Raises:
         LogFormatError: not a readable regular file, or no speculative-decoding line in it.
     """
     where = printable(str(path))
-    lines = ((i, raw.decode("utf-8", errors="replace"), cut)
-             for i, raw, cut in iter_lines(path, LogFormatError, MAX_LINE_BYTES))
-    parsed = _parse_lines(lines, where)
-    if not parsed.records:
-        extra = f"; {len(parsed.malformed)} malformed (first: line {parsed.malformed[0][0]}: " \
-                f"{parsed.malformed[0][1]})" if parsed.malformed else ""
+    parsed = ParsedLog(where, _file_lines(path))
+    if not parsed.n_records:
+        first = parsed.first_malformed
+        extra = f"; {parsed.n_malformed} malformed (first: line {first[0]}: {first[1]})" if first else ""
         raise LogFormatError(where, "no SGLang 'Decode batch ... accept len' or vLLM 'SpecDecoding metrics' "
                                     f"lines{extra}")
     return parsed
@@ -304,13 +402,11 @@ def parse_plain_log(path: str | Path) -> ParsedLog:
             throughput, or speculative-decoding lines in it (a speculative server is not a baseline).
     """
     where = printable(str(path))
-    lines = ((i, raw.decode("utf-8", errors="replace"), cut)
-             for i, raw, cut in iter_lines(path, LogFormatError, MAX_LINE_BYTES))
-    parsed = _parse_lines(lines, where)
-    if parsed.records:
-        raise LogFormatError(where, f"holds {len(parsed.records)} speculative-decoding lines: give a log of the server "
+    parsed = ParsedLog(where, _file_lines(path))
+    if parsed.n_records:
+        raise LogFormatError(where, f"holds {parsed.n_records} speculative-decoding lines: give a log of the server "
                                     "without speculation as the baseline")
-    if not any(p.concurrency is not None and p.gen_throughput is not None for p in parsed.plain):
+    if not parsed._tally.plain_usable & parsed._tally.plain_sources():
         raise LogFormatError(where, "no SGLang 'Decode batch ... #running-req ... gen throughput' or vLLM 'Avg generation "
                                     "throughput ... Running' lines")
     return parsed
@@ -325,40 +421,32 @@ def by_concurrency(spec: ParsedLog, plain: ParsedLog | None = None) -> list[dict
         ``plain_throughput``, ``plain_n`` and ``speedup`` (the medians' ratio). Records without a
         concurrency form no group.
     """
-    groups: dict[int, list[LogRecord]] = {}
-    for r in spec.records:
-        if r.concurrency is not None:
-            groups.setdefault(r.concurrency, []).append(r)
-    base: dict[int, list[float]] = {}
-    for p in (plain.plain if plain is not None else []):
-        if p.concurrency is not None and p.gen_throughput is not None and p.gen_throughput > 0:
-            base.setdefault(p.concurrency, []).append(p.gen_throughput)
+    groups: dict[int, list[Group]] = {}
+    for (_, b), g in spec._tally.groups.items():
+        if b is not None:
+            groups.setdefault(b, []).append(g)
+    base: dict[int, list[Values]] = {}
+    if plain is not None:
+        keep = plain._tally.plain_sources()
+        for (source, b), values in plain._tally.plain.items():
+            if source in keep:
+                base.setdefault(b, []).append(values)
     rows = []
-    for b, rs in sorted(groups.items()):
-        tps = [r.gen_throughput for r in rs if r.gen_throughput is not None]
-        row = {"concurrency": b, "n": len(rs), "accept_len": statistics.median(r.accept_len for r in rs),
-               "throughput": statistics.median(tps) if tps else None}
-        row["throughput_per_request"] = row["throughput"] / b if row["throughput"] is not None and b else None
+    for b, gs in sorted(groups.items()):
+        tps = median(g.gen for g in gs)
+        row = {"concurrency": b, "n": sum(g.n for g in gs), "accept_len": median(g.accept for g in gs),
+               "throughput": tps}
+        row["throughput_per_request"] = tps / b if tps is not None and b else None
         if b in base:
-            row["plain_throughput"], row["plain_n"] = statistics.median(base[b]), len(base[b])
+            row["plain_throughput"], row["plain_n"] = median(base[b]), sum(len(v) for v in base[b])
             row["speedup"] = row["throughput"] / row["plain_throughput"] if row["throughput"] else None
         rows.append(row)
     return rows
 
 
-def summarise(records: list[LogRecord]) -> dict:
+def summarise(records: Iterable[LogRecord]) -> dict:
     """Median accept length and throughput overall and grouped by source and concurrency."""
-    def stats(rs: list[LogRecord]) -> dict:
-        tps = [r.throughput for r in rs if r.throughput is not None]
-        return {"n": len(rs), "median_accept_len": statistics.median(r.accept_len for r in rs),
-                "median_throughput": statistics.median(tps) if tps else None}
-
-    if not records:
-        return {"n": 0, "by_source": []}
-    groups: dict[tuple[str, int | None], list[LogRecord]] = {}
+    tally = Tally()
     for r in records:
-        groups.setdefault((r.source, r.concurrency), []).append(r)
-    out = stats(records)
-    out["by_source"] = [{"source": s, "concurrency": b, **stats(rs)}
-                        for (s, b), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))]
-    return out
+        tally.add(r)
+    return group_summary(tally.groups)

@@ -80,14 +80,43 @@ def accept_len_constant_rate(alpha, k: int):
     return np.where(np.isclose(a, 1.0), k + 1.0, out)
 
 
+def require_reachable(accept_len: float, k: int, name: str = "accept_len") -> float:
+    """``accept_len`` when a chain of ``k`` drafts can give it: the one check of τ against k.
+
+    τ counts the bonus token, so it runs from 1 (every draft rejected) to k + 1 (every draft accepted);
+    ``perf`` (plain and ``--concurrency``), ``plan`` and ``predict`` refuse through this one check.
+
+    Raises:
+        ParameterError: naming ``name``, when τ lies outside [1, k + 1] (or is not a number).
+    """
+    if not 1.0 <= accept_len <= k + 1:
+        raise ParameterError(name, f"τ {accept_len:g} is not reachable with k = {k} drafts per cycle: it counts the "
+                                   f"bonus token, so it lies in [1, k + 1 = {k + 1}]")
+    return accept_len
+
+
+def require_one_setup(cycle_ms: float, baseline_tps: float, where: str = "--cycle-ms") -> None:
+    """Refuse a cycle shorter than one plain decoding step: the one check that two numbers are of one setup.
+
+    A cycle holds a verify of the target, which costs at least a plain step, so its break-even τ
+    (cycle x plain tok/s) is at least 1; ``perf`` (plain and ``--concurrency``) and ``plan`` refuse through it.
+
+    Raises:
+        ParameterError: naming ``where``, with both numbers.
+    """
+    if cycle_ms / 1000.0 * baseline_tps < 1.0:  # a cycle so short that its tok/s overflow is one too
+        raise ParameterError(where, f"a {cycle_ms:g} ms cycle is shorter than one plain decoding step at "
+                                    f"{baseline_tps:g} tok/s ({1000.0 / baseline_tps:.3g} ms): a cycle holds a verify "
+                                    "of the target, which costs at least a step; are both numbers from one setup?")
+
+
 def rate_for_accept_len(accept_len: float, k: int) -> float:
     """The constant per-position rate alpha that gives ``accept_len`` with k drafts (bisection).
 
     Raises:
-        ParameterError: ``accept_len`` is not reachable (must lie in [1, k + 1]).
+        ParameterError: ``accept_len`` is not reachable (must lie in [1, k + 1]: :func:`require_reachable`).
     """
-    if not 1.0 <= accept_len <= k + 1:
-        raise ParameterError("accept_len", f"{accept_len} is not reachable with k={k} drafts (max {k + 1})")
+    require_reachable(accept_len, k)
     lo, hi = 0.0, 1.0
     for _ in range(80):
         mid = (lo + hi) / 2
@@ -274,7 +303,7 @@ def requirement_table(goal_tps: Sequence[float], cycle_s: float, k: int | None =
 
 
 def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
-             goal_tps: Sequence[float] = (), strict: bool = True) -> dict:
+             goal_tps: Sequence[float] = (), strict: bool = True, k: int | None = None) -> dict:
     """The seed's whole hand calculation as one call (what ``eaglelab perf`` prints).
 
     Args:
@@ -283,13 +312,16 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         accept_len: measured tau (bonus token included).
         goal_tps: throughputs to ask "what tau would that need?" for.
         strict: refuse a cycle shorter than one plain decoding step (break-even τ below 1: a cycle
-            holds a verify, which costs at least a step, so the numbers are not of one setup); the
-            explorer's sliders pass False and get the note in the verdict instead.
+            holds a verify, which costs at least a step, so the numbers are not of one setup,
+            :func:`require_one_setup`); the explorer's sliders pass False and get the note in the verdict instead.
+        k: drafts per cycle, when known: a τ no chain of k drafts gives is refused (:func:`require_reachable`).
 
     Raises:
-        ParameterError: a result that is not a finite number (``--cycle-ms 1e-308``), or, when
-            ``strict``, a cycle shorter than a plain step.
+        ParameterError: a result that is not a finite number (``--cycle-ms 1e-308``), a τ above k + 1, or,
+            when ``strict``, a cycle shorter than a plain step.
     """
+    if k is not None:
+        require_reachable(accept_len, k, "--accept-len")
     cycle_s = cycle_ms / 1000.0
     with np.errstate(all="ignore"):  # an overflow is refused below in one line, not warned about
         eff = float(effective_tps(accept_len, cycle_s))
@@ -301,10 +333,8 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
                                      "throughputs beyond a finite number: check the units (ms, tok/s)")
     step_ms = 1000.0 / baseline_tps
     short = be < 1.0
-    if short and strict:
-        raise ParameterError("--cycle-ms", f"a {cycle_ms:g} ms cycle is shorter than one plain decoding step at "
-                                           f"{baseline_tps:g} tok/s ({step_ms:.3g} ms): a cycle holds a verify of the "
-                                           "target, which costs at least a step; are both numbers from one setup?")
+    if strict:
+        require_one_setup(cycle_ms, baseline_tps)
     verdict = ("speculation pays" if eff > baseline_tps else "speculation loses") + \
         f": {eff:.1f} vs {baseline_tps:.1f} tok/s; break-even at accept length {be:.2f}"
     if short:

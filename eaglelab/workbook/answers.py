@@ -54,7 +54,8 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
         values: the picks (``TARGET_A``, ``TARGET_B``, ``DRAFTER``, ``DATA``).
 
     Returns:
-        ``[Markdown headline and the verdict's reasons, similarity table per layer]``.
+        ``[Markdown headline, the verdict's reasons (or why there is none) and the probe's notes, similarity table
+        per layer]``. Evidence too thin for a verdict is the job's typed error: one line in the panel.
     """
     import pandas as pd
     from IPython.display import Markdown
@@ -66,7 +67,7 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
     report = probe_checkpoints(picked, measure=False)
     tag = _tag([picked.target_a, picked.target_b, picked.drafter], root)
     text = (f"**{report.headline(tag)}** · {report.positions} positions ({report.data})\n\n"
-            + "\n".join(f"- {r}" for r in report.result.decision.reasons))
+            + "\n".join([f"- {r}" for r in report.result.decision.reasons] + [f"- note: {n}" for n in report.notes]))
     return [Markdown(text), pd.DataFrame(report.to_json()["layers"]).set_index("layer").round(4)]
 
 

@@ -229,6 +229,51 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
         return Check(False, printable(f"{value}: {type(e).__name__}: {e}"))
 
 
+#: Notebook parameters that name a local folder or file (never a hub id): checked before a world is built.
+LOCAL_PATHS = {"STATES_A": "folder", "STATES_B": "folder", "DATA": "file"}
+
+
+def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefix: str = "") -> None:
+    """Each parameter of :data:`LOCAL_PATHS` in ``values`` that is set names an existing folder / file.
+
+    Run first, before any world is built or target loaded: a mistyped dump folder is reported in one line,
+    not after a world's 25-minute build. A relative path is found as the notebook finds it (:func:`locate`:
+    the kernel's folder, then the repository root), or under ``also_in`` (the runner: the notebooks' folder).
+
+    Args:
+        values: parameter name -> value (names not in :data:`LOCAL_PATHS` are skipped).
+        prefix: put before the name in the error (``-p `` for the command line).
+
+    Raises:
+        ParameterError: naming the parameter: not text, or no such folder / file.
+    """
+    from eaglelab.errors import ParameterError
+    from eaglelab.inputs import shown
+
+    for name, kind in LOCAL_PATHS.items():
+        value = values.get(name)
+        if value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            raise ParameterError(f"{prefix}{name}", f"must be the path of a {kind} (text), got {shown(value)}")
+        places = [Path(locate(value))] + ([also_in / value] if also_in is not None else [])
+        try:
+            found = any(p.is_dir() if kind == "folder" else p.is_file() for p in places)
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such path
+            found = False
+        if not found:
+            raise ParameterError(f"{prefix}{name}", f"{printable(value)}: no such {kind}{looked_in(value)}")
+
+
+def needs_world(*parameters: Any) -> bool:
+    """Whether a notebook needs its offline world: a checkpoint parameter left to the world's (None or empty).
+
+    With every checkpoint given the world is not built (the demo world is a 93 MB download and minutes of
+    training); the pickers then list nothing and take what is typed.
+    """
+    return any(p in (None, "") for p in parameters)
+
+
 def forget_picks() -> None:
     """Drop every pick of this kernel (tests; a fresh start without restarting the kernel)."""
     _PICKS.clear()

@@ -1,7 +1,8 @@
 """Execute the numbered notebooks with papermill parameters (``eaglelab run`` and the tests).
 
 Executed copies go to an output folder, never over the sources. A failing cell raises
-:class:`NotebookError` naming the notebook, the cell and the error.
+:class:`NotebookError` naming the notebook, the cell and the error. Parameters are checked before any
+kernel starts: names, types against the defaults, and the local folders and files they name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import NotebookError, ParameterError
+from eaglelab.workbook.choices import check_local_paths
 
 
 @dataclass
@@ -349,6 +351,7 @@ def run_workbook(
     runs = []
     notebooks = discover_notebooks(notebooks_dir, only)
     check_parameters(notebooks, parameters or {})
+    check_local_paths(parameters or {}, also_in=notebooks_dir, prefix="-p ")  # before any kernel starts
     with open_output_folder(out_dir, "workbook run", shared=True) as out:
         bar = progress_bar(notebooks, desc="workbook", unit="nb", disable=not progress, leave=True)
         for nb in bar:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.atomic import write_json_atomic
+from eaglelab.inputs import is_ascii_digits
 
 MANIFEST = "manifest.json"
 
@@ -169,5 +170,5 @@ def _remove_abandoned_builds(folder: Path) -> None:
     """Delete half-built copies left by killed builds (their process is gone); a live build's copy stays."""
     for tmp in folder.parent.glob(f".{folder.name}.building-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if is_ascii_digits(pid) and not _pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglelab.data.world import World
+from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import ParameterError
 
 
@@ -19,3 +19,17 @@ def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool 
 
         return build_demo_world(root, force=force)
     raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")
+
+
+def world_for(kind: str = "tiny", root: str | Path | None = None, needed: bool = True) -> World:
+    """The world a notebook reads: built (or reused) when ``needed``, else its paths only.
+
+    A notebook needs its world for the checkpoints left to it (:func:`eaglelab.workbook.choices.needs_world`);
+    with every checkpoint the user's, nothing is built or downloaded (the demo world: about 25 minutes and a
+    93 MB download), and the paths still say where the pickers look and what counts as the demo.
+    """
+    if needed:
+        return build_world(kind, root)
+    if kind not in ("tiny", "demo"):
+        raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")
+    return World.at(root if root is not None else default_world_dir(kind))
