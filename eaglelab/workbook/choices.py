@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.inputs import printable
+from eaglelab.errors import ParameterError
+from eaglelab.inputs import printable, shown
 
 DRAFTER, TARGET, DATA = "drafter", "target", "data"
 
@@ -247,9 +248,6 @@ def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefi
     Raises:
         ParameterError: naming the parameter: not text, or no such folder / file.
     """
-    from eaglelab.errors import ParameterError
-    from eaglelab.inputs import shown
-
     for name, kind in LOCAL_PATHS.items():
         value = values.get(name)
         if value in (None, ""):
