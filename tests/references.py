@@ -184,6 +184,13 @@ def speculators_ttt(folder, input_ids, aux, last_hidden, token_mask, steps):
     return captured, float(loss), {k: float(v) for k, v in metrics.items()}
 
 
+#: The two layouts of SGLang's ``python/sglang/srt/models/kimi_k25_eagle3.py`` the reference can wire.
+SGLANG_MLA_LAYOUTS = {
+    "pr24826": "commit 40449c10941dc84131efd240ba3d162177a811f7 (PR #24826: the MLA drafter as first added)",
+    "eagle3.1": "commit 054a1cef6dc144c258a224c38a924f27834ffd1b (after PR #26506: fc_norm / use_aux_norm, norm_output)",
+}
+
+
 class SglangMlaDrafter:
     """SGLang's MLA drafter (``Eagle3DeepseekV2ForCausalLM``) composed from transformers' DeepSeek-V3 modules.
 
@@ -192,14 +199,29 @@ class SglangMlaDrafter:
     ``mscale_all_dim``), composed as SGLang's ``kimi_k25_eagle3.py`` composes it: ``q_a_proj`` and
     ``kv_a_proj_with_mqa`` widened to the 2H input of concat(input_layernorm(embedding),
     hidden_norm(hidden)), ``o_proj`` back to H, the residual the un-normed hidden state, a dense SiLU
-    MLP, ``lm_head(norm(.))``, the pre-norm output fed back. Two settings follow SGLang where
-    transformers differs: the latents' RMSNorms use ``rms_norm_eps`` (transformers' module hard-codes
-    1e-6), and ``max_position_embeddings`` is ``original x factor`` so the YaRN factor is the config's.
-    What this proves: eaglelab's MLA arithmetic equals transformers' on the same weights, wired as
-    SGLang wires the drafter. What it cannot: SGLang's own kernels (absorbed MLA, fused norms in bf16).
+    MLP, ``lm_head(norm(.))``. Two settings follow SGLang where transformers differs: the latents' RMSNorms
+    use ``rms_norm_eps`` (transformers' module hard-codes 1e-6), and ``max_position_embeddings`` is
+    ``original x factor`` so the YaRN factor is the config's.
+
+    The flags are read as the class reads them at one of two layouts of that file (``layout``,
+    :data:`SGLANG_MLA_LAYOUTS`), written from reading its source at those commits:
+
+    - both layouts: ``Eagle3MLAModel.forward`` returns the final norm of (MLP output + residual) to the logits
+      processor whatever ``norm_output`` says; the decoder layer takes the raw incoming state as residual (no
+      ``norm_before_residual``); nothing reads ``norm_before_fc``, and ``load_weights`` finds no parameter for
+      ``input_norm.weight`` and skips it with a warning. An absent ``q_lora_rank`` is the config class's default
+      (transformers' ``DeepseekV3Config``, as SGLang's ``KimiK2Config``: 1536).
+    - ``pr24826``: ``fc`` reads the aux states as they come, and the pre-norm sum is handed back as the next
+      step's hidden state (the aux output); ``fc_norm.*`` tensors find no parameter and are skipped.
+    - ``eagle3.1``: ``fc_norm`` (or, failing it, ``use_aux_norm``) builds one RMSNorm per aux chunk applied
+      before ``fc``; ``norm_output`` true hands the normed state back instead of the pre-norm one.
+
+    What this proves: eaglelab's MLA arithmetic and flags equal transformers' modules on the same weights,
+    wired as SGLang wires the drafter at that layout. What it cannot: SGLang's own kernels (absorbed MLA,
+    fused norms in bf16).
     """
 
-    def __init__(self, folder):
+    def __init__(self, folder, layout: str = "eagle3.1"):
         import json
 
         from safetensors.torch import load_file
@@ -207,11 +229,13 @@ class SglangMlaDrafter:
         from transformers import DeepseekV3Config
         from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 
+        assert layout in SGLANG_MLA_LAYOUTS, layout
         cfg = json.loads((folder / "config.json").read_text())
         H, nh, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["rms_norm_eps"]
         scaling = cfg.get("rope_scaling")
         context = int(scaling["original_max_position_embeddings"] * scaling["factor"]) if scaling else 4096
-        common = dict(num_attention_heads=nh, num_key_value_heads=nh, q_lora_rank=cfg.get("q_lora_rank"),
+        q_lora = cfg["q_lora_rank"] if "q_lora_rank" in cfg else DeepseekV3Config().q_lora_rank
+        common = dict(num_attention_heads=nh, num_key_value_heads=nh, q_lora_rank=q_lora,
                       kv_lora_rank=cfg["kv_lora_rank"], qk_nope_head_dim=cfg["qk_nope_head_dim"],
                       qk_rope_head_dim=cfg["qk_rope_head_dim"], v_head_dim=cfg["v_head_dim"],
                       rope_theta=cfg.get("rope_theta", 10000.0), rope_scaling=scaling, max_position_embeddings=context,
@@ -238,6 +262,15 @@ class SglangMlaDrafter:
         for name, norm in self.norms.items():
             norm.weight.data.copy_(layer.get(f"{name}.weight", sd.get(f"{name}.weight")))
         self.fc, self.lm_head, self.embed = sd["fc.weight"], sd["lm_head.weight"], sd["embed_tokens.weight"]
+        later = layout == "eagle3.1"
+        self.norm_output = later and bool(cfg.get("norm_output", False))
+        self.fc_norms = []
+        if later and (cfg.get("fc_norm") or cfg.get("use_aux_norm", False)):
+            Ht = self.fc.shape[1] // 3
+            for i in range(3):
+                norm = ds.DeepseekV3RMSNorm(Ht, eps)
+                norm.weight.data.copy_(sd[f"fc_norm.{i}.weight"])
+                self.fc_norms.append(norm)
 
     @torch.no_grad()
     def step(self, token_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
@@ -253,7 +286,14 @@ class SglangMlaDrafter:
         return residual + self.mlp(self.norms["post_attention_layernorm"](residual))
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
+        """[B, S, 3 Ht] aux states -> [B, S, H]: per-chunk RMSNorms first at the EAGLE-3.1 layout when set."""
+        if self.fc_norms:
+            aux = torch.cat([n(c) for n, c in zip(self.fc_norms, aux.chunk(3, dim=-1), strict=True)], dim=-1)
         return aux @ self.fc.T
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.norms["norm"](hidden) @ self.lm_head.T
+
+    def feed_back(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A step's pre-norm output -> the next step's hidden state (normed with ``norm_output`` at EAGLE-3.1)."""
+        return self.norms["norm"](hidden) if self.norm_output else hidden

@@ -32,7 +32,10 @@ KIMI_YARN = {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 4.0, "mscale": 1.0, "
 
 
 def mla_config(q_lora_rank: int | None = 24, draft_vocab_size: int | None = V, **over) -> dict:
-    """A small MLA drafter config shaped like TorchSpec's Kimi-K2.5 one (positions beyond 8 exercise YaRN)."""
+    """A small MLA drafter config shaped like TorchSpec's Kimi-K2.5 one (positions beyond 8 exercise YaRN).
+
+    ``q_lora_rank=None`` writes it null (one ``q_proj``); an absent key reads as the engines' 1536.
+    """
     cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", "hidden_size": H,
            "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
            "num_key_value_heads": HEADS, "q_lora_rank": q_lora_rank, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
@@ -41,8 +44,6 @@ def mla_config(q_lora_rank: int | None = 24, draft_vocab_size: int | None = V, *
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4], "use_aux_hidden_state": True,
                             "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
                             "use_mtp_layernorm": False}}
-    if q_lora_rank is None:
-        del cfg["q_lora_rank"]
     if draft_vocab_size is not None:
         cfg["draft_vocab_size"] = draft_vocab_size
     return {**cfg, **over}

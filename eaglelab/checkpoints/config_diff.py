@@ -112,6 +112,7 @@ CONFIG_KEY_RULES: dict[str, KeyRule] = {
     "target_model_type": KeyRule(_LOAD, "the target family the drafter was built for"),
     "speculators_model_type": KeyRule(_LOAD, "speculators' model class"),
     "speculators_version": KeyRule(_META, "version of speculators that wrote it"),
+    "_torchspec_version": KeyRule(_META, "version of TorchSpec that exported it (its tools/convert_to_hf.py)"),
     "transformers_version": KeyRule(_META, "version that wrote the file"),
     "torch_dtype": KeyRule(_META, "dtype the file was saved in; loaders cast"),
     "dtype": KeyRule(_META, "dtype the file was saved in (transformers 5 spelling)"),

@@ -87,7 +87,8 @@ def drafter_config_for_target(target_cfg: dict[str, Any], draft_vocab_size: int 
             raise ConfigError("attention", "an MLA drafter copies the target's multi-head latent attention, and this "
                                            "target has none (no kv_lora_rank)")
         del cfg["head_dim"]
+        # q_lora_rank written even when null (one q_proj): absent, the engines read their config class's 1536
         cfg.update({"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": t.get("model_type", "deepseek_v3"),
-                    **{k: t.get(k) for k in MLA_FIELDS if t.get(k) is not None}})
+                    **{k: t.get(k) for k in MLA_FIELDS if t.get(k) is not None or (k == "q_lora_rank" and k in t)}})
     cfg.update(overrides)
     return cfg

@@ -25,7 +25,7 @@ from eaglelab.checkpoints.tensor_table import (
     strip_prefix,
 )
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
-from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target
+from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
 from eaglelab.errors import ConfigError, EaglelabError
 from eaglelab.inputs import printable, quoted
 
@@ -170,12 +170,12 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
                           target=target_weights(ck.tensors, ck.config, source, modelopt_config(ck)))
     if not family.computed:
         return Inspection(ck, None, [], family, [family.line])
-    spec = drafter_spec_from_config(ck.config, where)
+    spec = drafter_spec_from_config(ck.config, where, tensor_names=ck.tensors)
     tensors = {n: (t.shape, t.dtype) for n, t in ck.tensors.items()}
     problems = check_tensors_against_spec(spec, tensors)
     problems += vocab_map_problems(ck, spec)
     return Inspection(ck, spec, problems, family, refusals(ck.config, str(where)),
-                      cautions(ck.config) + head_cautions(spec, ck.tensors))
+                      cautions(ck.config) + trainer_cautions(ck.config) + head_cautions(spec, ck.tensors))
 
 
 def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:

@@ -60,7 +60,7 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
         raise ConfigError(source, "no config.json beside the drafter's weights")
     where = str(ck.config_path or source)
     check_computed(ck.config, where)
-    spec = drafter_spec_from_config(ck.config, where)
+    spec = drafter_spec_from_config(ck.config, where, tensor_names=ck.tensors)
     problems = [p for p in check_tensors_against_spec(spec, {n: (t.shape, t.dtype) for n, t in ck.tensors.items()})
                 if not p.startswith("weights mix")]  # loads fine: the model casts to one dtype
     if problems:

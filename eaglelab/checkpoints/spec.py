@@ -15,6 +15,7 @@ from typing import Any
 
 from eaglelab.checkpoints.config_types import check_config_types
 from eaglelab.errors import ConfigError
+from eaglelab.inputs import shown
 
 DEFAULT_DRAFT_VOCAB = 32000
 SPECFORGE = "specforge"
@@ -24,6 +25,14 @@ FLOAT_DTYPES = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2"})
 
 #: The fields that make a drafter layer's attention multi-head latent attention (DeepSeek-V2/V3, Kimi).
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+#: ``q_lora_rank`` of an MLA config that leaves the key out, per ``model_type``: the default of the config class
+#: the engines build (SGLang's ``KimiK2Config`` in ``python/sglang/srt/configs/kimi_k2.py``, transformers'
+#: ``DeepseekV3Config`` / ``DeepseekV2Config``, which vLLM and TorchSpec build). An explicit null is one ``q_proj``.
+MLA_Q_LORA_DEFAULTS = {"kimi_k2": 1536, "deepseek_v3": 1536, "deepseek_v2": 1536}
+
+#: The config key TorchSpec's ``tools/convert_to_hf.py`` writes into every export (since its commit c6232bc).
+TORCHSPEC_MARKER = "_torchspec_version"
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class DrafterSpec:
         mla: the multi-head latent attention shapes (None: Llama attention with q/k/v projections).
         fc_norm: whether ``fc_norm.{0,1,2}`` RMSNorms precede ``fc``, one per target state (EAGLE-3.1).
         norm_before_fc: one RMSNorm (``input_norm``) over the concatenated target states (speculators).
+        input_norm_kept: the file holds ``input_norm.weight`` that is never applied (``norm_before_fc`` in an
+            MLA config: SGLang's MLA class does not read the flag and skips the tensor).
         norm_before_residual: the attention residual is the normed hidden state (speculators).
         norm_before_head: ``norm`` is applied before ``lm_head`` (SpecForge ``norm_output``, default true).
         norm_fed_back: the normed state, not the raw one, is fed to the next step (speculators
@@ -77,7 +88,10 @@ class DrafterSpec:
         qk_norm: per-head RMSNorms of queries and keys before RoPE (a speculators ``qwen3`` layer).
         aux_layer_ids: target layers read, as written in the config (None: tool default).
         aux_convention: ``sglang`` (nested ``eagle_config``, layer outputs), ``vllm``
-            (top-level, layer inputs) or None when no ids are given.
+            (top-level, layer inputs; also the nested ids of a TorchSpec vLLM export of a ``kimi_k2``
+            drafter, which its exporter shifted by one) or None when no ids are given.
+        torchspec_vllm_export: the file is TorchSpec's ``--export-for-vllm`` of a ``kimi_k2`` drafter
+            (:func:`is_torchspec_vllm_export`).
         layer_prefix: ``midlayer`` (SpecForge / SGLang) or ``layers.0`` (speculators / vLLM).
         max_position_embeddings: positions the drafter was configured for.
         rms_norm_eps: epsilon of every RMSNorm.
@@ -97,12 +111,14 @@ class DrafterSpec:
     mla: MlaShape | None = None
     fc_norm: bool = False
     norm_before_fc: bool = False
+    input_norm_kept: bool = False
     norm_before_residual: bool = False
     norm_before_head: bool = True
     norm_fed_back: bool = False
     qk_norm: bool = False
     aux_layer_ids: tuple[int, ...] | None = None
     aux_convention: str | None = None
+    torchspec_vllm_export: bool = False
     layer_prefix: str = "midlayer"
     max_position_embeddings: int | None = None
     rms_norm_eps: float = 1e-6
@@ -128,13 +144,34 @@ def is_mla_config(cfg: dict[str, Any]) -> bool:
             if "eagle" in str(a).lower())
 
 
-def _mla_shape(body: dict[str, Any], where: str) -> MlaShape:
-    q_lora = body.get("q_lora_rank")
-    return MlaShape(q_lora_rank=None if q_lora is None else _int(body, "q_lora_rank", where),
+def _mla_shape(body: dict[str, Any], where: str, tensor_names=None) -> MlaShape:
+    return MlaShape(q_lora_rank=mla_q_lora_rank(body, where, tensor_names),
                     kv_lora_rank=_int(body, "kv_lora_rank", where),
                     qk_nope_head_dim=_int(body, "qk_nope_head_dim", where),
                     qk_rope_head_dim=_int(body, "qk_rope_head_dim", where),
                     v_head_dim=_int(body, "v_head_dim", where))
+
+
+def mla_q_lora_rank(body: dict[str, Any], where: str = "config.json", tensor_names=None) -> int | None:
+    """An MLA layer's ``q_lora_rank`` as the engines resolve it (None: one ``q_proj``).
+
+    Written: the value (null: ``q_proj``). Absent: the default of the config class the engines build for the
+    ``model_type`` (:data:`MLA_Q_LORA_DEFAULTS`, 1536), as SGLang, vLLM and TorchSpec read the file.
+
+    Raises:
+        ConfigError: absent with a ``model_type`` no engine gives a default, or absent while ``tensor_names``
+            (the file's tensors, when known) hold a ``q_proj``: the engines would build the low-rank path.
+    """
+    if "q_lora_rank" in body:
+        return None if body["q_lora_rank"] is None else _int(body, "q_lora_rank", where)
+    kind = body.get("model_type")
+    if kind not in MLA_Q_LORA_DEFAULTS:
+        raise ConfigError(where, f"q_lora_rank absent and model_type {shown(kind)} gives it no default in any engine: "
+                                 "write q_lora_rank (null for one q_proj)")
+    if tensor_names is not None and any(str(n).endswith("self_attn.q_proj.weight") for n in tensor_names):
+        raise ConfigError(where, f"q_lora_rank absent: SGLang, vLLM and TorchSpec read {MLA_Q_LORA_DEFAULTS[kind]} "
+                                 f"({kind}'s default) but the file holds q_proj (no low-rank query): write q_lora_rank: null")
+    return MLA_Q_LORA_DEFAULTS[kind]
 
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -195,18 +232,35 @@ def is_eagle3_config(cfg: dict[str, Any]) -> bool:
     )
 
 
-def aux_layer_ids_from_config(cfg: dict[str, Any]) -> tuple[tuple[int, ...] | None, str | None]:
+def is_torchspec_vllm_export(cfg: dict[str, Any], tensor_names=None) -> bool:
+    """Whether a file is TorchSpec's ``--export-for-vllm`` of a ``kimi_k2`` drafter.
+
+    TorchSpec's ``tools/convert_to_hf.py`` writes :data:`TORCHSPEC_MARKER` into every export's config; the
+    vLLM export renames ``midlayer.*`` to ``layers.0.*`` and, for ``model_type`` ``kimi_k2``, adds 1 to every
+    aux id, nested ones included (vLLM's ids are layer inputs). The flat config of both exports is otherwise
+    the same, so the tensor names (``tensor_names``; None: unknown, read as a native export) tell them apart.
+    """
+    if tensor_names is None or TORCHSPEC_MARKER not in cfg or cfg.get("model_type") != "kimi_k2" \
+            or config_format(cfg) != SPECFORGE:
+        return False
+    names = [str(n) for n in tensor_names]
+    return any(n.startswith("layers.0.") for n in names) and not any(n.startswith("midlayer.") for n in names)
+
+
+def aux_layer_ids_from_config(cfg: dict[str, Any], tensor_names=None) -> tuple[tuple[int, ...] | None, str | None]:
     """Return ``(ids, convention)`` as written in a drafter config.
 
     The nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is SGLang / SpecForge's
     (ids are layer outputs); a top-level ``eagle_aux_hidden_state_layer_ids`` is vLLM /
     speculators' (ids are layer inputs). Nested wins when both are present, as in SGLang.
+    The nested ids of a TorchSpec vLLM export (:func:`is_torchspec_vllm_export`) are layer inputs.
     """
     if cfg.get("eagle_config") is not None and not isinstance(cfg["eagle_config"], dict):
         raise ConfigError("config.json", f"field 'eagle_config' must be an object, got {cfg['eagle_config']!r}")
     nested = eagle_config(cfg).get("eagle_aux_hidden_state_layer_ids")
     if nested:
-        return _layer_ids(nested, "eagle_config.eagle_aux_hidden_state_layer_ids"), "sglang"
+        convention = "vllm" if is_torchspec_vllm_export(cfg, tensor_names) else "sglang"
+        return _layer_ids(nested, "eagle_config.eagle_aux_hidden_state_layer_ids"), convention
     top = cfg.get("eagle_aux_hidden_state_layer_ids")
     if top:
         return _layer_ids(top, "eagle_aux_hidden_state_layer_ids"), "vllm"
@@ -219,8 +273,14 @@ def _layer_ids(ids: Any, key: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") -> DrafterSpec:
+def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json", tensor_names=None) -> DrafterSpec:
     """Build a DrafterSpec from a SpecForge-style or speculators-style drafter config.
+
+    Args:
+        cfg: the config dict.
+        where: the file named in errors.
+        tensor_names: the names of the file's tensors, when known: they tell a TorchSpec vLLM export
+            (aux ids shifted) from a native one, and an absent ``q_lora_rank`` from a ``q_proj`` file.
 
     Raises:
         ConfigError: not an EAGLE-3 config, or a size field missing / invalid.
@@ -235,7 +295,7 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         )
     layer_prefix = "midlayer"
     body = cfg
-    ids, convention = aux_layer_ids_from_config(cfg)
+    ids, convention = aux_layer_ids_from_config(cfg, tensor_names)
     if is_speculators_config(cfg):
         if not isinstance(cfg.get("transformer_layer_config"), dict):
             raise ConfigError(where, "speculators config without a 'transformer_layer_config' object")
@@ -249,6 +309,8 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
                      norm_before_residual=_flag(cfg, "norm_before_residual", False, where),
                      norm_before_head=True, norm_fed_back=_flag(cfg, "norm_output", False, where),
                      qk_norm=body.get("model_type") == "qwen3")
+    elif is_mla_config(cfg):
+        flags = mla_flags(cfg, where)
     else:
         # SpecForge's norm_output: "norm before lm_head", default true; norm_before_fc as SGLang reads it
         # (nested first); norm_before_residual is read by neither: see variants.refusals
@@ -260,7 +322,7 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         raise ConfigError(where, f"EAGLE-3 drafters have one layer, config says {body['num_hidden_layers']}")
     hidden = _int(body, "hidden_size", where)
     heads = _int(body, "num_attention_heads", where)
-    mla = _mla_shape(body, where) if is_mla_config(cfg) else None
+    mla = _mla_shape(body, where, tensor_names) if is_mla_config(cfg) else None
     head_dim = mla.qk_head_dim if mla else body.get("head_dim") or hidden // heads
     vocab = _int(body, "vocab_size", where)
     # absent or null: SpecForge, SGLang and vLLM read the target's vocabulary; speculators' schema says 32000
@@ -281,12 +343,29 @@ def drafter_spec_from_config(cfg: dict[str, Any], where: str = "config.json") ->
         **flags,
         aux_layer_ids=ids,
         aux_convention=convention,
+        torchspec_vllm_export=is_torchspec_vllm_export(cfg, tensor_names),
         layer_prefix=layer_prefix,
         max_position_embeddings=body.get("max_position_embeddings"),
         rms_norm_eps=_eps(body.get("rms_norm_eps", 1e-6), where),
         hidden_act=str(body.get("hidden_act", "silu")),
         attention_bias=_flag(body, "attention_bias", False, where),
     )
+
+
+def mla_flags(cfg: dict[str, Any], where: str = "config.json") -> dict[str, bool]:
+    """The flags of a SpecForge-layout MLA config as SGLang's MLA class reads them (``kimi_k25_eagle3.py``).
+
+    At both layouts SGLang has shipped (PR #24826, and PR #26506's EAGLE-3.1 one): ``lm_head`` always reads
+    ``norm(h)``; the residual is the raw hidden state (``norm_before_residual`` is not read); ``norm_before_fc``
+    is not read and ``input_norm.weight`` is skipped (kept here, never applied). The EAGLE-3.1 layout adds
+    ``fc_norm`` (or the older ``use_aux_norm``: either one true) and ``norm_output`` (true: ``norm(h)`` is fed
+    to the next step). The PR #24826 layout reads neither; :func:`eaglelab.checkpoints.variants.cautions` says so.
+    """
+    nested = eagle_config(cfg)
+    before_fc = _flag(nested, "norm_before_fc", _flag(cfg, "norm_before_fc", False, where), where)
+    return dict(fc_norm=_flag(cfg, "fc_norm", False, where) or _flag(cfg, "use_aux_norm", False, where),
+                norm_before_fc=False, input_norm_kept=before_fc, norm_before_head=True,
+                norm_fed_back=_flag(cfg, "norm_output", False, where))
 
 
 def default_aux_layer_outputs(num_target_layers: int) -> tuple[int, int, int]:

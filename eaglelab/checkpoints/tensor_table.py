@@ -96,6 +96,10 @@ def expected_eagle3_tensors(spec: DrafterSpec) -> dict[str, ExpectedTensor]:
     if spec.norm_before_fc:
         rows.append(ExpectedTensor("input_norm.weight", (3 * Ht,), "float", True,
                                    "one RMSNorm over concat(low, mid, high) before fc (speculators norm_before_fc)"))
+    elif spec.input_norm_kept:
+        rows.append(ExpectedTensor("input_norm.weight", (3 * Ht,), "float", False,
+                                   "norm_before_fc's RMSNorm in an MLA drafter: never applied (SGLang's MLA loader "
+                                   "skips it), kept for the round trip"))
     if spec.fc_norm:
         rows += [ExpectedTensor(f"fc_norm.{i}.weight", (Ht,), "float", True,
                                 f"RMSNorm of aux hidden state {i} ({['low', 'mid', 'high'][i]}) before fc")
@@ -162,7 +166,7 @@ def table_problems(spec: DrafterSpec, cfg: dict[str, Any]) -> list[str]:
     problems += [f"{name} has a non-positive dimension {list(e.shape)}" for name, e in t.items() if min(e.shape) <= 0]
     if spec.draft_vocab_size > spec.vocab_size:
         problems.append(f"draft vocabulary {spec.draft_vocab_size} exceeds the target vocabulary {spec.vocab_size}")
-    if ("fc_norm.0.weight" in t) != bool(cfg.get("fc_norm")):
+    if ("fc_norm.0.weight" in t) != bool(cfg.get("fc_norm") or (m is not None and cfg.get("use_aux_norm"))):
         problems.append("fc_norm tensors do not follow the config's fc_norm flag")
     if m is None and spec.num_attention_heads % spec.num_key_value_heads:
         problems.append(f"{spec.num_attention_heads} query heads do not group over {spec.num_key_value_heads} kv heads")

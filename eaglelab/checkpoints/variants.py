@@ -23,6 +23,7 @@ from typing import Any
 
 from eaglelab.checkpoints.config_diff import comparison_view
 from eaglelab.checkpoints.config_types import float_of, rope_problem, yarn_mscale
+from eaglelab.checkpoints.mla_variants import mla_cautions, mla_layout, mla_refusals
 from eaglelab.checkpoints.spec import (
     MLA_FIELDS,
     SPECFORGE,
@@ -44,7 +45,7 @@ FIELDS = (
     "hidden_size", "target_hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim", "vocab_size", "draft_vocab_size", "num_hidden_layers", "rms_norm_eps", "hidden_act",
     "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "fc_norm", "norm_before_fc",
-    "norm_before_residual", "norm_output", "attention_bias", "mlp_bias", "tie_word_embeddings",
+    "norm_before_residual", "norm_output", "use_aux_norm", "attention_bias", "mlp_bias", "tie_word_embeddings",
     "pretraining_tp", "eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_config.use_aux_hidden_state",
     "eagle_aux_hidden_state_layer_ids", "transformer_layer_config.model_type", "layer_types",
     "embed_requires_grad", "partial_rotary_factor", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -62,7 +63,7 @@ class Family:
     """What kind of drafter a config describes.
 
     Attributes:
-        name: ``EAGLE-3``, ``EAGLE-3 MLA``, ``EAGLE-1/2 head``, ``MTP head``, ``Medusa heads``,
+        name: ``EAGLE-3``, ``EAGLE-3 MLA``, ``EAGLE-4``, ``EAGLE-1/2 head``, ``MTP head``, ``Medusa heads``,
             ``target model`` (a language model, not a drafter) or ``unknown``.
         computed: whether eaglelab can run it (subject to :func:`refusals` for EAGLE-3 variants).
         detail: what in the config said so.
@@ -87,9 +88,11 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
     """Recognise the drafter family from a config alone.
 
     MLA attention (``kv_lora_rank`` and kin) in an EAGLE-3 drafter is the family of DeepSeek / Kimi
-    drafters SGLang serves as ``Eagle3DeepseekV2ForCausalLM``; ``medusa_num_heads`` marks Medusa; ``num_nextn_predict_layers``
-    or an ``MTP`` / ``NextN`` architecture marks multi-token-prediction heads; an ``Eagle``
-    architecture without the 3 is EAGLE-1/2.
+    drafters SGLang serves as ``Eagle3DeepseekV2ForCausalLM`` (the detail names the SGLang layout the flags
+    need, :func:`mla_layout`); ``medusa_num_heads`` marks Medusa; ``num_nextn_predict_layers``
+    or an ``MTP`` / ``NextN`` architecture marks multi-token-prediction heads; an ``Eagle4`` architecture
+    (``LlamaForCausalLMEagle4``) or ``speculators_model_type`` ``eagle4`` is EAGLE-4, recognised before the
+    EAGLE-3 test its one-layer shape would pass; an ``Eagle`` architecture without a 3 or 4 is EAGLE-1/2.
     """
     if not isinstance(cfg, dict):
         return Family("unknown", False, "config is not a JSON object")
@@ -101,10 +104,13 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
         return Family("Medusa heads", False, f"architectures={archs}")
     if kind in ("mtp",) or "mtp" in arch_text or "nextn" in arch_text:
         return Family("MTP head", False, f"architectures={archs}")
+    if "eagle4" in arch_text or kind == "eagle4":
+        return Family("EAGLE-4", False, f"architectures={archs}: {EAGLE4_SERVED}")
     if is_eagle3_config(cfg):
         if is_mla_config(cfg):
             given = [k for k in MLA_FIELDS if body.get(k) is not None]
-            return Family("EAGLE-3 MLA", True, f"multi-head latent attention: {', '.join(given) or arch_text}")
+            return Family("EAGLE-3 MLA", True, f"multi-head latent attention: {', '.join(given) or arch_text}; "
+                                               f"{mla_layout(cfg)}")
         return Family("EAGLE-3", True)
     if "eagle" in arch_text or kind in ("eagle", "eagle2"):
         return Family("EAGLE-1/2 head", False, f"architectures={archs}")
@@ -115,6 +121,10 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
         return Family("target model", False, f"architectures={archs}" + (f", {mtp} MTP layer(s)" if mtp else ""))
     return Family("unknown", False, f"architectures={archs}, no draft_vocab_size")
 
+
+#: What an EAGLE-4 drafter is, and who serves it (no public source of its arithmetic was found to test against).
+EAGLE4_SERVED = ("an EAGLE-4 drafter, served by an out-of-tree harness for SGLang and vLLM; its arithmetic has no "
+                 "public reference eaglelab could compute it against")
 
 def is_target_config(cfg: dict[str, Any]) -> bool:
     """A language model's config, not a drafter's: a wrapped language model, several layers, or a model class."""
@@ -299,7 +309,7 @@ def refusals(cfg: dict[str, Any], where: str = "config.json") -> list[str]:
     fmt = config_format(cfg)
     body = layer_body(cfg)
     if is_mla_config(cfg):
-        out += _mla_refusals(cfg, body, fmt)
+        out += mla_refusals(cfg, body, fmt)
     elif fmt == SPECULATORS:
         layer_type = body.get("model_type")
         if layer_type is None:
@@ -346,29 +356,6 @@ def refusals(cfg: dict[str, Any], where: str = "config.json") -> list[str]:
     return out
 
 
-def _mla_refusals(cfg: dict[str, Any], body: dict[str, Any], fmt: str) -> list[str]:
-    """What eaglelab (and SGLang's MLA drafter) cannot compute in an MLA drafter config."""
-    out = []
-    if fmt == SPECULATORS:
-        out.append("an MLA drafter in the speculators format: speculators' drafter layer is llama or qwen3 only; "
-                   "write it in the SpecForge / SGLang layout (Eagle3DeepseekV2ForCausalLM)")
-    if cfg.get("attention_bias") or body.get("attention_bias"):
-        out.append("attention_bias: true in an MLA drafter: SGLang's MLA layer has no biases")
-    scaling = body.get("rope_scaling") if isinstance(body.get("rope_scaling"), dict) else {}
-    kind = scaling.get("rope_type") or scaling.get("type")
-    if scaling and kind not in ("yarn", "deepseek_yarn"):
-        out.append(f"rope_scaling type {kind!r} in an MLA drafter: SGLang reads any rope_scaling of an MLA layer as "
-                   "DeepSeek YaRN; write type yarn")
-    if isinstance(body.get("qk_rope_head_dim"), int) and body["qk_rope_head_dim"] % 2:
-        out.append(f"qk_rope_head_dim {body['qk_rope_head_dim']} is odd: RoPE rotates pairs of dimensions")
-    return out
-
-
-#: Model-Optimizer's flags of a Kimi drafter, with their defaults; SGLang reads none of them and applies every norm.
-MODELOPT_LAYER_FLAGS = {"use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-                        "use_mtp_layernorm": False}
-
-
 def cautions(cfg: dict[str, Any]) -> list[str]:
     """Flags computed as the format's own reference does, where another engine reads the same file otherwise.
 
@@ -378,7 +365,10 @@ def cautions(cfg: dict[str, Any]) -> list[str]:
         return []
     out = []
     body = layer_body(cfg)
-    if config_format(cfg) == SPECFORGE:
+    mla = is_mla_config(cfg)
+    if mla:
+        out += mla_cautions(cfg, body)
+    elif config_format(cfg) == SPECFORGE:
         if cfg.get("norm_output") is True:
             out.append("norm_output: true: SpecForge 0.2.0 trains it as plain EAGLE-3 (norm before lm_head, the "
                        "raw state fed to the next step); SGLang and vLLM serve it feeding the normed state back "
@@ -394,15 +384,6 @@ def cautions(cfg: dict[str, Any]) -> list[str]:
                    "SGLang serves the target's lm_head instead (load_lm_head_from_target), and its Llama drafter "
                    "class reads the key unguarded: write draft_vocab_size " + f"{body.get('vocab_size')} to serve "
                    "the trained head on SGLang")
-    if is_mla_config(cfg):
-        for flag, default in MODELOPT_LAYER_FLAGS.items():
-            value = eagle_config(cfg).get(flag)
-            if isinstance(value, bool) and value != default:
-                out.append(f"eagle_config.{flag}: {str(value).lower()}: Model-Optimizer trains with it; SGLang ignores "
-                           "it and applies every norm, as eaglelab computes")
-        if body.get("q_lora_rank") is None:
-            out.append("q_lora_rank absent: one q_proj reads 2H; SGLang's kimi_k25_eagle3 loader refuses it "
-                       "(its deepseek_eagle3 and TorchSpec compute it)")
     return out
 
 

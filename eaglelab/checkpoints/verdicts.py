@@ -1,4 +1,8 @@
-"""Verdicts: can one drafter take another's slot, and does a drafter fit a target (from configs and shapes)."""
+"""Verdicts: can one drafter take another's slot, and does a drafter fit a target (from configs and shapes).
+
+A drafter's fit to a target includes its RoPE against the target's (:func:`rope_fit`), and a drafter whose
+trainer is known to train at another RoPE than the engines serve gets a caution (:func:`trainer_cautions`).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.config_diff import ConfigDiff
-from eaglelab.checkpoints.spec import DrafterSpec, aux_ids_as_layer_outputs, default_aux_layer_outputs
-from eaglelab.checkpoints.target_config import TargetWeights, target_field, target_layer_count
+from eaglelab.checkpoints.spec import (
+    DrafterSpec,
+    aux_ids_as_layer_outputs,
+    default_aux_layer_outputs,
+    is_mla_config,
+    layer_body,
+)
+from eaglelab.checkpoints.target_config import TargetWeights, target_field, target_layer_count, text_config
+from eaglelab.checkpoints.variants import Rope, rope_of
+from eaglelab.errors import EaglelabError
+from eaglelab.inputs import shown
 
 
 @dataclass
@@ -155,6 +168,7 @@ def drafter_vs_target(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg
     if t_ctx and d_ctx and d_ctx < t_ctx:
         reasons.append(f"drafter configured for {d_ctx} positions, target for {t_ctx}: expect lower "
                        "acceptance on prompts longer than the drafter's training context")
+    reasons += rope_fit(spec, drafter_cfg, target_cfg)
     if weights is not None:
         level = _escalate(level, _weights_fit(spec, weights, drafter_tensors, reasons))
     if not reasons:
@@ -187,3 +201,105 @@ def _weights_fit(spec: DrafterSpec, weights: TargetWeights, drafter_tensors, rea
                        "hidden states the drafter reads are the quantized model's; probe and train on this target, "
                        "not its bf16 original")
     return level
+
+
+# --------------------------------------------------------------------------- RoPE against the target and the trainer
+
+#: The base TorchSpec's MLA drafter builds its YaRN rotary at: ``_init_rope`` passes no ``base``, so the
+#: rotary's default applies whatever the config's ``rope_theta`` (tests/torchspec_reference.py restates it).
+TORCHSPEC_YARN_THETA = 10000.0
+TORCHSPEC_SOURCE = "lightseekorg/TorchSpec torchspec/models/draft/deepseek_eagle.py, _init_rope, commit 6f21829"
+
+
+def _scaling(rope: Rope) -> str:
+    if rope.kind == "default":
+        return "none"
+    if rope.kind == "linear":
+        return f"linear x{rope.factor:g}"
+    return f"{rope.kind} x{rope.factor:g} over {rope.original_max_position_embeddings}"
+
+
+def rope_fit(spec: DrafterSpec, drafter_cfg: dict[str, Any], target_cfg: dict[str, Any]) -> list[str]:
+    """The drafter's RoPE against its target's, one line per difference with what it does to acceptance.
+
+    The engines rotate the drafter's queries and keys by its own config. A RoPE other than the target's
+    is harmless only if the drafter was trained with it; a drafter set up from the target's config (how
+    SpecForge and TorchSpec derive one) and served with another rotates positions otherwise than it
+    learned, and loses acceptance as positions grow. YaRN's band (which dims it stretches) is given in
+    the drafter's own rotated pairs. A RoPE that cannot be read is said (the target's) or refused where
+    the drafter is computed (the drafter's), not judged here.
+    """
+    try:
+        mine = rope_of(layer_body(drafter_cfg))
+    except EaglelabError:
+        return []
+    try:
+        theirs = rope_of(text_config(target_cfg), "the target's config")
+    except EaglelabError as exc:
+        return [f"the target's RoPE is not compared with the drafter's: {exc.problem}"]
+    out = []
+    if mine.theta != theirs.theta:
+        out.append(f"RoPE theta {mine.theta:g} vs the target's {theirs.theta:g}: positions rotate at other speeds; "
+                   f"unless the drafter was trained at {mine.theta:g}, acceptance falls as positions grow")
+    if mine.kind != theirs.kind:
+        out.append(f"RoPE scaling {_scaling(mine)} vs the target's {_scaling(theirs)}: the slow dims rotate "
+                   "differently, the more the longer the prompt; acceptance falls with position")
+        return out
+    if mine.factor != theirs.factor and mine.kind != "default":
+        out.append(f"RoPE {mine.kind} factor {mine.factor:g} vs the target's {theirs.factor:g}: positions are "
+                   "stretched by another factor; acceptance falls with position")
+    if mine.kind in ("llama3", "yarn"):
+        out += _band_fit(mine, theirs, spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim)
+    return out
+
+
+def _band_fit(mine: Rope, theirs: Rope, dims: int) -> list[str]:
+    """llama3's and YaRN's band of stretched dims, and YaRN's magnitudes, against the target's."""
+    out = []
+    if mine.original_max_position_embeddings != theirs.original_max_position_embeddings:
+        out.append(f"RoPE original context {mine.original_max_position_embeddings} vs the target's "
+                   f"{theirs.original_max_position_embeddings}: {mine.kind} stretches another band of dims; "
+                   "acceptance falls with position")
+    if mine.kind == "llama3" and (mine.low_freq_factor, mine.high_freq_factor) != \
+            (theirs.low_freq_factor, theirs.high_freq_factor):
+        out.append(f"llama3 low / high_freq_factor {mine.low_freq_factor:g} / {mine.high_freq_factor:g} vs the "
+                   f"target's {theirs.low_freq_factor:g} / {theirs.high_freq_factor:g}: another band of dims is "
+                   "stretched; acceptance falls with position")
+    if mine.kind != "yarn":
+        return out
+    if (mine.beta_fast, mine.beta_slow) != (theirs.beta_fast, theirs.beta_slow):
+        band = "" if dims < 2 or dims % 2 else \
+            " (pairs {}-{} vs {}-{} of the drafter's {})".format(*mine._yarn_range(dims), *theirs._yarn_range(dims),
+                                                                 dims // 2)
+        out.append(f"YaRN beta_fast / beta_slow {mine.beta_fast:g} / {mine.beta_slow:g} vs the target's "
+                   f"{theirs.beta_fast:g} / {theirs.beta_slow:g}: the ramp between kept and stretched dims moves"
+                   f"{band}; those dims rotate differently, the more the longer the prompt")
+    if (mine.mscale, mine.mscale_all_dim) != (theirs.mscale, theirs.mscale_all_dim):
+        out.append(f"YaRN mscale / mscale_all_dim {mine.mscale:g} / {mine.mscale_all_dim:g} vs the target's "
+                   f"{theirs.mscale:g} / {theirs.mscale_all_dim:g}: cos / sin (and an MLA layer's softmax scale) "
+                   "are scaled otherwise at every position; acceptance changes at every length")
+    return out
+
+
+def trainer_cautions(cfg: dict[str, Any]) -> list[str]:
+    """Where the drafter's trainer is known to train at another RoPE than the engines serve, one line each.
+
+    TorchSpec's MLA drafter with YaRN trains at θ 10000 whatever ``rope_theta`` says, while SGLang (and
+    eaglelab) serve the config's θ. A TorchSpec export says so in its config (``_torchspec_version``,
+    written by ``tools/convert_to_hf.py``); without that key the trainer is unknown and the caution is
+    conditional. Only an MLA drafter with YaRN at another θ than 10000 gets it.
+    """
+    if not isinstance(cfg, dict) or not is_mla_config(cfg):
+        return []
+    try:
+        rope = rope_of(layer_body(cfg))
+    except EaglelabError:
+        return []
+    if rope.kind != "yarn" or rope.theta == TORCHSPEC_YARN_THETA:
+        return []
+    version = cfg.get("_torchspec_version")
+    who = "if this drafter was trained with TorchSpec" if version is None else \
+        f"exported by TorchSpec (_torchspec_version {shown(version, 30)})"
+    return [f"{who}: TorchSpec's MLA drafter builds YaRN at theta {TORCHSPEC_YARN_THETA:g} whatever rope_theta says "
+            f"({TORCHSPEC_SOURCE}), so it trained at {TORCHSPEC_YARN_THETA:g} where SGLang and eaglelab serve "
+            f"{rope.theta:g}; `eaglelab probe` measures its acceptance as served"]

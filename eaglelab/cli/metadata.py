@@ -259,7 +259,8 @@ def _probe_recipe(args) -> int:
         engine=args.engine, init=args.init, target_a=args.target_a, target=args.target,
         data=args.data if args.data is not None else defaults["data"].default,
         workdir=args.workdir if args.workdir is not None else defaults["workdir"].default, gpus=args.gpus,
-        max_length=args.max_length, chat_template=args.chat_template)
+        max_length=args.max_length,
+        chat_template=args.chat_template)
     recipe = write_probe_recipe(settings, args.out, overwrite=args.force)
     if args.json:
         print_json(recipe.to_json())
@@ -406,7 +407,8 @@ def add_parsers(sub) -> None:
     rc.add_argument("--ttt-length", type=count, help="training-time-test unroll (default: --from-run, else the engine's)")
     rc.add_argument("--k", type=count, default=3, help="draft tokens per cycle when serving")
     rc.add_argument("--max-length", type=count, default=4096, help="tokens per training sequence")
-    rc.add_argument("--chat-template", default="llama3", help="SpecForge's chat-template name for the target")
+    rc.add_argument("--chat-template", help="SpecForge's chat-template name for the target (default: picked from the "
+                                            "target, llama3 for --job probe)")
     rc.add_argument("--embedding-key", help="the target's embedding tensor as SpecForge reads it (default: read from "
                                             "the target's headers, e.g. language_model.model.embed_tokens.weight)")
     rc.add_argument("--lm-head-key", help="the target's head tensor (default: read from its headers)")

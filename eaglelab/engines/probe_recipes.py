@@ -26,6 +26,7 @@ from typing import Any
 
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, script_value, steps_text
+from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
 
 
@@ -42,7 +43,9 @@ class ProbeRecipeSettings:
         workdir: the folder on the cluster for the dumps and the probe's JSON.
         gpus: GPUs per target (tensor parallel).
         max_length: tokens per conversation.
-        chat_template: SpecForge's template name (one for both: the tokens must be the same).
+        chat_template: SpecForge's template name (one for both: the tokens must be the same); None: picked from
+            the targets (:func:`~eaglelab.engines.template_names.chat_template_for`), refused in one line when
+            they would not get the same one or do not say which.
     """
 
     engine: str
@@ -53,7 +56,7 @@ class ProbeRecipeSettings:
     workdir: str = "probe"
     gpus: int = 8
     max_length: int = 4096
-    chat_template: str = "llama3"
+    chat_template: str | None = None
 
 
 class ProbeRecipe(Recipe):
@@ -103,7 +106,8 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
         if getattr(s, name) < 1:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(s, name)}")
     for name in ("init", "target_a", "target", "data", "workdir", "chat_template"):
-        script_value(f"--{name.replace('_', '-')}", getattr(s, name))
+        if getattr(s, name) is not None:
+            script_value(f"--{name.replace('_', '-')}", getattr(s, name))
     spec, cfg_a = check_drafter(s.init, s.target_a)
     cfg_b = load_target_config(s.target)
     check_target_pair(s.target_a, cfg_a, s.target, cfg_b)
@@ -116,9 +120,32 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
     if layers is None:
         raise ConfigError(s.target_a, "config has no num_hidden_layers")
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, layers)
-    return {"aux_layer_outputs": list(outs), "vllm_layer_ids": [i + 1 for i in outs] + [layers],
+    template = probe_template(s, cfg_a, cfg_b) if s.engine == "specforge" else None
+    return {"chat_template": template, "aux_layer_outputs": list(outs), "vllm_layer_ids": [i + 1 for i in outs] + [layers],
             "target_layers": layers, "mla": spec.mla is not None, "hidden_size": spec.hidden_size,
             "vocab_size": spec.vocab_size, "draft_vocab_size": spec.draft_vocab_size}
+
+
+def probe_template(s: ProbeRecipeSettings, cfg_a: dict[str, Any], cfg_b: dict[str, Any]) -> tuple[str, str]:
+    """SpecForge's chat template for both dumps, and how it is known: ``(name, source)``.
+
+    Both targets must see the same token ids (the probe pairs the samples and checks them), so one template
+    serves both: the one given, else the one each target implies when they agree. Two targets that imply
+    different templates (a re-templated release) are refused: which conversations to probe on is the
+    user's choice, and the probe needs one.
+
+    Raises:
+        ParameterError: naming ``--chat-template``.
+    """
+    if s.chat_template is not None:
+        return s.chat_template, "given"
+    name_b, why_b = chat_template_for(None, s.target, cfg_b)
+    name_a, why_a = chat_template_for(None, s.target_a, cfg_a)
+    if name_a != name_b:
+        raise ParameterError("--chat-template", f"the targets imply different SpecForge templates ({name_a} for "
+                                                f"{s.target_a}: {why_a}; {name_b} for {s.target}: {why_b}); the probe "
+                                                "reads both on the same token ids: pass the one to probe with")
+    return name_b, why_b
 
 
 def capture_config(layers: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +184,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
                 f"dump target {key.upper()}'s hidden states at the old drafter's layers (SpecForge repository script)",
                 ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
                  targets[key], "--strategy", "eagle3", "--draft-model-config", draft_config, "--data-path",
-                 s.data, "--output-path", folders[key], *option("--chat-template", s.chat_template),
+                 s.data, "--output-path", folders[key], *option("--chat-template", layers["chat_template"][0]),
                  "--max-length", str(s.max_length)],
                 [f"Layer outputs {layers['aux_layer_outputs']} (the old drafter's) and the last hidden state after the "
                  "final norm;", "the same data, template, GPUs and batch size for both targets: the probe pairs the "
@@ -195,6 +222,8 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
         engine_command=("eaglelab", "probe"), stdout=f"{w}/probe.json"))
     provenance = {"layers dumped": f"{layers['aux_layer_outputs']} (layer outputs, the old drafter's) + the last",
                   "pairing": "by sample index, token ids checked equal"}
+    if layers["chat_template"] is not None:
+        provenance["chat template"] = "{} ({})".format(*layers["chat_template"])
     return ProbeRecipe(given, steps, files, provenance, layers)
 
 

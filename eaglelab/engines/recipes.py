@@ -25,6 +25,7 @@ from typing import Any
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import is_mla_target
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, path_word, script_value, steps_text, yaml_text
+from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
@@ -52,7 +53,8 @@ class RecipeSettings:
         learning_rate, epochs, ttt_length: None: from the workbook run or the engine's default.
         k: drafts per cycle when serving.
         max_length: tokens per training sequence.
-        chat_template: SpecForge's template name for the target (its ``data.chat_template``).
+        chat_template: SpecForge's template name for the target (its ``data.chat_template``); None: picked
+            from the target (:func:`~eaglelab.engines.template_names.chat_template_for`), or refused in one line.
         embedding_key, lm_head_key: the target's names of its embedding and head, which SpecForge reads
             (its ``model.embedding_key`` / ``model.lm_head_key``); None: read from the target's headers
             (Kimi-K2.5's ``language_model.model.embed_tokens.weight``), SpecForge's defaults for a text
@@ -70,7 +72,7 @@ class RecipeSettings:
     ttt_length: int | None = None
     k: int = 3
     max_length: int = 4096
-    chat_template: str = "llama3"
+    chat_template: str | None = None
     embedding_key: str | None = None
     lm_head_key: str | None = None
 
@@ -185,7 +187,8 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
 
     Raises:
         ParameterError: unknown engine or impossible settings, or an engine that cannot train this
-            drafter or capture this target (SpecForge has no MLA drafter; vLLM captures no MLA target).
+            drafter or capture this target (SpecForge has no MLA drafter; vLLM captures no MLA target), or a
+            SpecForge recipe for a target that does not say its chat template (``--chat-template`` not given).
         ConfigError: the old drafter has no d2t / t2d to keep (a reduced vocabulary), or cannot load on
             the new target (its map would have to be replaced).
     """
@@ -238,7 +241,9 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
     return {"draft_slots": insp.spec.draft_vocab_size, "target_vocab": insp.spec.vocab_size,
             "full_vocab": insp.spec.full_vocab, "aux_layer_ids": list(insp.spec.aux_layer_ids or []),
             "convention": insp.spec.aux_convention, "speculators_format": is_speculators_config(insp.config),
-            "target_layers": layers, "keys": target_keys(settings, target_cfg)}
+            "target_layers": layers, "keys": target_keys(settings, target_cfg),
+            **({"chat_template": chat_template_for(settings.chat_template, settings.target, target_cfg)}
+               if settings.engine == "specforge" else {})}
 
 
 def target_keys(settings: RecipeSettings, target_cfg: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -333,6 +338,9 @@ def build_recipe(settings: RecipeSettings, from_run: str | Path | None = None) -
     if settings.engine == "specforge":
         for key, (name, source) in vocab["keys"].items():
             provenance[key] = f"{name} ({source})"
+        name, source = vocab["chat_template"]
+        provenance["chat_template"] = f"{name} ({source})"
+        settings = replace(settings, chat_template=name)
     build = _specforge if settings.engine == "specforge" else _speculators
     steps, files = build(as_script_words(settings), vocab, values)
     return Recipe(settings, steps, files, provenance, vocab)

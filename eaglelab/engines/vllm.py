@@ -2,7 +2,9 @@
 
 :func:`measure_in_engine` exports the drafter to the speculators layout vLLM reads (on the fly, with
 an absolute verifier path and without an embedding of its own, so the engine shares the target's,
-as SGLang always does and the workbook's own measurement does), runs the target alone and the
+as SGLang always does and the workbook's own measurement does; an MLA drafter to the flat layout of
+vLLM's MLA class, :mod:`eaglelab.engines.vllm_mla`, which also says what the CPU build cannot run
+and picks its MLA attention backend), runs the target alone and the
 target with the drafter in vLLM (greedy, ``speculative_config`` eagle3, k drafts, one prompt at a
 time or batched) through :mod:`eaglelab.engines.vllm_worker` in the engine's environment, and
 returns τ, both per-position rates (named), tok/s, whether the outputs equal the target alone, and
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglelab.engines.vllm_mla import CPU_MLA_BACKEND, mla_refusal, target_uses_mla, write_vllm_mla_drafter
 from eaglelab.errors import EngineError
 from eaglelab.inputs import loads_json, one_line, read_bytes
 
@@ -228,19 +231,54 @@ def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: in
     """The drafter as vLLM reads it: a speculators folder as is, a SpecForge folder exported into ``workdir``.
 
     The export records the target's absolute path as verifier and leaves the embedding out, so vLLM
-    shares the target's (the workbook's own measurement and SGLang do the same).
+    shares the target's (the workbook's own measurement and SGLang do the same). An MLA drafter has no
+    speculators format: it is written as vLLM's MLA class reads it (:mod:`eaglelab.engines.vllm_mla`).
     """
     from eaglelab.checkpoints.inspection import load_target_config
     from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.spec import is_speculators_config
+    from eaglelab.checkpoints.spec import is_mla_config, is_speculators_config
 
     ck = load_checkpoint(str(drafter))
+    if ck.config is not None and is_mla_config(ck.config):
+        return write_vllm_mla_drafter(drafter, load_target_config(str(target)), workdir / "vllm-mla")
     if ck.config is not None and is_speculators_config(ck.config) and "embed_tokens.weight" not in ck.tensors:
         return Path(drafter).resolve()
     from eaglelab.checkpoints.export import export_drafter
 
     return export_drafter(drafter, workdir / "speculators", "speculators", load_target_config(str(target)),
                           verifier=str(Path(target).resolve()), k=k, drop_embedding=True)
+
+
+def engine_refusal(target: str | Path, drafter: str | Path | None) -> str | None:
+    """Why vLLM's CPU build cannot run this drafter on this target as eaglelab computes them (None: it can).
+
+    Only MLA targets and drafters have such reasons (:func:`eaglelab.engines.vllm_mla.mla_refusal`).
+    """
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.sources import load_checkpoint
+
+    return mla_refusal(load_target_config(str(target)), load_checkpoint(str(drafter)).config if drafter else None)
+
+
+def attention_backends(target: str | Path, drafter: str | Path | None) -> dict[str, str]:
+    """The worker's ``attention_backend`` / ``draft_attention_backend`` fields: vLLM's CPU MLA backend where MLA runs.
+
+    Raises:
+        EngineError: :func:`engine_refusal` has a reason, in one line.
+    """
+    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.spec import is_mla_config
+
+    why = engine_refusal(target, drafter)
+    if why:
+        raise EngineError("vllm", why)
+    out = {}
+    if target_uses_mla(load_target_config(str(target))):
+        out["attention_backend"] = CPU_MLA_BACKEND
+    if drafter and is_mla_config(load_checkpoint(str(drafter)).config or {}):
+        out["draft_attention_backend"] = CPU_MLA_BACKEND
+    return out
 
 
 def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
@@ -269,7 +307,7 @@ def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[lis
         raise EngineError(engine, f"batch must be 'one' or 'all', got {batch!r}")
     base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
             "max_new_tokens": int(max_new_tokens), "batch": batch, "dtype": dtype, "max_model_len": int(max_model_len),
-            "seed": 0, "stop_token_ids": list(stop_token_ids or [])}
+            "seed": 0, "stop_token_ids": list(stop_token_ids or []), **attention_backends(target, drafter)}
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
         folder = engine_drafter(drafter, target, Path(tmp), k)
         spec = run_from_result(run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s), batch, len(prompts))
@@ -364,7 +402,7 @@ def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: lis
                                   f"got {len(prompts)}")
     base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
             "max_new_tokens": int(max_new_tokens), "batch": "all", "dtype": dtype, "max_model_len": int(max_model_len),
-            "seed": 0, "groups": concurrency, "repeats": int(repeats)}
+            "seed": 0, "groups": concurrency, "repeats": int(repeats), **attention_backends(target, drafter)}
     alone = run_worker({**base, "drafter": None, "k": 0}, timeout_s)
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
         folder = engine_drafter(drafter, target, Path(tmp), k)

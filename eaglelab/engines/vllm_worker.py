@@ -27,6 +27,11 @@ Request (JSON object)::
                     target's EOS to match eaglelab's decoders, which stop there by default)
     log_file        keep the engine's whole log (stdout + stderr, all processes) here
     llm_kwargs      extra keyword arguments for vllm.LLM (e.g. {"max_num_batched_tokens": 2048})
+    attention_backend        the target's attention backend (vllm.LLM attention_config), e.g.
+                    "CPU_MLA" for an MLA target: the CPU build otherwise picks its AMX MLA backend
+                    wherever the CPU has AMX, which runs bf16 only
+    draft_attention_backend  the drafter's (speculative_config attention_backend: the draft
+                    model is built with its own attention config, not the target's)
     groups          [concurrency, ...]: instead of one run over the prompts, one batched run of the
                     first c prompts for each c, in the same engine (max_num_seqs = the largest),
                     after an untimed warm-up; the result's "groups" holds one entry per c
@@ -168,12 +173,16 @@ def _validate(req: dict) -> dict:
     repeats = req.get("repeats", 1)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
         raise RequestError("repeats must be a whole number in [1, 100]")
+    backends = {key: req.get(key) for key in ("attention_backend", "draft_attention_backend")}
+    for key, value in backends.items():
+        if value is not None and (not isinstance(value, str) or not value.replace("_", "").isalnum()):
+            raise RequestError(f"{key} must be null or a backend name such as CPU_MLA")
     return {"target": target, "drafter": drafter, "k": k if drafter is not None else 0, "prompts": prompts,
             "max_new_tokens": max_new, "batch": batch, "dtype": dtype, "max_model_len": max_len,
             "seed": int(seed), "kv_cache_gib": req.get("kv_cache_gib", 1),
             "threads_bind": req.get("threads_bind", "nobind"), "log_file": req.get("log_file"),
             "llm_kwargs": extra, "stop_token_ids": stops, "groups": groups,
-            "repeats": repeats}
+            "repeats": repeats, **backends}
 
 
 def _spec_counters(metrics) -> dict:
@@ -242,8 +251,12 @@ def run(req: dict, log_path: str) -> dict:
                   max_model_len=req["max_model_len"], enforce_eager=True, seed=req["seed"],
                   disable_log_stats=False, max_num_seqs=max(req["groups"]) if req["groups"] else
                   1 if req["batch"] == "one" else len(req["prompts"]))
+    if req["attention_backend"]:
+        kwargs["attention_config"] = {"backend": req["attention_backend"]}
     if req["drafter"] is not None:
         kwargs["speculative_config"] = {"method": "eagle3", "model": req["drafter"], "num_speculative_tokens": k}
+        if req["draft_attention_backend"]:
+            kwargs["speculative_config"]["attention_backend"] = req["draft_attention_backend"]
         kwargs["per_request_spec_decode_metrics"] = "summary"
     kwargs.update(req["llm_kwargs"])
 

@@ -3,7 +3,9 @@
 Each drafter folder is exported as vLLM reads it and run by vLLM itself on the same prompt token ids
 the workbook decoded (:func:`eaglelab.engines.vllm.measure_in_engine`); the target's own run is made
 once and shared by every drafter. Where vLLM's environment is absent the result says why and holds
-no rows, so a notebook section skips with the reason instead of failing.
+no rows, so a notebook section skips with the reason instead of failing; a run vLLM's CPU build cannot
+make as the workbook computes it (:func:`eaglelab.engines.vllm.engine_refusal`: an MLA width its kernel
+lacks, a flag its MLA class does not compute) is skipped with its reason, the others run.
 """
 
 from __future__ import annotations
@@ -48,9 +50,7 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         workbook: name -> the workbook's own measurement of that run (:func:`eaglelab.model.decoding.benchmark_speculation`).
         engine: ``vllm``, or None to skip (the notebooks' ``SERVING_ENGINE = None``).
     """
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.spec import is_mla_config
-    from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
+    from eaglelab.engines.vllm import compare_with_workbook, engine_refusal, engine_status, measure_in_engine
     from eaglelab.progress import progress as progress_bar
 
     if engine is None:
@@ -58,11 +58,11 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
     ok, line = engine_status()
     if not ok:
         return EngineComparison(status=line)
-    # an MLA drafter has no vLLM (speculators) export: SGLang serves it, this engine cannot
-    mla = [name for name, (_, folder) in runs.items() if is_mla_config(load_checkpoint(str(folder)).config or {})]
-    runs = {name: run for name, run in runs.items() if name not in mla}
-    if mla:
-        line += f"; not run for {', '.join(mla)}: an MLA drafter has no vLLM format (SGLang serves it)"
+    # what vLLM's CPU build cannot run as the workbook computes it (an MLA width its kernel lacks, ...) is skipped
+    refused = {name: why for name, (target, folder) in runs.items() if (why := engine_refusal(target, folder))}
+    runs = {name: run for name, run in runs.items() if name not in refused}
+    for name, why in refused.items():
+        line += f"; not run for {name}: {why}"
     if not runs:
         return EngineComparison(status=line)
     out = EngineComparison(status=line, ran=True)

@@ -9,11 +9,14 @@ Data flow of the one decoder layer::
                                                         #   (hidden_norm(g) when norm_before_residual)
     h      = mlp(post_attention_layernorm(h)) + h
     logits = lm_head(norm(h))                           # [B, S, Vd]; draft id -> target id via d2t
-                                                        #   (lm_head(h) for SpecForge norm_output: false)
+                                                        #   (lm_head(h) for SpecForge norm_output: false,
+                                                        #   Llama drafters only)
 
 In training-time test (TTT) and in drafting, ``h`` is fed back as the next step's hidden state
-(``norm(h)`` for speculators' ``norm_output: true``). Position ``t`` of the drafter pairs the
-target's state at ``t`` with the token at ``t + 1`` and predicts the token at ``t + 2``.
+(``norm(h)`` for speculators' ``norm_output: true`` and an MLA drafter's, EAGLE-3.1). An MLA drafter's
+flags are read as SGLang's MLA class reads them (:func:`eaglelab.checkpoints.spec.mla_flags`).
+Position ``t`` of the drafter pairs the target's state at ``t`` with the token at ``t + 1`` and predicts
+the token at ``t + 2``.
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class Eagle3Drafter(nn.Module):
             read in its own format's meaning (:mod:`eaglelab.checkpoints.variants`).
         seed: seed of the weight initialisation.
         where: the file named in errors.
+        tensor_names: the names of the tensors the file holds, when loading one: a TorchSpec vLLM export's
+            aux ids are read (and saved) as the layer outputs they were trained on, and an absent
+            ``q_lora_rank`` beside a ``q_proj`` is refused (:func:`drafter_spec_from_config`).
 
     Attributes:
         spec: the parsed DrafterSpec.
@@ -94,15 +100,17 @@ class Eagle3Drafter(nn.Module):
         UnsupportedDrafterError: a family or flag eaglelab does not compute exactly (one line naming it).
     """
 
-    def __init__(self, config: dict[str, Any], seed: int = 0, where: str = "config.json"):
+    def __init__(self, config: dict[str, Any], seed: int = 0, where: str = "config.json", tensor_names=None):
         super().__init__()
         self.config = copy.deepcopy(config)
         check_computed(config, where)
-        self.spec = spec = drafter_spec_from_config(config, where)
+        self.spec = spec = drafter_spec_from_config(config, where, tensor_names)
+        if spec.torchspec_vllm_export:
+            self.config = native_aux_ids(self.config)
         H, Ht, eps = spec.hidden_size, spec.target_hidden_size, spec.rms_norm_eps
         self.embed_tokens = nn.Embedding(spec.vocab_size, H)
         self.embed_tokens.weight.requires_grad_(False)
-        if spec.norm_before_fc:
+        if spec.norm_before_fc or spec.input_norm_kept:  # kept, never applied, in an MLA drafter (as SGLang)
             self.input_norm = RMSNorm(3 * Ht, eps)
         if spec.fc_norm:
             self.fc_norm = nn.ModuleList(RMSNorm(Ht, eps) for _ in range(3))
@@ -295,6 +303,20 @@ class Eagle3Drafter(nn.Module):
                            aux_layer_ids: list[int] | None = None, seed: int = 0, **overrides) -> Eagle3Drafter:
         """A fresh drafter sized for a target, as SpecForge derives its config."""
         return cls(drafter_config_for_target(target_cfg, draft_vocab_size, aux_layer_ids, **overrides), seed=seed)
+
+
+def native_aux_ids(config: dict[str, Any]) -> dict[str, Any]:
+    """A TorchSpec vLLM export's config with its nested aux ids as the layer outputs SGLang reads (each id - 1).
+
+    eaglelab saves a drafter in the SGLang layout (``midlayer.*``), where nested ids are layer outputs; the
+    export's ids are layer inputs (TorchSpec's exporter added 1), so they are written back as trained.
+    """
+    out = copy.deepcopy(config)
+    nested = out.get("eagle_config")
+    key = "eagle_aux_hidden_state_layer_ids"
+    if isinstance(nested, dict) and isinstance(nested.get(key), list):
+        nested[key] = [i - 1 for i in nested[key]]
+    return out
 
 
 def shift_left(ids: torch.Tensor, n: int) -> torch.Tensor:

@@ -153,9 +153,9 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagl
         ck = load_checkpoint(snapshot_download(str(source), revision=commit, allow_patterns=["*.json", "*.safetensors"]))
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights")
-    model = Eagle3Drafter(ck.config, where=str(ck.config_path or source))
     sd: dict[str, torch.Tensor] = {}
     for f in ck.weight_files:
         sd.update(load_file(f))
+    model = Eagle3Drafter(ck.config, where=str(ck.config_path or source), tensor_names=sd)
     load_drafter_state(model, sd, str(source))
     return model.to(dtype)
