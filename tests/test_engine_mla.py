@@ -34,38 +34,19 @@ from tests.test_mla import mla_config, write_deepseek_target
 ROUTING = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}
 
 
+#: vLLM's CPU_MLA kernel's one latent width (512 + 64), and the positions its engine measure asks for.
+SERVED_LATENTS = {"kv_lora_rank": 512, "qk_nope_head_dim": 16, "qk_rope_head_dim": 64, "v_head_dim": 16,
+                  "max_position_embeddings": 1024}
+
+
 def write_served_deepseek_target(folder, tokenizer_from, seed: int = 0, words=(" the", " of")):
     """A tiny DeepSeek-V3 vLLM's CPU build runs: latent 512 + rope 64 (its CPU_MLA kernel's one width), a dense
     layer then MoE layers, routing keys written as DeepSeek-V3's own config writes them.
 
     Learnable as ``tests/test_mla.py``'s target is: damped layers, a head naming two frequent tokens.
     """
-    from tokenizers import Tokenizer
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-                           num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
-                           kv_lora_rank=512, qk_nope_head_dim=16, qk_rope_head_dim=64, v_head_dim=16, n_routed_experts=4,
-                           num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
-                           max_position_embeddings=1024, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                           tie_word_embeddings=False)
-    model = DeepseekV3ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "layers" in name and p.dim() == 2:
-                p.mul_(0.05)
-        v = torch.randn(cfg.hidden_size, generator=torch.Generator().manual_seed(seed))
-        model.lm_head.weight.zero_()
-        ids = [Tokenizer.from_file(str(tokenizer_from / "tokenizer.json")).encode(w).ids[0] for w in words]
-        model.lm_head.weight[ids[0]], model.lm_head.weight[ids[1]] = v, -v
-    model.save_pretrained(folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **ROUTING}, indent=1))
-    for f in tokenizer_from.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens")):
-            shutil.copy(f, folder / f.name)
-    return folder
+    return write_deepseek_target(folder, tokenizer_from, seed, words=words, latents=SERVED_LATENTS,
+                                 extra_config=ROUTING)
 
 
 @pytest.fixture(scope="module")

@@ -153,13 +153,21 @@ def test_an_mla_drafter_is_not_exported_to_speculators(tmp_path):
 
 # --------------------------------------------------------------------------- end to end on a DeepSeek-V3 target
 
-def write_deepseek_target(folder, tokenizer_from, seed: int = 0, noise: float = 0.0, words=(" the", " of")):
+#: The tiny target's latent widths: small, for speed (vLLM's CPU kernel needs others: tests/test_engine_mla.py).
+TINY_LATENTS = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 12,
+                "max_position_embeddings": 256}
+
+
+def write_deepseek_target(folder, tokenizer_from, seed: int = 0, noise: float = 0.0, words=(" the", " of"),
+                          latents: dict | None = None, extra_config: dict | None = None):
     """A tiny DeepSeek-V3 (MLA attention, a dense first layer, then MoE layers) with the tiny world's tokenizer.
 
     Made learnable in a few dozen steps: its layers are damped (the last state is close to the token's
     embedding) and its head names two frequent tokens only (``words``), so its next token is one of two,
     chosen by the last token; a drafter that learns the choice gets drafts accepted, and decoding crosses
     full and partial acceptance. ``noise`` perturbs every weight (a drifted copy, for the probe).
+    ``latents``: the latent widths and positions (default :data:`TINY_LATENTS`); ``extra_config``: keys
+    written into the saved ``config.json`` over transformers' own.
     """
     import shutil
 
@@ -169,10 +177,9 @@ def write_deepseek_target(folder, tokenizer_from, seed: int = 0, noise: float = 
     torch.manual_seed(seed)
     cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                            num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24,
-                           kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=4,
-                           num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
-                           max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                           tie_word_embeddings=False)
+                           n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                           n_group=1, topk_group=1, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                           tie_word_embeddings=False, **(latents or TINY_LATENTS))
     model = DeepseekV3ForCausalLM(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -186,6 +193,9 @@ def write_deepseek_target(folder, tokenizer_from, seed: int = 0, noise: float = 
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * noise * p.std().clamp_min(1e-3))
     model.save_pretrained(folder)
+    if extra_config:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **extra_config}, indent=1))
     for f in tokenizer_from.iterdir():
         if f.name.startswith(("tokenizer", "special_tokens")):
             shutil.copy(f, folder / f.name)
