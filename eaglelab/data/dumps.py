@@ -42,8 +42,9 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.errors import DumpError
-from eaglelab.inputs import printable
+from eaglelab.checkpoints.headers import read_safetensors_header
+from eaglelab.errors import DumpError, EaglelabError
+from eaglelab.inputs import open_regular, path_kind, printable
 
 LAYOUTS = ("specforge", "vllm")
 #: Largest sample file read (compressed or not): a 128k-token Kimi sample is ~7 GB in bf16.
@@ -168,7 +169,6 @@ def open_dumps(path: str | Path, hidden_size: int | None = None, vocab_size: int
     Raises:
         DumpError: not a folder, no sample files, both layouts at once, two files for one index.
     """
-    from eaglelab.inputs import path_kind
 
     root = Path(path).expanduser()
     where = printable(str(root))
@@ -244,7 +244,6 @@ def _gzip_footer_size(fh) -> int:
 
 def _read_bounded(path: Path, where: str) -> io.BytesIO:
     """A sample file's bytes; a ``.gz`` decompressed as a stream, capped near its own size (:func:`gzip_cap`)."""
-    from eaglelab.inputs import open_regular
 
     with open_regular(path, DumpError) as fh:
         try:
@@ -310,8 +309,6 @@ def _read_specforge(index: int, path: Path) -> DumpSample:
 def _read_vllm(index: int, path: Path) -> DumpSample:
     from safetensors import safe_open
 
-    from eaglelab.checkpoints.headers import read_safetensors_header
-    from eaglelab.errors import EaglelabError
 
     where = printable(str(path))
     try:
@@ -497,7 +494,6 @@ def same_dumps(a: DumpFolder, b: DumpFolder, common: list[int]) -> str | None:
 
 def _same_bytes(x: Path, y: Path) -> bool:
     """Whether two files hold the same bytes, read in step and stopped at the first difference."""
-    from eaglelab.inputs import open_regular
 
     try:
         with open_regular(x, DumpError) as fx, open_regular(y, DumpError) as fy:

@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.inspection import load_target_config
+from eaglelab.checkpoints.sources import load_checkpoint
+from eaglelab.checkpoints.spec import is_mla_config, is_speculators_config
 from eaglelab.engines.vllm_mla import CPU_MLA_BACKEND, mla_refusal, target_uses_mla, write_vllm_mla_drafter
 from eaglelab.errors import EngineError
 from eaglelab.inputs import loads_json, one_line, read_bytes
@@ -234,9 +237,6 @@ def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: in
     shares the target's (the workbook's own measurement and SGLang do the same). An MLA drafter has no
     speculators format: it is written as vLLM's MLA class reads it (:mod:`eaglelab.engines.vllm_mla`).
     """
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.spec import is_mla_config, is_speculators_config
 
     ck = load_checkpoint(str(drafter))
     if ck.config is not None and is_mla_config(ck.config):
@@ -254,8 +254,6 @@ def engine_refusal(target: str | Path, drafter: str | Path | None) -> str | None
 
     Only MLA targets and drafters have such reasons (:func:`eaglelab.engines.vllm_mla.mla_refusal`).
     """
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.sources import load_checkpoint
 
     return mla_refusal(load_target_config(str(target)), load_checkpoint(str(drafter)).config if drafter else None)
 
@@ -266,9 +264,6 @@ def attention_backends(target: str | Path, drafter: str | Path | None) -> dict[s
     Raises:
         EngineError: :func:`engine_refusal` has a reason, in one line.
     """
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.spec import is_mla_config
 
     why = engine_refusal(target, drafter)
     if why:

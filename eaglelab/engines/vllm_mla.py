@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.sources import load_checkpoint
 from eaglelab.checkpoints.spec import (
     DrafterSpec,
     aux_ids_as_layer_outputs,
@@ -32,6 +33,7 @@ from eaglelab.checkpoints.spec import (
     is_mla_config,
     layer_body,
 )
+from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
 from eaglelab.errors import CheckpointMismatchError, ConfigError, UnsupportedDrafterError
 
 #: The one latent width (kv_lora_rank + qk_rope_head_dim) vLLM's CPU MLA decode kernel runs.
@@ -134,8 +136,6 @@ def write_vllm_mla_drafter(drafter_dir: str | Path, target_cfg: dict[str, Any], 
     """
     from safetensors.torch import load_file, save_file
 
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
 
     ck = load_checkpoint(str(drafter_dir))
     if ck.config is None:
