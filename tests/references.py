@@ -297,3 +297,17 @@ class SglangMlaDrafter:
     def feed_back(self, hidden: torch.Tensor) -> torch.Tensor:
         """A step's pre-norm output -> the next step's hidden state (normed with ``norm_output`` at EAGLE-3.1)."""
         return self.norms["norm"](hidden) if self.norm_output else hidden
+
+    def chain_logits(self, ids: torch.Tensor, aux: torch.Tensor, t: int, steps: int) -> list[torch.Tensor]:
+        """The logits [B, V] of ``steps`` drafts chained from position ``t`` with a fresh cache, as the engine drafts:
+        the prefix ``ids[1 : t + 2]`` over ``aux[: t + 1]``, then step ``i`` reads the teacher's next token at
+        RoPE position ``t + i`` and the previous step's state fed back (what the TTT unroll's column ``t`` holds)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        hidden = self.step(ids[:, 1: t + 2], self.project(aux[:, : t + 1]), torch.arange(t + 1)[None], cache)[:, -1:]
+        out = [self.logits(hidden)[:, 0]]
+        for i in range(1, steps):
+            hidden = self.step(ids[:, t + 1 + i: t + 2 + i], self.feed_back(hidden), torch.tensor([[t + i]]), cache)
+            out.append(self.logits(hidden)[:, 0])
+        return out
