@@ -85,3 +85,7 @@ class OutputError(EaglelabError):
 
 class DumpError(SourceError):
     """A hidden-state dump (SpecForge's or vLLM's) cannot be read or does not fit the probe."""
+
+
+class ResourceError(EaglelabError):
+    """This machine lacks what a step needs (memory): the message says how much it needs and how much is there."""

@@ -23,8 +23,9 @@
 # **Inputs.** Your serving scenario: plain-decoding tok/s, speculative cycle time, acceptance
 # length τ, the throughput goal (the tok/s wanted), the data behind the drafter and how fast you generate more
 # (defaults: the founding case, Kimi-K2.5 on 8 PCIe GPUs: 82 tok/s, 30 ms, τ = 2.0, 37k samples,
-# 150 tok/s wanted); SGLang / vLLM logs (`LOG_FILES`); the offline world's target and drafter for
-# the closed-loop check.
+# 150 tok/s wanted); SGLang / vLLM logs (`LOG_FILES`); for the closed-loop check on this machine, the old
+# target and its drafter (`OLD_TARGET`, `OLD_DRAFTER`: yours when given and small enough to load here,
+# else the offline world's, and the findings say which).
 #
 # **Outputs.** Figures `01_*` (PNG + PDF + parameter sidecar) in `FIGURES_DIR`; the decision table
 # for your scenario (section 6, and the game plan); speedup and break-even τ against concurrency
@@ -43,14 +44,14 @@ ACCEPT_LEN = 2.0  # measured τ, bonus token included
 PER_STEP_ACCURACY = 0.64  # measured per-position acceptance
 K = 3  # drafts per cycle (the scenario's, and the closed loop's on the demo world)
 K_CHAIN = 7  # a longer chain (k) at which to ask what per-position acceptance each goal needs
-GOAL_TPS = [100, 150, 200]
+GOAL_TPS = 150.0  # the throughput wanted, tok/s (one number, as in notebook 04)
+CHART_GOALS_TPS = [100, 150, 200]  # further goals the charts mark and the requirement table answers
 MEASURED_VERIFY_MS = 30.0
 LOG_FILES = ["../data/logs/sglang_kimi_k25_sample.log", "../data/logs/vllm_sample.log"]
 CLOSED_LOOP_PROMPTS = 8
 CLOSED_LOOP_TOKENS = 64
 MODEL_TOLERANCE = 0.10  # the performance model counts as confirmed within this relative error of the measurement
-# the decision table (section 7): what it takes to reach PLAN_GOAL_TPS
-PLAN_GOAL_TPS = 150.0
+# the decision table (section 6): what it takes to reach GOAL_TPS
 SAMPLES = 37_000  # samples of the new target's data your served drafter was trained on
 GEN_TPS = 82.0  # tok/s at which you generate training data (all streams together)
 TOKENS_PER_SAMPLE = 512
@@ -64,8 +65,13 @@ PLAIN_LOG = None  # your server's log without speculation: the measured speedup 
 LOAD_BATCHES = [1, 4, 16]  # the demo world in vLLM, batched at these concurrencies (the model checked on this machine)
 LOAD_TOKENS = 32
 SERVING_ENGINE = "vllm"  # None: skip the vLLM measurement
+# the closed loop and the vLLM check on this machine: the drafter on its own target
+OLD_TARGET = None  # None: the offline world's target A
+OLD_DRAFTER = None  # None: the offline world's drafter-a (trained on A)
 
 # %%
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
@@ -76,6 +82,8 @@ from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
 from eaglelab.serving.logs import by_concurrency, parse_log
 from eaglelab.workbook import plots
+from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 
 plots.use_style()
@@ -84,18 +92,21 @@ if SMOKE:
     LOAD_BATCHES, LOAD_TOKENS = [1, 2, 4], 16
 figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
 scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
-                                    goal_tps=PLAN_GOAL_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=K,
+                                    goal_tps=GOAL_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=K,
                                     tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
                                     exponents=EXPONENTS, at_concurrency=AT_CONCURRENCY)
 T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
+GOALS = sorted({*CHART_GOALS_TPS, GOAL_TPS})
+# the closed loop's checkpoints: yours when given (both), else the offline world's; checked before anything runs
+demo = notebook_case("01", {"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
 # tok/s = τ / T_cycle; break-even τ* = T_cycle × baseline tok/s; required τ = goal × T_cycle.
 
 # %%
-diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOAL_TPS)
-requirements = pd.DataFrame(perf.requirement_table(GOAL_TPS, CYCLE_MS / 1e3, k=K))
+diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS)
+requirements = pd.DataFrame(perf.requirement_table(GOALS, CYCLE_MS / 1e3, k=K))
 display(pd.Series({k: v for k, v in diag.items() if k != "required_accept_len"}, name="value").to_frame())
 display(requirements.round(3))
 
@@ -103,7 +114,7 @@ display(requirements.round(3))
 accept_grid = np.linspace(1.0, 7.0, 121)
 curves = {f"cycle {ms:g} ms": perf.effective_tps(accept_grid, ms / 1e3) for ms in (CYCLE_MS / 2, CYCLE_MS, CYCLE_MS * 1.5)}
 fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
-                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], goals=GOAL_TPS)
+                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], goals=GOALS)
 plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
 
 # %%
@@ -111,9 +122,9 @@ plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
 cycle_grid = np.linspace(CYCLE_MS / 3, 2 * CYCLE_MS, 111)
 tau_grid = np.linspace(1.0, max(K + 1, scenario.goal_tau) + 0.5, 121)
 speedup = perf.tokens_per_s_grid(tau_grid, cycle_grid) / BASELINE_TPS
-fig = plots.plot_speedup_map(speedup, tau_grid, cycle_grid, PLAN_GOAL_TPS / BASELINE_TPS,
+fig = plots.plot_speedup_map(speedup, tau_grid, cycle_grid, GOAL_TPS / BASELINE_TPS,
                              points=[(ACCEPT_LEN, CYCLE_MS, f"you: τ {ACCEPT_LEN:g}, {CYCLE_MS:g} ms")])
-plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "goal_tps": PLAN_GOAL_TPS})
+plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "goal_tps": GOAL_TPS})
 
 # %% [markdown]
 # ## 2 · What acceptance can a drafter reach?
@@ -126,7 +137,7 @@ alphas = np.linspace(0.0, 0.95, 96)
 tau_curves = {f"chain k={k}": perf.accept_len_constant_rate(alphas, k) for k in (1, 3, 5, 7)}
 tau_curves["tree top-2, depth 3"] = np.array([perf.accept_len_tree(a, 3, 2) for a in alphas])
 tau_at_measured = float(perf.accept_len_constant_rate(PER_STEP_ACCURACY, K))
-rate_needed = {int(r["goal_tps"]): r["required_rate"] for r in perf.requirement_table(GOAL_TPS, CYCLE_MS / 1e3, k=K_CHAIN)}
+rate_needed = {int(r["goal_tps"]): r["required_rate"] for r in perf.requirement_table(GOALS, CYCLE_MS / 1e3, k=K_CHAIN)}
 fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, tau_at_measured, f"α={PER_STEP_ACCURACY}, k={K}")])
 plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_STEP_ACCURACY, "k": K})
 display(pd.DataFrame({"goal tok/s": list(rate_needed), f"α needed with k={K_CHAIN}": list(rate_needed.values())}))
@@ -170,7 +181,8 @@ plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
 
 # %% [markdown]
 # ## 5 · Closed loop: the model against a real measurement
-# Real speculative decoding on the offline world (target A with its own drafter, CPU), against
+# Real speculative decoding of the old drafter on its own target (`OLD_TARGET`, `OLD_DRAFTER`: yours when
+# given and small enough to load here, else the offline world's target A and drafter-a; CPU), against
 # plain greedy decoding in the same process; the model predicts tok/s from the measured τ and the
 # measured cycle split. On a CPU, stock PyTorch makes a verify of k + 1 tokens cost far more
 # than a one-token decode step (an MKL kernel choice for 2-16 rows); the run routes the target's
@@ -179,25 +191,37 @@ plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
 # measures both paths side by side.
 
 # %%
-from eaglelab.data.sets import measure_prompts
+from eaglelab.checkpoints.footprint import fits_here
+from eaglelab.data.sets import measure_prompts, world_of
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import Target, load_target
-from eaglelab.worlds.build import build_world
+from eaglelab.workbook.choices import locate
+from eaglelab.worlds.build import world_for
 
-world = build_world("tiny" if SMOKE else WORLD, WORLD_DIR)
-model_a, tokenizer = load_target(world.target_a, device="cpu")
-drafter_a = load_drafter(world.drafter_a)
-target_a = Target.for_drafter(model_a, drafter_a.spec)
-prompt_ids = measure_prompts(tokenizer, CLOSED_LOOP_PROMPTS, world)
-loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=K)
-fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"],
-                             [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
-                             [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
-plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": CLOSED_LOOP_PROMPTS})
-display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
-if not loop["timing_ok"]:
-    display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # the world's paths only, unless it is the case
+OLD_TARGET, OLD_DRAFTER = (str(world.target_a), str(world.drafter_a)) if demo else (locate(OLD_TARGET), locate(OLD_DRAFTER))
+LOOP_TAG = pv.tag(pv.evidence_source([OLD_TARGET, OLD_DRAFTER], world.root))
+NOT_DONE = []  # what this notebook could not do with the checkpoints it was given, and why
+fit = fits_here(OLD_TARGET, "float32")
+loop = None
+if fit.loads:
+    model_a, tokenizer = load_target(OLD_TARGET, device="cpu")
+    drafter_a = load_drafter(OLD_DRAFTER)
+    target_a = Target.for_drafter(model_a, drafter_a.spec)
+    prompt_ids = measure_prompts(tokenizer, CLOSED_LOOP_PROMPTS, world_of(OLD_TARGET))
+    loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=K)
+    fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"],
+                                 [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
+                                 [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
+    plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": CLOSED_LOOP_PROMPTS, "target": OLD_TARGET})
+    display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
+    if not loop["timing_ok"]:
+        display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))
+else:
+    NOT_DONE.append(f"the closed loop and the vLLM check did not run: {fit.line}; your logs and measured numbers "
+                    "(sections 4 and 7) stand in for them")
+    print(NOT_DONE[-1])
 
 # %% [markdown]
 # ## 6 · The decision table: what it takes to reach the goal
@@ -217,7 +241,7 @@ decision = plan(scenario, lever=verify_parts[0]["lever"])
 display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
 fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1)
-plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": PLAN_GOAL_TPS, "samples": SAMPLES})
+plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL_TPS, "samples": SAMPLES})
 
 # %% [markdown]
 # ## 7 · Does it pay at your load? Speedup and break-even τ against concurrency
@@ -250,28 +274,30 @@ fig = plots.plot_concurrency({"model at your point": load_curve(load.model, K, l
 plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurrency": AT_CONCURRENCY, "k": K})
 
 # %% [markdown]
-# ### Measured here: the demo world in vLLM at several concurrencies
-# The load model checked against a real engine on this machine: target A alone and with drafter-a,
+# ### Measured here: the old target in vLLM at several concurrencies
+# The load model checked against a real engine on this machine: the old target alone and with its drafter,
 # batched at each of `LOAD_BATCHES` in vLLM (CPU build, `make engine`); the model (target A's roofline
 # on a CPU) is calibrated on the smallest and largest batch, and the ones between are held out.
 # Skipped, with the reason, where vLLM's environment is absent.
 
 # %%
-here_prompts = measure_prompts(tokenizer, max(LOAD_BATCHES), world)
-here = engine_load_check(str(world.target_a), str(world.drafter_a), here_prompts, LOAD_TOKENS, K, LOAD_BATCHES,
-                         model_a.config.to_dict(), engine=SERVING_ENGINE)
-if here.rows:
+here = None
+if loop is not None:
+    here_prompts = measure_prompts(tokenizer, max(LOAD_BATCHES), world_of(OLD_TARGET))
+    here = engine_load_check(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES,
+                             model_a.config.to_dict(), engine=SERVING_ENGINE)
+if here is not None and here.rows:
     display(pd.DataFrame(here.rows).set_index("concurrency").round(3))
     fig = plots.plot_concurrency({"model, calibrated at the ends": load_curve(here.model, K, float(np.mean(here.run.tau)),
                                                                            np.geomspace(1, max(LOAD_BATCHES), 48))},
                                  float(np.mean(here.run.tau)),
-                                 {"measured in vLLM [demo]": ([r["concurrency"] for r in here.rows],
+                                 {f"measured in vLLM {LOOP_TAG}": ([r["concurrency"] for r in here.rows],
                                                               [r["measured"] for r in here.rows],
                                                               [(r["measured_low"], r["measured_high"]) for r in here.rows])},
-                                 title=f"The demo world in {here.status}")
+                                 title=f"{Path(OLD_TARGET).name} in {here.status}")
     plots.savefig(fig, "01_concurrency_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "tokens": LOAD_TOKENS, "k": K})
 else:
-    print(f"vLLM measurement skipped: {here.status}")
+    print(f"vLLM measurement skipped: {here.status if here is not None else 'the old target is not loaded here'}")
 
 # %% [markdown]
 # ## 8 · Explore
@@ -282,14 +308,13 @@ else:
 # %%
 from eaglelab.workbook.widgets import perf_explorer
 
-perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOAL_TPS, accept_grid, k=K)
+perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS, accept_grid, k=K)
 
 # %% [markdown]
 # ## Findings
 
 # %%
 req = diag["required_accept_len"]
-err = loop["prediction_error"]
 logs_tag = pv.tag(logs_source)
 findings = f"""
 - **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
@@ -308,18 +333,26 @@ findings = f"""
 - **Logs {logs_tag}:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
-- **Decision table** (your scenario, {PLAN_GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
+- **Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
 - **Under load** (the load model [assumed roofline], calibrated at your point, {AT_CONCURRENCY} request(s) in flight
   {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
   f"{r['break_even_accept_len']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived].
-- **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests [demo]:** {
+- **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests {LOOP_TAG}:** {
   '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
             f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"
             + (' (held out' + (', inside the noise)' if r['within_noise'] else ')') if r['held_out'] else '')
             for r in here.rows) + (
   f"; the model, calibrated on the ends, is {100 * here.worst_held_out:.0f}% off where held out"
-  if here.worst_held_out is not None else '') if here.rows else 'not run (' + here.status + ')'}.
-- **Closed loop [demo]** (CPU, offline world, k = {K}; checks the model, not your numbers): measured
+  if here.worst_held_out is not None else '') if here is not None and here.rows else
+  'not run (' + (here.status if here is not None else 'the old target does not load here') + ')'}.
+"""
+if loop is None:
+    findings += f"- **Closed loop {LOOP_TAG}:** not run: {fit.line}.\n"
+else:
+    err = loop["prediction_error"]
+    findings += f"""
+- **Closed loop {LOOP_TAG}** (CPU, `{Path(OLD_DRAFTER).name}` on `{Path(OLD_TARGET).name}`, k = {K}; checks the
+  model on this machine, not your serving numbers): measured
   τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs {loop['greedy_tokens_per_s']:.1f} greedy
   ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify {loop['verify_s'] / loop['greedy_step_s']:.2f}× a
   decode step{' with the small-batch CPU kernels' if loop['cpu_kernels'] else ''}); the model predicts
@@ -329,7 +362,10 @@ findings = f"""
   {'Timing: plain decoding varied {:.0%} across {} interleaved runs.'.format(loop['timing']['noise'], loop['runs'])
    if loop['timing_ok'] else '**These timings are not to be trusted:** ' + loop['timing_note'] + '.'}
 """
+findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
 display(Markdown(findings))
-save_findings("01", {"diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
-                     "load": load.to_json(), "engine_load": here.to_json()},
+save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
+                                             logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
+                     "diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
+                     "load": load.to_json(), "engine_load": here.to_json() if here is not None else None},
               bullets_from_markdown(findings), FIGURES_DIR)

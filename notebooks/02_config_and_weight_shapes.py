@@ -32,10 +32,10 @@ SMOKE = False
 FIGURES_DIR = "../figures"
 WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
-DRAFTER_A = None  # None: the world's drafter-a (the old, well-trained drafter)
-DRAFTER_B = None  # None: the world's drafter-b-small (the new target's own drafter)
-TARGET = None  # None: the world's target B (the new target)
-TARGET_A = None  # None: the world's target A (the old target the drafters were trained on)
+OLD_DRAFTER = None  # None: the world's drafter-a (the old, well-trained drafter)
+NEW_DRAFTER = None  # None: the world's drafter-b-small (the new target's own drafter); with your checkpoints: none
+NEW_TARGET = None  # None: the world's target B (the new target)
+OLD_TARGET = None  # None: the world's target A (the old target the drafters were trained on)
 SCRATCH_DIR = "../data/runs/02"  # where the full-size Kimi-shaped checkpoints go (sparse files)
 FIXTURES_DIR = "../data/fixtures/specforge-configs"  # real SpecForge drafter configs, shipped with the repository
 KIMI_FIXTURES_DIR = "../data/fixtures/kimi"  # the Kimi family's public configs (sources in its README)
@@ -54,7 +54,9 @@ from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
-from eaglelab.workbook.choices import Choices, Slot, needs_world
+from eaglelab.workbook.case import given, notebook_case
+from eaglelab.workbook.inputs_record import record_inputs
+from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
@@ -62,14 +64,24 @@ from eaglelab.worlds.build import world_for
 
 plots.use_style()
 SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
-# the world gives the checkpoints left unset; with all four yours it is not built (its paths only)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(DRAFTER_A, DRAFTER_B, TARGET, TARGET_A))
-choices = Choices("02", [Slot("DRAFTER_A", "drafter A (old)", "drafter", DRAFTER_A, str(world.drafter_a)),
-                         Slot("DRAFTER_B", "drafter B (new)", "drafter", DRAFTER_B, str(world.drafter_b_small)),
-                         Slot("TARGET", "the new target", "target", TARGET, str(world.target_b)),
-                         Slot("TARGET_A", "the old target", "target", TARGET_A, str(world.target_a))], root=str(world.root))
-DRAFTER_A, DRAFTER_B, TARGET, TARGET_A = choices.values().values()  # a pick made below survives Run All
-TAG = pv.tag(pv.evidence_source([DRAFTER_A, DRAFTER_B, TARGET, TARGET_A], world.root))
+# nothing given: all four from the offline world (built on first use); else yours, and none filled in from the world
+demo = notebook_case("02", {"OLD_DRAFTER": OLD_DRAFTER, "NEW_DRAFTER": NEW_DRAFTER, "NEW_TARGET": NEW_TARGET,
+                            "OLD_TARGET": OLD_TARGET})
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)
+NOT_DONE = []  # what this notebook could not do with the checkpoints it was given, and why
+if not demo and not given(NEW_DRAFTER):  # no drafter of the new target's own: the old one checked against it alone
+    NEW_DRAFTER = OLD_DRAFTER
+    NOT_DONE.append("no NEW_DRAFTER given: the old drafter is checked against the new target on its own (A and B "
+                    "below are the same checkpoint); give the new target's drafter to compare the two")
+world_default = (lambda path: str(path)) if demo else (lambda path: "")
+choices = Choices("02", [Slot("OLD_DRAFTER", "old drafter (A)", "drafter", OLD_DRAFTER, world_default(world.drafter_a)),
+                         Slot("NEW_DRAFTER", "new drafter (B)", "drafter", NEW_DRAFTER,
+                              world_default(world.drafter_b_small)),
+                         Slot("NEW_TARGET", "the new target", "target", NEW_TARGET, world_default(world.target_b)),
+                         Slot("OLD_TARGET", "the old target", "target", OLD_TARGET, world_default(world.target_a))],
+                  root=str(world.root))
+OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET = choices.values().values()  # a pick made below survives Run All
+TAG = pv.tag(pv.evidence_source([OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET], world.root))
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
@@ -85,7 +97,7 @@ ChoicePanel(choices, lambda values: comparison_answer(values, str(world.root)), 
 # ## 2 · Each checkpoint against its own config
 
 # %%
-insp_a, insp_b = inspect_checkpoint(DRAFTER_A), inspect_checkpoint(DRAFTER_B)
+insp_a, insp_b = inspect_checkpoint(OLD_DRAFTER), inspect_checkpoint(NEW_DRAFTER)
 tables = pd.concat({"A": pd.DataFrame(insp_a.tensor_rows()).set_index("name"),
                     "B": pd.DataFrame(insp_b.tensor_rows()).set_index("name")}, axis=1)
 display(tables[[("A", "shape"), ("A", "dtype"), ("B", "shape"), ("B", "dtype"), ("A", "meaning")]])
@@ -101,7 +113,7 @@ for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or sh
 # worst of the verdict, the maps and each drafter's fit to the target.
 
 # %%
-compared = compare_drafters(CompareSettings(DRAFTER_A, DRAFTER_B, TARGET))
+compared = compare_drafters(CompareSettings(OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET))
 comparison, report = compared.comparison, compared.to_json()
 print(compared.headline(TAG))
 display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
@@ -119,9 +131,9 @@ for label, v in comparison.target_verdicts.items():
 
 # %%
 fig = plots.plot_params_by_module(insp_a.parameters_by_module(), insp_b.parameters_by_module(), ("A", "B"))
-plots.savefig(fig, "02_params_by_module", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER_B})
+plots.savefig(fig, "02_params_by_module", FIGURES_DIR, {"a": OLD_DRAFTER, "b": NEW_DRAFTER})
 fig = plots.plot_mismatch_map(report["tensor_diff"])
-plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER_B})
+plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": OLD_DRAFTER, "b": NEW_DRAFTER})
 
 # %% [markdown]
 # ## 4 · The two targets, before any probe
@@ -133,7 +145,7 @@ plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": DRAFTER_A, "b": DRAFTER
 # prompts and 48.5% on chat-templated ones); neither: the probe (notebook 03) decides.
 
 # %%
-targets = compare_targets(TargetCompareSettings(TARGET_A, TARGET, DRAFTER_A))
+targets = compare_targets(TargetCompareSettings(OLD_TARGET, NEW_TARGET, OLD_DRAFTER))
 print(targets.headline())
 display(pd.DataFrame([vars(d) for d in targets.config_diff]) if targets.config_diff
         else Markdown("*the language models' configs are identical*"))
@@ -215,13 +227,13 @@ display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
 arch = [d for d in report["config_diff"] if d["category"] == "architecture"]
 findings = f"""
 - **{compared.headline(TAG)}.**
-- **The pair {TAG}** (`{DRAFTER_A}` vs `{DRAFTER_B}`, on `{TARGET}`): A vs B **{comparison.verdict.level}**;
+- **The pair {TAG}** (`{OLD_DRAFTER}` vs `{NEW_DRAFTER}`, on `{NEW_TARGET}`): A vs B **{comparison.verdict.level}**;
   {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
   {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
   dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
   **{comparison.target_verdicts['b'].level}**. Vocabulary maps: **{vocab.level if vocab else 'not readable'}**{
   (' — ' + vocab.message) if vocab else ''}.
-- **The two targets {TAG}** (`{TARGET_A}` -> `{TARGET}`): **{targets.verdict.level}**: {targets.verdict.line}.
+- **The two targets {TAG}** (`{OLD_TARGET}` -> `{NEW_TARGET}`): **{targets.verdict.level}**: {targets.verdict.line}.
   {len(targets.config_diff)} language-model fields differ; tokenizers: {targets.tokenizers.line}; chat templates:
   {targets.templates.line}.
 - **The Kimi family [sample]** (public configs, sparse weights): {'; '.join(f"{label}: **{c.verdict.level}** ({c.verdict.reasons[0]})" for label, c in kimi_cmp.items())}.
@@ -238,9 +250,11 @@ findings = f"""
                             for why, names in table[~table['computed']].groupby('refused').groups.items()) + ')'};
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
+findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
 display(Markdown(findings))
 save_findings("02", {"headline": report["headline"], "verdict": report["verdict"], "vocab_maps": report["vocab_maps"],
-                     "checkpoints": {"a": DRAFTER_A, "b": DRAFTER_B, "target": TARGET, "target_a": TARGET_A},
+                     "inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
+                                              "NEW_DRAFTER": NEW_DRAFTER}, world.root, not_done=NOT_DONE),
                      "targets": {"verdict": targets.to_json()["verdict"], "tokenizers": targets.tokenizers.line,
                                  "templates": targets.templates.line},
                      "kimi": {label: c.to_json()["verdict"] for label, c in kimi_cmp.items()},

@@ -26,7 +26,7 @@
 # world), else held-out stdlib docstrings and code. Every section runs one job of
 # `eaglelab.jobs.probe` on one `ProbeSettings` built from the parameters below (the command line's
 # `eaglelab probe` takes the same settings, with the same defaults). **For targets too large for one
-# process** (two 1T-parameter MoE models on 8 GPUs each): set `STATES_A` / `STATES_B` to the folders
+# process** (two 1T-parameter MoE models on 8 GPUs each): set `OLD_STATES` / `NEW_STATES` to the folders
 # of hidden-state dumps the serving engines wrote on the same conversations (SpecForge's
 # `prepare_hidden_states.py` on SGLang, or vLLM's hidden-state connector; `eaglelab recipe --job
 # probe` writes the script). Neither target is then loaded: only their final norm, `lm_head` and
@@ -41,9 +41,9 @@ SMOKE = False
 FIGURES_DIR = "../figures"
 WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
-TARGET_A = None  # None: the world's target A
-TARGET_B = None  # None: the world's target B
-DRAFTER = None  # None: the world's drafter-a (trained on A)
+OLD_TARGET = None  # None: the world's target A
+NEW_TARGET = None  # None: the world's target B
+OLD_DRAFTER = None  # None: the world's drafter-a (trained on A)
 DATA = None  # None: the world's held-out conversations (when A is the world's target), else built-in text; or a .txt / .jsonl file
 SEQUENCES = 24  # demo world: held-out conversations (whole); tiny world: text rows of SEQ_LEN tokens
 SEQ_LEN = 64
@@ -54,8 +54,8 @@ DEVICE = None  # None: cuda when available
 DEVICE_MAP = None  # "auto": spread each target over all GPUs (large targets; needs accelerate)
 DTYPE = "float32"  # bfloat16 for large targets on GPUs
 BATCH_SIZE = 8  # sequences per forward: the probe's memory is bounded by the batch
-STATES_A = None  # a folder of target A's hidden-state dumps (SpecForge or vLLM layout): probe without loading the targets
-STATES_B = None  # target B's, on the same conversations
+OLD_STATES = None  # a folder of target A's hidden-state dumps (SpecForge or vLLM layout): probe without loading the targets
+NEW_STATES = None  # target B's, on the same conversations
 # the user's serving scenario, for the projected throughput
 BASELINE_TPS = 82.0
 CYCLE_MS = 30.0
@@ -75,7 +75,10 @@ from eaglelab.probe.plugin import layerwise_cka
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
-from eaglelab.workbook.choices import Choices, Slot, check_local_paths, needs_world
+from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.choices import Choices, Slot, check_local_paths
+from eaglelab.workbook.feasibility import require_loadable
+from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, plan_uses_plugin_tau, save_findings
 from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import world_for
@@ -84,25 +87,31 @@ plots.use_style()
 if SMOKE:
     SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
 # the parameters first (the dump folders, the data file, the numbers): a bad one is one line, before any world
-check_local_paths({"STATES_A": STATES_A, "STATES_B": STATES_B, "DATA": DATA})
-settings = ProbeSettings(TARGET_A or "", TARGET_B or "", DRAFTER or "", data=DATA or None, sequences=SEQUENCES,
+check_local_paths({"OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES, "DATA": DATA})
+# nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
+demo = notebook_case("03", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
+                            "OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES})
+require_loadable("03", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_STATES": OLD_STATES,
+                        "NEW_STATES": NEW_STATES, "DTYPE": DTYPE})  # else the dumps: one line, before any load
+settings = ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", data=DATA or None, sequences=SEQUENCES,
                          seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP,
-                         states_a=STATES_A, states_b=STATES_B)
-# the world gives the checkpoints left unset; with all three yours it is not built (its paths only)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET_A, TARGET_B, DRAFTER))
-choices = Choices("03", [Slot("TARGET_A", "old target (A)", "target", TARGET_A, str(world.target_a)),
-                         Slot("TARGET_B", "new target (B)", "target", TARGET_B, str(world.target_b)),
-                         Slot("DRAFTER", "old drafter (on A)", "drafter", DRAFTER, str(world.drafter_a), fits="TARGET_A"),
-                         Slot("DATA", "data (optional)", "data", DATA, "")], root=str(world.root))
-TARGET_A, TARGET_B, DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
-settings = replace(settings, target_a=TARGET_A, target_b=TARGET_B, drafter=DRAFTER, data=DATA or None)
+                         old_states=OLD_STATES, new_states=NEW_STATES)
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
+world_default = (lambda path: str(path)) if demo else (lambda path: "")
+choices = Choices("03", [Slot("OLD_TARGET", "old target (A)", "target", OLD_TARGET, world_default(world.target_a)),
+                         Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(world.target_b)),
+                         Slot("OLD_DRAFTER", "old drafter (on A)", "drafter", OLD_DRAFTER, world_default(world.drafter_a),
+                              fits="OLD_TARGET"),
+                         Slot("DATA", "data (optional)", "data", DATA, "", fits="OLD_TARGET")], root=str(world.root))
+OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+settings = replace(settings, old_target=OLD_TARGET, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
 FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, nothing is decoded for real
 
 # %% [markdown]
 # ## Pick the checkpoints
-# Each picker lists what was found under the world folder (not built when `TARGET_A`, `TARGET_B` and
-# `DRAFTER` are all given) and takes any folder, file or hub id you type (a path is looked for from here
+# Each picker lists what was found under the world folder (not built when `OLD_TARGET`, `NEW_TARGET` and
+# `OLD_DRAFTER` are all given) and takes any folder, file or hub id you type (a path is looked for from here
 # and from the repository root); the line under it says what
 # it is, or what is wrong (a drafter that does not fit target A is refused here, from configs and
 # headers). **Probe** loads the two targets and answers here: the verdict, τ on A and on B, and the
@@ -116,14 +125,14 @@ ChoicePanel(choices, lambda values: probe_answer(settings, values, str(world.roo
 # ## The targets, the drafter and the data
 
 # %%
-EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
+EVIDENCE = pv.evidence_source([OLD_TARGET, NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
 pair = None if FROM_DUMPS else load_pair(settings)
 if pair is not None:
     print(f"{pair.data.source}; {len(pair.data.ids)} sequences x {pair.data.ids.shape[1]} tokens, {pair.data.positions} "
           f"positions counted; drafter reads layer outputs {list(pair.drafter.spec.aux_layer_ids)}")
 else:
-    print(f"from the engines' dumps: A {STATES_A}, B {STATES_B}; the targets are read for their heads only")
+    print(f"from the engines' dumps: A {OLD_STATES}, B {NEW_STATES}; the targets are read for their heads only")
 
 # %% [markdown]
 # ## 1 · Paired capture and similarity at the drafter's layers
@@ -141,12 +150,12 @@ print(f"next-token argmax agreement A vs B: {result.argmax_agreement:.3f}, total
 
 # %%
 fig = plots.plot_cosine_distributions(result.cosines)
-plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": TARGET_A, "b": TARGET_B, "tokens": result.tokens})
+plots.savefig(fig, "03_cosine_per_layer", FIGURES_DIR, {"a": OLD_TARGET, "b": NEW_TARGET, "tokens": result.tokens})
 if pair is not None:  # every layer of both targets: only where they load (the dumps hold the drafter's layers)
     cka_all = layerwise_cka(pair.model_a, pair.model_b, pair.data.ids, loss_mask=pair.data.counted)
     names = ["emb"] + [str(i) for i in range(cka_all.shape[0] - 1)]
     fig = plots.plot_cka_map(cka_all.numpy(), names, names)
-    plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": TARGET_A, "b": TARGET_B})
+    plots.savefig(fig, "03_cka_map", FIGURES_DIR, {"a": OLD_TARGET, "b": NEW_TARGET})
 
 # %% [markdown]
 # ## 2 · Plug-in acceptance: the old drafter on the new target
@@ -157,7 +166,7 @@ if pair is not None:  # every layer of both targets: only where they load (the d
 # %%
 fig = plots.plot_position_acceptance({"drafter A on target A": result.eval_a["acc"],
                                       "drafter A on target B (plug-in)": result.eval_b["acc"]})
-plots.savefig(fig, "03_position_acceptance", FIGURES_DIR, {"drafter": DRAFTER, "k": K})
+plots.savefig(fig, "03_position_acceptance", FIGURES_DIR, {"drafter": OLD_DRAFTER, "k": K})
 chain = pd.DataFrame({f"{name} chain": ev["chain"] for name, ev in (("A", result.eval_a), ("B", result.eval_b))}
                      | {f"{name} 90% band": [f"{b['low']:.3f}-{b['high']:.3f}" for b in ev["chain_band"]]
                         for name, ev in (("A", result.eval_a), ("B", result.eval_b))},
@@ -192,7 +201,7 @@ else:
 engine = None
 if pair is not None:
     eos = [pair.tokenizer.eos_token_id] if pair.tokenizer.eos_token_id is not None else None
-    engine = engine_beside_workbook({"A": (TARGET_A, DRAFTER), "B": (TARGET_B, DRAFTER)}, pair.prompts(MEASURE_PROMPTS),
+    engine = engine_beside_workbook({"A": (OLD_TARGET, OLD_DRAFTER), "B": (NEW_TARGET, OLD_DRAFTER)}, pair.prompts(MEASURE_PROMPTS),
                                     MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
     display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
@@ -213,10 +222,10 @@ from eaglelab.jobs.probe import DumpSettings, dump_states
 dump_gap = None
 if pair is not None:
     with tempfile.TemporaryDirectory() as tmp:
-        for name, target, layout in (("a", TARGET_A, "specforge"), ("b", TARGET_B, "vllm")):
-            dump_states(DumpSettings(target, DRAFTER, f"{tmp}/{name}", layout=layout, data=settings.data,
+        for name, target, layout in (("a", OLD_TARGET, "specforge"), ("b", NEW_TARGET, "vllm")):
+            dump_states(DumpSettings(target, OLD_DRAFTER, f"{tmp}/{name}", layout=layout, data=settings.data,
                                      world_dir=WORLD_DIR, sequences=SEQUENCES, seq_len=SEQ_LEN), progress=False)
-        dumped = probe_checkpoints(replace(settings, states_a=f"{tmp}/a", states_b=f"{tmp}/b"), progress=False).result
+        dumped = probe_checkpoints(replace(settings, old_states=f"{tmp}/a", new_states=f"{tmp}/b"), progress=False).result
     live_numbers = [x for layer in result.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
     dump_numbers = [x for layer in dumped.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
     gaps = {"similarity": max(abs(x - y) for x, y in zip(live_numbers, dump_numbers)),
@@ -241,7 +250,7 @@ scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on t
             f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
             + plan_uses_plugin_tau(FIGURES_DIR, K) if EVIDENCE == pv.YOURS else
             "not projected: τ measured on the demo world illustrates the method and is no forecast for your model; "
-            "run this notebook on your checkpoints (`TARGET_A`, `TARGET_B`, `DRAFTER`) for the number the decision "
+            "run this notebook on your checkpoints (`OLD_TARGET`, `NEW_TARGET`, `OLD_DRAFTER`) for the number the decision "
             "table needs.")
 if measured:
     measured_line = (
@@ -251,11 +260,11 @@ if measured:
         f"- **Measured in vLLM {TAG}:** {engine.findings()}")
 else:
     measured_line = "- **Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
-dump_line = (f"probed from {STATES_A} (A) and {STATES_B} (B), the targets read for their heads only."
+dump_line = (f"probed from {OLD_STATES} (A) and {NEW_STATES} (B), the targets read for their heads only."
              if FROM_DUMPS else f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number "
                                 f"(similarity, agreement, TV, τ per position) within {dump_gap:.1e}.")
 findings = f"""
-- **Compared {TAG}:** the drafter `{DRAFTER}` on `{TARGET_A}` (A, old) and `{TARGET_B}` (B, new).
+- **Compared {TAG}:** the drafter `{OLD_DRAFTER}` on `{OLD_TARGET}` (A, old) and `{NEW_TARGET}` (B, new).
 - **How far the target moved {TAG}:** mean per-token cosine between A and B ranges from
   {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
   {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
@@ -269,6 +278,13 @@ findings = f"""
 - **The engines' dumps {TAG}:** {dump_line}
 """
 display(Markdown(findings))
-save_findings("03", {**probe.to_json(), "measured": measured, "engine": engine.rows if engine else None,
+NOT_DONE = [] if demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
+inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
+                        "OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES}, world.root, data=DATA or None,
+                       data_line=None if FROM_DUMPS else str(pair.data.source),
+                       data_kind=None if FROM_DUMPS else pair.data.source.kind,
+                       what={"OLD_TARGET": "heads only", "NEW_TARGET": "heads only"} if FROM_DUMPS else None,
+                       not_done=NOT_DONE)
+save_findings("03", {**probe.to_json(), "inputs": inputs, "measured": measured, "engine": engine.rows if engine else None,
                      "evidence": EVIDENCE, "dump_gap": dump_gap},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -37,7 +37,7 @@ SMOKE = False
 FIGURES_DIR = "../figures"
 WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
-TARGET = None  # None: the world's target B (the new target)
+NEW_TARGET = None  # None: the world's target B (the new target)
 OLD_DRAFTER = None  # None: the world's drafter-a (trained on the old target)
 DATA = None  # None: the world's replies of B (demo) or built-in text; else a .txt / .jsonl file
 SEQ_LEN = 64
@@ -91,7 +91,10 @@ from eaglelab.planning import provenance as pv
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
-from eaglelab.workbook.choices import Choices, Slot, check_local_paths, needs_world
+from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.choices import Choices, Slot, check_local_paths
+from eaglelab.workbook.feasibility import require_loadable
+from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import save_findings, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
@@ -105,16 +108,21 @@ if SMOKE:
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
 check_local_paths({"DATA": DATA})  # the parameters first: a bad one is one line, before any world is built
-settings = FinetuneSettings(TARGET or "", old_drafter=OLD_DRAFTER or "", data=DATA or None, seq_len=SEQ_LEN,
+# nothing given: the offline world's checkpoints; else yours, both, and none filled in from the world
+demo = notebook_case("04", {"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
+require_loadable("04", {"NEW_TARGET": NEW_TARGET, "DTYPE": DTYPE})  # a target too large here: one line, and the recipes
+settings = FinetuneSettings(NEW_TARGET or "", old_drafter=OLD_DRAFTER or "", data=DATA or None, seq_len=SEQ_LEN,
                             train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
                             batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
                             measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET, OLD_DRAFTER))  # else its paths only
-choices = Choices("04", [Slot("TARGET", "new target (B)", "target", TARGET, str(world.target_b)),
-                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, str(world.drafter_a), fits="TARGET"),
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
+world_default = (lambda path: str(path)) if demo else (lambda path: "")
+choices = Choices("04", [Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(world.target_b)),
+                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, world_default(world.drafter_a),
+                              fits="NEW_TARGET"),
                          Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
-TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
-settings = replace(settings, target=TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
+NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+settings = replace(settings, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
 
 # %% [markdown]
 # ## Pick the checkpoints
@@ -131,7 +139,7 @@ ChoicePanel(choices, lambda values: finetune_answer(settings, values, str(world.
 # ## 1 · The new target, the old drafter, and the new target's data, captured once
 
 # %%
-EVIDENCE = pv.evidence_source([TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
+EVIDENCE = pv.evidence_source([NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
 inputs = load_inputs(settings)
 print(f"{inputs.source}; aux layers {list(inputs.data.aux_layer_outputs)}")
@@ -167,7 +175,7 @@ display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_p
 # %%
 folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
 eos = [inputs.tokenizer.eos_token_id] if inputs.tokenizer.eos_token_id is not None else None
-engine = engine_beside_workbook({n: (TARGET, f) for n, f in folders.items()}, inputs.prompts(MEASURE_PROMPTS),
+engine = engine_beside_workbook({n: (NEW_TARGET, f) for n, f in folders.items()}, inputs.prompts(MEASURE_PROMPTS),
                                 MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
 display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
@@ -235,7 +243,7 @@ top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
 taus = finetuned.taus
 bullets = [
-    f"- **Compared {TAG}:** the old drafter `{OLD_DRAFTER}` plugged in, warm-started and from scratch on `{TARGET}`.",
+    f"- **Compared {TAG}:** the old drafter `{OLD_DRAFTER}` plugged in, warm-started and from scratch on `{NEW_TARGET}`.",
     f"- **Equal budget {TAG} ({STEPS} steps; data: {inputs.source}):** warm start reaches held-out τ "
     f"{taus[Option.WARM_START]:.2f} vs {taus[Option.FROM_SCRATCH]:.2f} from scratch (plugged in: {taus[Option.PLUG_IN]:.2f}).",
     f"- **Measured on the new target {TAG} (k = {K}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
@@ -264,7 +272,10 @@ bullets = [
     + (" (for reference: nothing to train on this evidence)." if decision.action == Option.PLUG_IN else "."),
 ]
 display(Markdown("\n".join(bullets) + f"\n\n**Recommendation {TAG}.** {decision.text}"))
-save_findings("04", {"measured": measured, "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+NOT_DONE = [] if demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
+inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
+                            data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)
+save_findings("04", {"inputs": inputs_used, "measured": measured, "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
                      "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
                      "evidence": EVIDENCE, "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
               bullets, FIGURES_DIR)

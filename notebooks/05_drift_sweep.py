@@ -37,9 +37,9 @@ SMOKE = False
 FIGURES_DIR = "../figures"
 WORLD = "demo"  # the offline world: "demo" (SmolLM2-135M pair) or "tiny"; smoke runs use "tiny"
 WORLD_DIR = None  # None: data/worlds/<WORLD> (built on first use)
-TARGET_A = None  # None: the world's target A (the old target)
-TARGET_B = None  # None: the world's target B (it defines the path family A + α (B - A))
-DRAFTER = None  # None: the world's drafter-a (trained on A)
+OLD_TARGET = None  # None: the world's target A (the old target)
+NEW_TARGET = None  # None: the world's target B (it defines the path family A + α (B - A))
+OLD_DRAFTER = None  # None: the world's drafter-a (trained on A)
 PAIR_WORLD = "tiny"  # another world whose own A → B pair tests the predictors on a different model; None: skip
 CACHE_DIR = None  # None: data/worlds/cache/drift (each point's record, reused by reruns)
 RUNS_DIR = "../data/runs/05"  # the engine-layout JSONL files of section 4
@@ -63,7 +63,10 @@ from eaglelab.drift import analysis
 from eaglelab.drift.sweep import DEMO_MEASURED, DEMO_POINTS, SMOKE_MEASURED, SMOKE_POINTS, SweepSettings, run_sweep
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
-from eaglelab.workbook.choices import needs_world
+from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.choices import locate
+from eaglelab.workbook.feasibility import require_loadable
+from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.worlds.build import build_world, world_for
@@ -76,13 +79,16 @@ if SMOKE:
     settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
                              lora_seq_len=64, lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
-# the world gives the checkpoints left unset; with all three yours it is not built (its paths only)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=needs_world(TARGET_A, TARGET_B, DRAFTER))
-TARGET_A, TARGET_B, DRAFTER = TARGET_A or world.target_a, TARGET_B or world.target_b, DRAFTER or world.drafter_a
-EVIDENCE = pv.evidence_source([TARGET_A, TARGET_B, DRAFTER], world.root)  # demo: an illustration, not your forecast
+# nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
+demo = notebook_case("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
+require_loadable("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET})  # too large here: one line, before loading
+world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
+OLD_TARGET, NEW_TARGET, OLD_DRAFTER = ((str(world.target_a), str(world.target_b), str(world.drafter_a)) if demo
+                                       else (locate(OLD_TARGET), locate(NEW_TARGET), locate(OLD_DRAFTER)))
+EVIDENCE = pv.evidence_source([OLD_TARGET, NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
 pair_world = build_world(PAIR_WORLD) if PAIR_WORLD else None
-print(f"A {TARGET_A}\nB {TARGET_B}\ndrafter {DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
+print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
       f"second pair: {pair_world.root if pair_world else 'none'}")
 
 # %% [markdown]
@@ -93,7 +99,7 @@ print(f"A {TARGET_A}\nB {TARGET_B}\ndrafter {DRAFTER}\n{len(points)} points, {le
 # cached: a rerun recomputes only new points.
 
 # %%
-sweep = run_sweep(TARGET_A, TARGET_B, DRAFTER, points, measured, settings, CACHE_DIR,
+sweep = run_sweep(OLD_TARGET, NEW_TARGET, OLD_DRAFTER, points, measured, settings, CACHE_DIR,
                   pair=(pair_world.target_a, pair_world.target_b, pair_world.drafter_a) if pair_world else None)
 table = pd.DataFrame(analysis.table_rows(sweep.records + sweep.pair)).set_index(["family", "point"])
 print(f"{sweep.computed} points computed, the rest from the cache; {sweep.seconds:.0f} s")
@@ -110,7 +116,7 @@ tau_a = sweep.records[0]["on_a"]["accept_len"]
 fig = plots.plot_tau_vs_measures(
     [{"family": r["point"]["family"], "tau": r["on_b"]["accept_len"], **r["measures"]} for r in sweep.records],
     analysis.MEASURE_PANELS, analysis.laws(sweep.records), tau_a)
-plots.savefig(fig, "05_tau_vs_measures", FIGURES_DIR, {"a": str(TARGET_A), "b": str(TARGET_B), "drafter": str(DRAFTER)});
+plots.savefig(fig, "05_tau_vs_measures", FIGURES_DIR, {"a": str(OLD_TARGET), "b": str(NEW_TARGET), "drafter": str(OLD_DRAFTER)});
 fig = plots.plot_position_vs_magnitude(analysis.magnitude_series(sweep.records))
 plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
 
@@ -129,7 +135,7 @@ summary = pd.DataFrame([{**{k: v for k, v in r.items() if k != "per_family"}, **
                         for r in choice["summary"]]).set_index("predictor")
 display(summary.round(3))
 calibration = analysis.save_calibration(Path(FIGURES_DIR) / "05_predictor.json", choice,
-                                        f"notebook 05 on {TARGET_A} -> {TARGET_B} ({EVIDENCE})")
+                                        f"notebook 05 on {OLD_TARGET} -> {NEW_TARGET} ({EVIDENCE})")
 rows = analysis.prediction_rows(sweep.records, sweep.pair, choice["held_out"], choice["chosen"])
 fig = plots.plot_predicted_vs_measured(rows, TOLERANCE)
 plots.savefig(fig, "05_predicted_vs_measured", FIGURES_DIR, {"predictor": choice["chosen"]});
@@ -153,9 +159,9 @@ from eaglelab.drift.predictors import predict_from_files
 from eaglelab.model.targets import load_target
 
 files_dir = Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "05"))
-data = probe_set(load_target(TARGET_A)[1], settings.sequences, settings.seq_len, world_of(TARGET_A))
-old_file = write_engine_file(TARGET_A, data.ids, data.counted, files_dir / "old_target.vllm.jsonl", "vllm", TOP_K)
-new_file = write_engine_file(TARGET_B, data.ids, data.counted, files_dir / "new_target.sglang.jsonl", "sglang", TOP_K)
+data = probe_set(load_target(OLD_TARGET)[1], settings.sequences, settings.seq_len, world_of(OLD_TARGET))
+old_file = write_engine_file(OLD_TARGET, data.ids, data.counted, files_dir / "old_target.vllm.jsonl", "vllm", TOP_K)
+new_file = write_engine_file(NEW_TARGET, data.ids, data.counted, files_dir / "new_target.sglang.jsonl", "sglang", TOP_K)
 chain_a = sweep.records[0]["on_a"]["chain"]
 args = ["predict", "--old", str(old_file), "--new", str(new_file), "--chain", ",".join(f"{c:.4f}" for c in chain_a),
         "--calibration", str(calibration), "--cycle-ms", str(CYCLE_MS), "--baseline-tps", str(BASELINE_TPS)]
@@ -215,7 +221,9 @@ findings = f"""
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
 """
 display(Markdown(findings))
-save_findings("05", {"evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
+save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
+                                              "OLD_DRAFTER": OLD_DRAFTER}, world.root),
+                     "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
                      **analysis.calibration(choice), "held_out": [h.to_json() for h in choice["held_out"]],
                      "gaps_vs_measured": gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
               bullets_from_markdown(findings), FIGURES_DIR);

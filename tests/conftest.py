@@ -118,3 +118,16 @@ def smoke_run(tiny_world, tmp_path_factory):
         return done[number]
 
     return run
+
+
+@pytest.fixture(scope="session")
+def users_copy(tiny_world, tmp_path_factory):
+    """The tiny world's targets and old drafter copied to a folder of the user's own (no world around them):
+    ``old-target``, ``new-target``, ``old-drafter``."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("mine")
+    for name, src in (("old-target", tiny_world.target_a), ("new-target", tiny_world.target_b),
+                      ("old-drafter", tiny_world.drafter_a)):
+        shutil.copytree(src, root / name)
+    return root

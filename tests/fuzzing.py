@@ -1112,7 +1112,7 @@ def config_cases(draw, root: Path) -> Case:
     base = write_tiny_drafter(folder / "base", fmt)
     argv = {"inspect": ["inspect", str(drafter)], "compare-b": ["compare", str(base), str(drafter)],
             "compare-a": ["compare", str(drafter), str(base)],
-            "compare-target": ["compare", str(base), str(drafter), "--target", str(folder / "target.json")]}[mode]
+            "compare-target": ["compare", str(base), str(drafter), "--new-target", str(folder / "target.json")]}[mode]
     return Case("config", label, argv + (["--json"] if json_flag else []), oracle, folder, listed=inspect_listed,
                 note=why, kind=kind)
 
@@ -1613,7 +1613,7 @@ def args_case(folder: Path | None, cmd: str, given: dict[str, list[str] | None],
     if cmd == "predict":
         assert folder is not None
         old, new = write_engine_files(folder)
-        argv += ["--old", str(old), "--new", str(new)]
+        argv += ["--old-logprobs", str(old), "--new-logprobs", str(new)]
     for flag, values in given.items():
         if values is None:
             continue
@@ -1787,8 +1787,8 @@ def special_case(folder: Path, kind: str, place: str, json_flag: bool = False) -
     if kind in ("long-component", "long-path", "nul"):
         odd = _odd_path(folder, kind)
         argv = {"source": ["inspect", odd], "log": ["perf", "--log", odd],
-                "target": ["compare", str(drafter), str(drafter), "--target", odd],
-                "predict-old": ["predict", "--old", odd, "--new", odd, "--chain", "0.5"],
+                "target": ["compare", str(drafter), str(drafter), "--new-target", odd],
+                "predict-old": ["predict", "--old-logprobs", odd, "--new-logprobs", odd, "--chain", "0.5"],
                 "compare-b": ["compare", str(drafter), odd]}.get(place, ["inspect", odd + ".safetensors"])
         return Case("special", f"{kind} ({place})", argv + (["--json"] if json_flag else []), oracle, folder, note=why)
     if place == "source":
@@ -1814,10 +1814,10 @@ def special_case(folder: Path, kind: str, place: str, json_flag: bool = False) -
         argv = ["perf", "--log", _make_special(folder / "server.log", kind)]
     elif place == "target":
         target = _make_special(folder / "target.json", kind)
-        argv = ["compare", str(drafter), str(drafter), "--target", target]
+        argv = ["compare", str(drafter), str(drafter), "--new-target", target]
     elif place == "predict-old":
         old, new = write_engine_files(folder)
-        argv = ["predict", "--old", _make_special(old, kind), "--new", str(new), "--chain", "0.5"]
+        argv = ["predict", "--old-logprobs", _make_special(old, kind), "--new-logprobs", str(new), "--chain", "0.5"]
     else:  # compare-b: B's weights
         b = write_tiny_drafter(folder / "b")
         _make_special(b / "model.safetensors", kind)

@@ -220,7 +220,7 @@ def out_cases(draw, root: Path) -> fz.Case:
     target = folder / "target-config.json"
     target.write_text(json.dumps(fz.TINY_TARGET))
     if command == "recipe":
-        argv = ["recipe", "--engine", "speculators", "--init", str(drafter), "--target", str(target), "--out", out]
+        argv = ["recipe", "--engine", "speculators", "--old-drafter", str(drafter), "--new-target", str(target), "--out", out]
         argv += ["--force"] if force else []
     elif command == "run":
         argv = ["run", "--only", "02", "--prepare-only", "--out", out]
@@ -254,7 +254,7 @@ RECIPE_TEXT = st.one_of(
 DASH_NAMES = st.sampled_from(["-k2", "--k2", "-rf", "--flag", "-h", "--help", "- item", "-", "-$(touch PWNED)",
                               "--x=y", "-'q'", "-😀", "-1", "--1e3", "---"])
 #: The recipe settings that are paths checked here (the drafter, the targets): given relative, from the case's folder.
-LOCAL_PATH_FLAGS = ("--init", "--target", "--target-a")
+LOCAL_PATH_FLAGS = ("--old-drafter", "--new-target", "--old-target")
 
 
 def tiny_target_folder(folder: Path) -> Path:
@@ -293,15 +293,15 @@ def recipe_cases(draw, root: Path) -> fz.Case:
     value = draw(DASH_NAMES if local else RECIPE_TEXT | DASH_NAMES)
     engine = draw(st.sampled_from(["specforge", "speculators"]))
     bad = any(unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") for c in value)
-    paths = {"--init": "drafter", "--target": "target-b", "--target-a": "target-a"}
+    paths = {"--old-drafter": "drafter", "--new-target": "target-b", "--old-target": "target-a"}
     if flag in LOCAL_PATH_FLAGS:
         paths[flag] = value
-    fz.write_tiny_drafter(folder / paths["--init"])
-    for f in ("--target-a", "--target") if job == "probe" else ("--target",):
+    fz.write_tiny_drafter(folder / paths["--old-drafter"])
+    for f in ("--old-target", "--new-target") if job == "probe" else ("--new-target",):
         tiny_target_folder(folder / paths[f])
     out = folder / "recipe"
     argv = ["recipe", "--job", job, "--engine", engine, "--out", str(out)]
-    argv += [f"{f}={paths[f]}" for f in LOCAL_PATH_FLAGS if f in paths and (job == "probe" or f != "--target-a")]
+    argv += [f"{f}={paths[f]}" for f in LOCAL_PATH_FLAGS if f in paths and (job == "probe" or f != "--old-target")]
     if flag not in LOCAL_PATH_FLAGS:
         argv.append(f"{flag}={value}")  # FLAG=VALUE: a value may start with "-"
     return fz.Case("recipe", f"{job} {engine} {flag} {value!r}"[:120], argv, "invalid" if bad else "valid", folder,
@@ -430,7 +430,7 @@ def readback_cases(draw, root: Path) -> fz.Case:
         drafter = fz.write_tiny_drafter(folder / "drafter")
         target = folder / "target-config.json"
         target.write_text(json.dumps(fz.TINY_TARGET))
-        argv = ["recipe", "--engine", "specforge", "--init", str(drafter), "--target", str(target), "--out",
+        argv = ["recipe", "--engine", "specforge", "--old-drafter", str(drafter), "--new-target", str(target), "--out",
                 str(folder / "recipe"), "--from-run", str(run)]
         label = f"run.json {'.'.join(map(str, path))} = {value!r}"
     return fz.Case("readback", label[:120], argv, "any", folder, kind=which)

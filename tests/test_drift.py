@@ -331,14 +331,15 @@ def test_predict_from_engine_files_and_a_vllm_log(engine_files, tmp_path, capsys
     log.write_text("INFO SpecDecoding metrics: Mean acceptance length: 2.05, Accepted throughput: 33.10 tokens/s, "
                    "Drafted throughput: 96.77 tokens/s, Accepted: 1050 tokens, Drafted: 3000 tokens, "
                    "Per-position acceptance rate: 0.500, 0.330, 0.220, Avg Draft acceptance rate: 35.0%\n")
-    assert main(["predict", "--old", str(old), "--new", str(new), "--log", str(log), "--cycle-ms", "20", "--json",
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--log", str(log), "--cycle-ms", "20",
+                 "--json",
                  "--baseline-tps", "80"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["measures"]["agreement"] == pytest.approx(0.75) and out["positions"] == 4
     expected = 1 + sum(c * 0.75 ** (i + 1) for i, c in enumerate([0.5, 0.33, 0.22]))
     assert out["tau"] == pytest.approx(expected) and out["tau_on_old"] == pytest.approx(2.05)
     assert out["tokens_per_s"][0] == pytest.approx(expected / 0.02) and out["break_even_tau"] == pytest.approx(1.6)
-    assert main(["predict", "--old", str(old), "--new", str(new), "--accept-len", "2.2", "--k", "3"]) == 0
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--accept-len", "2.2", "--k", "3"]) == 0
     text = capsys.readouterr().out
     assert "predicted plug-in τ on the new target" in text and "tok/s" in text
 
@@ -354,8 +355,8 @@ def test_predict_with_a_sweeps_calibration(engine_files, tmp_path, capsys):
 
     cal = save_calibration(tmp_path / "05_predictor.json", held_out_choice(recs), "a test sweep")
     old, new = engine_files
-    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.8,0.6,0.45", "--calibration", str(cal),
-                 "--json"]) == 0
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--chain", "0.8,0.6,0.45",
+                 "--calibration", str(cal), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "agreement^γ" and out["gamma"] == pytest.approx(2.0, rel=1e-3)
     assert out["calibration_error"] is not None and out["calibration_error"] < 1e-3
@@ -371,13 +372,13 @@ def test_predict_calibrated_on_one_probe(engine_files, tmp_path, capsys):
              "verdict": {"bands": {"tau_b": {"low": tau_b - 0.05, "high": tau_b + 0.1, "level": 0.9}}}}
     (tmp_path / "probe.json").write_text(json.dumps(probe))
     old, new = engine_files
-    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.8,0.6,0.45", "--calibration",
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--chain", "0.8,0.6,0.45", "--calibration",
                  str(tmp_path / "probe.json"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "agreement^γ" and out["gamma"] == pytest.approx(gamma, rel=1e-3)
     assert out["calibration_error"] == pytest.approx(0.1 / tau_b) and "kimi-k2 → kimi-k2.5" in out["calibration"]
     (tmp_path / "bad.json").write_text(json.dumps({**probe, "plugin": {"chain_on_a": [2], "accept_len_on_b": 2}}))
-    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.5", "--calibration",
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--chain", "0.5", "--calibration",
                  str(tmp_path / "bad.json")]) == 2
     assert "chain_on_a must be a list of rates" in capsys.readouterr().err
 
@@ -391,7 +392,7 @@ def test_predict_calibrated_on_one_probe(engine_files, tmp_path, capsys):
 ])
 def test_predict_refuses_bad_input_in_one_line(engine_files, capsys, extra, problem):
     old, new = engine_files
-    assert main(["predict", "--old", str(old), "--new", str(new), *extra]) == 2
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and problem in err
 
@@ -399,7 +400,7 @@ def test_predict_refuses_bad_input_in_one_line(engine_files, capsys, extra, prob
 def test_predict_names_a_malformed_file_line(engine_files, capsys):
     old, new = engine_files
     new.write_text(new.read_text() + '{"meta_info": {"input_token_logprobs": "x"}}\n')
-    assert main(["predict", "--old", str(old), "--new", str(new), "--chain", "0.6,0.4"]) == 2
+    assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--chain", "0.6,0.4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{new}:3:" in err
 

@@ -106,7 +106,7 @@ def world_states(tiny_world, tmp_path_factory):
 
 def dump_probe(w, a: Path, b: Path, **kw):
     world = w["world"]
-    s = ProbeSettings(str(world.target_a), str(world.target_b), str(world.drafter_a), states_a=str(a), states_b=str(b),
+    s = ProbeSettings(str(world.target_a), str(world.target_b), str(world.drafter_a), old_states=str(a), new_states=str(b),
                       batch_size=kw.pop("batch_size", 3), sequences=kw.pop("sequences", 1000), **kw)
     return probe_checkpoints(s, progress=False)
 
@@ -255,8 +255,8 @@ def one_line_exit_2(w, a: Path, b: Path, capsys) -> str:
     from eaglelab.cli import main
 
     world = w["world"]
-    rc = main(["probe", "--states-a", str(a), "--states-b", str(b), "--drafter", str(world.drafter_a),
-               "--target-a", str(world.target_a), "--target-b", str(world.target_b)])
+    rc = main(["probe", "--old-states", str(a), "--new-states", str(b), "--old-drafter", str(world.drafter_a),
+               "--old-target", str(world.target_a), "--new-target", str(world.target_b)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
     return err[0]
@@ -337,17 +337,17 @@ def test_one_folder_only_is_refused():
     from eaglelab.errors import ParameterError
 
     with pytest.raises(ParameterError, match="give both"):
-        ProbeSettings("a", "b", "d", states_a="x")
+        ProbeSettings("a", "b", "d", old_states="x")
 
 
 def test_cli_probe_from_dumps_json(world_states):
     w, world = world_states, world_states["world"]
-    proc = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--states-a", str(w["root"] / "sf-a"),
-                           "--states-b", str(w["root"] / "vllm-b"), "--drafter", str(world.drafter_a),
-                           "--target-a", str(world.target_a), "--target-b", str(world.target_b), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--old-states", str(w["root"] / "sf-a"),
+                           "--new-states", str(w["root"] / "vllm-b"), "--old-drafter", str(world.drafter_a),
+                           "--old-target", str(world.target_a), "--new-target", str(world.target_b), "--json"],
                           capture_output=True, text=True, check=True)
     d = json.loads(proc.stdout)
-    assert d["states"] == {"a": str(w["root"] / "sf-a"), "b": str(w["root"] / "vllm-b")}
+    assert d["states"] == {"old": str(w["root"] / "sf-a"), "new": str(w["root"] / "vllm-b")}
     assert d["plugin"]["accept_len_on_a"] == pytest.approx(w["live"].eval_a["accept_len"], abs=1e-5)
     assert set(d["verdict"]["bands"]) == {"kept", "tau_a", "tau_b"}
 

@@ -56,7 +56,7 @@ def served(tiny_world, tmp_path_factory):
     target = write_served_deepseek_target(root / "target", tiny_world.target_a)
     for argv in (("drafter", "init", "--target", str(target), "--attention", "mla", "--out", str(root / "init"),
                   "--dtype", "float32"),
-                 ("finetune", "--target", str(target), "--init", str(root / "init"), "--out", str(root / "run"),
+                 ("finetune", "--new-target", str(target), "--old-drafter", str(root / "init"), "--out", str(root / "run"),
                   "--world-dir", str(tiny_world.root), "--sequences", "32", "--eval-sequences", "8", "--seq-len", "32",
                   "--steps", "40", "--batch-size", "8", "--lr", "3e-3")):
         code, _, err = run_cli(*argv)

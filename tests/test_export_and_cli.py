@@ -42,7 +42,7 @@ def test_inspect_and_compare_json(tiny_world):
     insp = json.loads(eaglelab("inspect", str(tiny_world.drafter_a), "--json"))
     assert {"tensors", "config", "total_parameters", "problems"} <= set(insp) and insp["problems"] == []
     assert {"name", "shape", "dtype"} <= set(insp["tensors"][0])
-    cmp_ = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(tiny_world.drafter_b_small), "--target",
+    cmp_ = json.loads(eaglelab("compare", str(tiny_world.drafter_a), str(tiny_world.drafter_b_small), "--new-target",
                                str(tiny_world.target_b), "--json"))
     assert {"config_diff", "tensor_diff", "verdict"} <= set(cmp_)
     # both drafters were sized for the same target family: same shapes and settings, other weights and maps

@@ -61,7 +61,7 @@ def target(tmp_path, key, value, json_flag=False, layout="flat") -> fz.Case:
     drafter = fz.write_tiny_drafter(folder / "drafter")
     (folder / "target.json").write_bytes(fz.dump(fz.target_config(key, value, layout)))
     ok, _ = fz.python_json(value)
-    argv = ["compare", str(drafter), str(drafter), "--target", str(folder / "target.json")]
+    argv = ["compare", str(drafter), str(drafter), "--new-target", str(folder / "target.json")]
     return fz.Case("config", f"target {key} = {value!r}"[:120], argv + (["--json"] if json_flag else []),
                    "any" if ok else "invalid", folder, listed=fz.inspect_listed)
 

@@ -217,7 +217,7 @@ def test_plain_perf_refuses_a_tau_above_k_plus_one_as_every_path_does(argv):
 
 def test_predict_refuses_it_through_the_same_check(tmp_path):
     old, new = fz.write_engine_files(tmp_path)
-    err = refused("predict", "--old", str(old), "--new", str(new), "--accept-len", "5", "--k", "3")
+    err = refused("predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--accept-len", "5", "--k", "3")
     assert "is not reachable with k = 3 drafts per cycle" in err
 
 

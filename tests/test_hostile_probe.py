@@ -79,8 +79,8 @@ def world(tiny_world, tmp_path_factory):
 
 def probe_argv(w, a: Path, b: Path, drafter: str | None = None, *extra: str) -> list[str]:
     t = w["tiny"]
-    return ["probe", "--states-a", str(a), "--states-b", str(b), "--drafter", drafter or str(t.drafter_a),
-            "--target-a", str(t.target_a), "--target-b", str(t.target_b), *extra]
+    return ["probe", "--old-states", str(a), "--new-states", str(b), "--old-drafter", drafter or str(t.drafter_a),
+            "--old-target", str(t.target_a), "--new-target", str(t.target_b), *extra]
 
 
 def one_line_exit_2(argv: list[str], capsys) -> str:
@@ -186,10 +186,10 @@ def test_a_drafter_that_gains_nothing_on_a_gets_no_verdict(tau_a, tau_b):
 
 def test_a_band_of_tau_on_a_reaching_down_to_no_gain_gets_no_verdict():
     """#37 item 5: the point τ on A may clear the margin while its band's low end does not: no verdict."""
-    hits_a = [[6, 3, 1]] * 2 + [[0, 0, 0]] * 8  # two sequences of ten carry all the gain on A
+    hits_a = [[10, 8, 6]] * 2 + [[0, 0, 0]] * 8  # two sequences of ten carry all the gain on A
     counted = [[10, 10, 10]] * 10
     bands = tau_bands(hits_a, counted, hits_a, counted, reps=500)
-    tau = 1 + (12 + 6 + 2) / 100
+    tau = 1 + (20 + 16 + 12) / 100
     assert tau > 1 + MIN_GAIN_ON_A >= bands["tau_a"].low  # 0.8^10 = 11% of resamples miss both
     d = plugin_verdict(tau, tau, bands)
     assert d.action == NO_VERDICT and d.kept is None and "band's low end" in d.reasons[0]
@@ -229,9 +229,9 @@ def test_every_surface_says_when_there_is_no_verdict(world, tmp_path, capsys):
     from eaglelab.workbook.answers import probe_answer
 
     t = w["tiny"]
-    settings = ProbeSettings(str(t.target_a), str(t.target_b), str(t.drafter_a), states_a=str(w["root"] / "a"),
-                             states_b=str(w["root"] / "b"))
-    answer = probe_answer(settings, {"TARGET_A": str(t.target_a), "TARGET_B": str(t.target_b), "DRAFTER": drafter})
+    settings = ProbeSettings(str(t.target_a), str(t.target_b), str(t.drafter_a), old_states=str(w["root"] / "a"),
+                             new_states=str(w["root"] / "b"))
+    answer = probe_answer(settings, {"OLD_TARGET": str(t.target_a), "NEW_TARGET": str(t.target_b), "OLD_DRAFTER": drafter})
     assert "NO VERDICT (the old drafter gains nothing on target A)" in answer[0].data
     assert "cannot decide" in answer[0].data
     said = reconcile(js["verdict"], {"action": "warm start", "taus": {"warm start": 1.8}})

@@ -3,7 +3,7 @@
 - 8: a RoPE config the model code cannot compute (YaRN with ``rope_theta`` 1.0 divided by ln(1) = 0) was
   "computed exactly" by ``inspect``; now every config's RoPE fields are checked against each other when it is
   read, and what passes computes finite cos / sin tables (a property test over edge values).
-- 15: notebook 03 built the demo world before it read ``STATES_A`` / ``STATES_B``; now the runner and the
+- 15: notebook 03 built the demo world before it read ``OLD_STATES`` / ``NEW_STATES``; now the runner and the
   notebook check the parameters first, and no world is built when every checkpoint is the user's.
 - 17: a path starting with ``-`` was written as its own word after ``--target-a``; the probe step's parser read
   it as an option.
@@ -85,7 +85,7 @@ def test_a_targets_rope_is_checked_where_it_is_read(tmp_path):
     target.mkdir()
     (target / "config.json").write_text(json.dumps({**fz.TINY_TARGET, "rope_theta": 1.0, "rope_scaling": YARN_THETA_ONE}))
     drafter = fz.write_tiny_drafter(tmp_path / "d")
-    line = one_error_line(fz.run_cli(["compare", str(drafter), str(drafter), "--target", str(target)]))
+    line = one_error_line(fz.run_cli(["compare", str(drafter), str(drafter), "--new-target", str(target)]))
     assert "target/config.json" in line and "rope_theta" in line
     with pytest.raises(ConfigError, match="rope_theta"):
         load_target_config(str(target))
@@ -180,27 +180,28 @@ def test_rope_edge_values_are_refused_in_one_line_or_computed_finite(tmp_path, m
 # --------------------------------------------------------------------------- 15: parameters before any world
 
 def test_a_missing_dump_folder_is_refused_before_any_kernel_or_world(tmp_path):
-    """#37 item 15: ``run --only 03 -p STATES_A=<missing>`` used to build the demo world (25 min) before reading it."""
+    """#37 item 15: ``run --only 03 -p OLD_STATES=<missing>`` used to build the demo world (25 min) before reading it."""
     world, out = tmp_path / "world", tmp_path / "out"
     (tmp_path / "b").mkdir()
-    code, stdout, stderr = run_cli("run", "--only", "03", "-p", f"STATES_A={tmp_path / 'missing'}", "-p",
-                                   f"STATES_B={tmp_path / 'b'}", "-p", f"WORLD_DIR={world}", "--out", str(out))
-    assert code == 2 and stderr.count("\n") == 1 and "STATES_A" in stderr and "no such folder" in stderr, stderr
-    code, _, stderr = run_cli("run", "--only", "03", "-p", "STATES_A=5", "-p", f"STATES_B={tmp_path / 'b'}",
+    code, stdout, stderr = run_cli("run", "--only", "03", "-p", f"OLD_STATES={tmp_path / 'missing'}", "-p",
+                                   f"NEW_STATES={tmp_path / 'b'}", "-p", f"WORLD_DIR={world}", "--out", str(out))
+    assert code == 2 and stderr.count("\n") == 1 and "OLD_STATES" in stderr and "no such folder" in stderr, stderr
+    code, _, stderr = run_cli("run", "--only", "03", "-p", "OLD_STATES=5", "-p", f"NEW_STATES={tmp_path / 'b'}",
                               "--out", str(out))
-    assert code == 2 and stderr.count("\n") == 1 and "STATES_A" in stderr and "must be the path of a folder" in stderr
+    assert code == 2 and stderr.count("\n") == 1 and "OLD_STATES" in stderr and "must be the path of a folder" in stderr
     assert not world.exists() and not out.exists()
 
 
 def test_the_world_is_only_paths_when_every_checkpoint_is_given(tmp_path):
     """#37 item 15: with the user's checkpoints a notebook takes the world's paths (pickers, provenance), builds nothing."""
-    from eaglelab.workbook.choices import needs_world
+    from eaglelab.workbook.case import notebook_case
     from eaglelab.worlds.build import world_for
 
-    world = world_for("demo", tmp_path / "demo", needed=needs_world("a", "b", "d"))
+    world = world_for("demo", tmp_path / "demo", needed=notebook_case("03", {"OLD_TARGET": "a", "NEW_TARGET": "b",
+                                                                              "OLD_DRAFTER": "d"}))
     assert world.root == tmp_path / "demo" and world.target_a == tmp_path / "demo" / "target-a"
     assert not (tmp_path / "demo").exists()
-    assert needs_world("a", None, "d") and needs_world("a", "", "d")
+    assert notebook_case("03", {}) and notebook_case("03", {"OLD_TARGET": "", "NEW_TARGET": None})
     with pytest.raises(ParameterError, match="unknown world"):
         world_for("demoo", tmp_path / "x", needed=False)
 
@@ -212,14 +213,14 @@ def test_notebook_03_checks_its_parameters_before_building_a_world(tmp_path):
     world = tmp_path / "world"
     with pytest.raises(NotebookError) as err:
         run_notebook(REPO / "notebooks" / "03_plugin_probe.ipynb", tmp_path / "out" / "03.ipynb",
-                     {"STATES_A": str(tmp_path / "missing"), "STATES_B": str(tmp_path), "WORLD_DIR": str(world),
+                     {"OLD_STATES": str(tmp_path / "missing"), "NEW_STATES": str(tmp_path), "WORLD_DIR": str(world),
                       "FIGURES_DIR": str(tmp_path / "figures")})
-    assert "STATES_A" in str(err.value) and "no such folder" in str(err.value)
+    assert "OLD_STATES" in str(err.value) and "no such folder" in str(err.value)
     assert not world.exists()
 
 
 def test_notebook_03_on_the_users_dumps_builds_no_world(tiny_world, tmp_path):
-    """#37 item 15: STATES_A / STATES_B with the user's targets and drafter: the probe runs, and no demo world
+    """#37 item 15: OLD_STATES / NEW_STATES with the user's targets and drafter: the probe runs, and no demo world
     appears (neither at WORLD_DIR nor at the default place)."""
     from eaglelab.data.world import default_world_dir
     from eaglelab.jobs.probe import DumpSettings, dump_states
@@ -231,11 +232,11 @@ def test_notebook_03_on_the_users_dumps_builds_no_world(tiny_world, tmp_path):
     world, default = tmp_path / "demo-world", default_world_dir("demo")
     had_default = default.exists()
     run_workbook(tmp_path / "out", only=["03"], notebooks_dir=REPO / "notebooks", progress=False,
-                 parameters={"STATES_A": str(tmp_path / "a"), "STATES_B": str(tmp_path / "b"), "WORLD_DIR": str(world),
-                             "TARGET_A": str(tiny_world.target_a), "TARGET_B": str(tiny_world.target_b),
-                             "DRAFTER": str(tiny_world.drafter_a), "FIGURES_DIR": str(tmp_path / "figures")})
+                 parameters={"OLD_STATES": str(tmp_path / "a"), "NEW_STATES": str(tmp_path / "b"), "WORLD_DIR": str(world),
+                             "OLD_TARGET": str(tiny_world.target_a), "NEW_TARGET": str(tiny_world.target_b),
+                             "OLD_DRAFTER": str(tiny_world.drafter_a), "FIGURES_DIR": str(tmp_path / "figures")})
     findings = json.loads((tmp_path / "figures" / "03_findings.json").read_text())["numbers"]
-    assert findings["states"] == {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")} and findings["measured"] is None
+    assert findings["states"] == {"old": str(tmp_path / "a"), "new": str(tmp_path / "b")} and findings["measured"] is None
     assert not world.exists() and default.exists() == had_default
 
 
@@ -249,17 +250,17 @@ def _probe_inputs(root: Path, target_a: str) -> None:
 
 @pytest.mark.parametrize("engine", ["specforge", "speculators"])
 def test_a_target_named_like_an_option_reaches_the_probe_step_as_its_value(tmp_path, monkeypatch, engine):
-    """#37 item 17: ``--target-a -k2`` was quoted but written as its own word; the probe step's parser read an option."""
+    """#37 item 17: ``--old-target -k2`` was quoted but written as its own word; the probe step's parser read an option."""
     from eaglelab.cli import build_parser
     from eaglelab.engines.probe_recipes import ProbeRecipeSettings, build_probe_recipe
 
     monkeypatch.chdir(tmp_path)
     _probe_inputs(tmp_path, "-k2")
-    code, _, stderr = run_cli("recipe", "--job", "probe", "--engine", engine, "--init", "drafter", "--target-a=-k2",
-                              "--target", "tb", "--workdir=-w", "--out", str(tmp_path / "recipe"))
+    code, _, stderr = run_cli("recipe", "--job", "probe", "--engine", engine, "--old-drafter", "drafter", "--old-target=-k2",
+                              "--new-target", "tb", "--workdir=-w", "--out", str(tmp_path / "recipe"))
     assert code == 0, stderr
     recipe = build_probe_recipe(ProbeRecipeSettings(engine, "drafter", "-k2", "tb", workdir="-w"))
-    assert recipe.settings.target_a == "-k2"  # recorded as given
+    assert recipe.settings.old_target == "-k2"  # recorded as given
     (tmp_path / "recipe" / "-w").mkdir()  # the script's mkdir is a recorder: the probe's JSON lands here
     calls, proc = script_stubs.run_script(tmp_path / "recipe" / "run.sh", tmp_path / "recipe")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -267,8 +268,8 @@ def test_a_target_named_like_an_option_reaches_the_probe_step_as_its_value(tmp_p
                                    script_stubs.expected_calls(recipe, tmp_path / "recipe"))
     probe = next(c for c in calls if c[0] == "eaglelab")
     args = build_parser().parse_args(probe[1:])
-    assert Path(args.target_a) == Path("-k2") and args.target_b == "tb"  # ./-k2: the same folder, as a value
-    assert Path(args.states_a) == Path("-w/states-a")
+    assert Path(args.old_target) == Path("-k2") and args.new_target == "tb"  # ./-k2: the same folder, as a value
+    assert Path(args.old_states) == Path("-w/states-a")
     assert not any(w == "-k2" or w.startswith("-w/") for c in calls for w in c[1:])
     for call in script_stubs.engine_calls(calls):
         assert fw._parse_problem(call) is None

@@ -182,7 +182,7 @@ def test_compare_two_hub_ids_and_a_hub_target(hub, capsys):
     (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                                                     "hidden_size": 256, "vocab_size": 8192, "num_hidden_layers": 61}))
 
-    assert main(["compare", "--json", "acme/a", "acme/b", "--target", "acme/target"]) == 0
+    assert main(["compare", "--json", "acme/a", "acme/b", "--new-target", "acme/target"]) == 0
     cmp_ = json.loads(capsys.readouterr().out)
     assert [d["key"] for d in cmp_["config_diff"]] == ["draft_vocab_size"]
     changed = {t["name"] for t in cmp_["tensor_diff"] if t["status"] != "same"}
@@ -269,7 +269,7 @@ def test_hub_errors_say_what_is_missing(hub, capsys, case):
 
 def test_missing_hub_target_is_one_short_line(hub, capsys):
     write_synthetic_drafter(hub.revision_dir("acme/a"), TINY)
-    assert main(["compare", "acme/a", "acme/a", "--target", "acme/nosuch"]) == 2
+    assert main(["compare", "acme/a", "acme/a", "--new-target", "acme/nosuch"]) == 2
     line = error_line(capsys)
     assert "acme/nosuch" in line and "\\x0a" not in line and len(line) < 200
 

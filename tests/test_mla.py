@@ -210,7 +210,7 @@ def test_an_mla_drafter_runs_end_to_end_on_a_deepseek_v3_target(tiny_world, tmp_
     cfg = json.loads((tmp_path / "init" / "config.json").read_text())
     assert cfg["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and cfg["kv_lora_rank"] == 16
     assert "as SGLang computes it" in cli("inspect", str(tmp_path / "init"))
-    cli("finetune", "--target", str(a), "--init", str(tmp_path / "init"), "--out", str(tmp_path / "run"),
+    cli("finetune", "--new-target", str(a), "--old-drafter", str(tmp_path / "init"), "--out", str(tmp_path / "run"),
         "--world-dir", str(tiny_world.root), "--sequences", "32", "--eval-sequences", "8", "--seq-len", "32",
         "--steps", "40", "--batch-size", "8", "--lr", "3e-3")
     trained = tmp_path / "run" / "final"
@@ -222,7 +222,7 @@ def test_an_mla_drafter_runs_end_to_end_on_a_deepseek_v3_target(tiny_world, tmp_
         assert run["matches_greedy"] is True, run  # every emitted token is the target's own greedy token
         taus.append(run["accept_len"])
     assert max(taus) > 1.5, taus  # drafts accepted: the MLA drafter's cache crossed accepted and rejected drafts
-    probe = json.loads(cli("probe", "--target-a", str(a), "--target-b", str(b), "--drafter", str(trained),
+    probe = json.loads(cli("probe", "--old-target", str(a), "--new-target", str(b), "--old-drafter", str(trained),
                            "--world-dir", str(tiny_world.root), "--sequences", "6", "--seq-len", "32",
                            "--measure-prompts", "0", "--json"))
     assert probe["plugin"]["accept_len_on_a"] > 1.5 and probe["plugin"]["accept_len_on_b"] >= 1

@@ -55,10 +55,10 @@ def test_metadata_commands_do_not_import_torch(tmp_path, tiny_world):
             f"    main(['inspect', {str(d)!r}]); main(['compare', {str(d)!r}, {str(d)!r}]);"
             " main(['perf', '--baseline-tps', '82', '--cycle-ms', '30', '--accept-len', '2']);"
             " main(['plan', '--old-samples', '1400000']);"
-            f" main(['predict', '--old', {str(tmp_path / 'old.jsonl')!r}, '--new', {str(tmp_path / 'new.jsonl')!r},"
-            " '--chain', '0.6,0.4']);"
-            f" main(['recipe', '--job', 'probe', '--engine', 'specforge', '--init', {str(tiny_world.drafter_a)!r},"
-            f" '--target-a', {str(tiny_world.target_a)!r}, '--target', {str(tiny_world.target_b)!r}, '--out',"
+            f" main(['predict', '--old-logprobs', {str(tmp_path / 'old.jsonl')!r},"
+            f" '--new-logprobs', {str(tmp_path / 'new.jsonl')!r}, '--chain', '0.6,0.4']);"
+            f" main(['recipe', '--job', 'probe', '--engine', 'specforge', '--old-drafter', {str(tiny_world.drafter_a)!r},"
+            f" '--old-target', {str(tiny_world.target_a)!r}, '--new-target', {str(tiny_world.target_b)!r}, '--out',"
             f" {str(tmp_path / 'recipe')!r}])\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -28,7 +28,7 @@ from .conftest import REPO
 NOTEBOOK_SETTINGS = {"03_plugin_probe": ProbeSettings, "04_small_finetune": FinetuneSettings,
                      "05_drift_sweep": SweepSettings}
 #: Command-line flags whose destination is not the field's name.
-CLI_FIELDS = {"probe": ({}, ProbeSettings), "finetune": ({"sequences": "train_sequences", "init": "old_drafter",
+CLI_FIELDS = {"probe": ({}, ProbeSettings), "finetune": ({"sequences": "train_sequences",
                                                           "draft_vocab": "draft_vocab_size"}, FinetuneSettings)}
 
 
@@ -43,8 +43,8 @@ def test_every_notebook_parameter_default_is_its_settings_default():
                 assert params[f.name.upper()] == f.default, (stem, f.name, params[f.name.upper()], f.default)
                 checked += 1
     first = notebook_parameters(REPO / "notebooks" / "01_performance_diagnosis.ipynb")
-    names = {"goal_tps": "PLAN_GOAL_TPS"}
-    assert {"BASELINE_TPS", "CYCLE_MS", "ACCEPT_LEN", "PLAN_GOAL_TPS", "SAMPLES", "K"} <= set(first)
+    names: dict[str, str] = {}
+    assert {"BASELINE_TPS", "CYCLE_MS", "ACCEPT_LEN", "GOAL_TPS", "SAMPLES", "K"} <= set(first)
     for field_name, value in FOUNDING_CASE.items():
         name = names.get(field_name, field_name.upper())
         if name not in first:  # an assumption the notebook does not expose
@@ -84,8 +84,8 @@ def test_probe_cli_equals_notebook_03(tiny_world, smoke_run):
     out, _ = smoke_run("03")
     notebook = json.loads((out / "figures" / "03_findings.json").read_text())["numbers"]
     # the smoke parameters of notebook 03: 16 sequences of 64 tokens, k = 3, batches of 8
-    cli = cli_json("probe", "--target-a", str(tiny_world.target_a), "--target-b", str(tiny_world.target_b),
-                   "--drafter", str(tiny_world.drafter_a), "--sequences", "16", "--seq-len", "64", "--k", "3",
+    cli = cli_json("probe", "--old-target", str(tiny_world.target_a), "--new-target", str(tiny_world.target_b),
+                   "--old-drafter", str(tiny_world.drafter_a), "--sequences", "16", "--seq-len", "64", "--k", "3",
                    "--batch-size", "8", "--measure-prompts", "0", "--json")
     assert cli["data"] == notebook["data"] and cli["k"] == notebook["k"]
     assert cli["tokens"] == notebook["tokens"] and cli["labels"] == notebook["labels"]
@@ -104,7 +104,7 @@ def test_finetune_cli_equals_notebook_04(tiny_world, smoke_run, tmp_path):
     notebook = read_metrics(out / "scratch-04" / "warm")
     # the smoke parameters of notebook 04: 48 train / 16 held-out rows of 64 tokens, 20 steps, batch 8, TTT and k 5
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a),
+        assert main(["finetune", "--new-target", str(tiny_world.target_b), "--old-drafter", str(tiny_world.drafter_a),
                      "--steps", "20", "--batch-size", "8", "--ttt-length", "5", "--k", "5", "--sequences", "48",
                      "--eval-sequences", "16", "--out", str(tmp_path / "warm")]) == 0
     cli = read_metrics(tmp_path / "warm")

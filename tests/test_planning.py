@@ -210,7 +210,7 @@ def test_cli_plan_on_the_seed_numbers():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "2.46" in out and "4.50" in out  # break-even and target τ
-    assert "warm start, 37k samples (yours)" in out and "from scratch, 1M samples" in out
+    assert "warm start, 37k samples (entered)" in out and "from scratch, 1M samples" in out
     assert "days" in out  # how long the data takes
     assert "No drafter reaches 150 tok/s" in out and "entered" in out and "assumed" in out
     def strict(name):
@@ -259,7 +259,7 @@ def test_game_plan_takes_the_plugin_tau_only_from_the_users_checkpoints(tmp_path
     _findings(tmp_path, "04", {"recommendation": {"text": "Initialise the new drafter from the old one."},
                                "evidence": evidence})
     text = write_game_plan(tmp_path).read_text()
-    assert text.index("## Your decision") < text.index("## 01")
+    assert text.index("## The decision for the founding case") < text.index("## 01")  # 01 left at its defaults
     assert all(f"**[{tag}]**" in text for tag, _ in pv.LABELS.values())  # the legend
     if evidence == pv.YOURS:
         assert "| old drafter's τ on the new target | 2.30 | [your checkpoints] |" in text

@@ -59,13 +59,13 @@ def test_a_pickle_only_target_is_refused(targets, tmp_path, capsys):
     folder.mkdir()
     shutil.copy(targets / "a" / "config.json", folder / "config.json")
     (folder / "pytorch_model.bin").write_bytes(b"not unpickled")
-    rc = main(["finetune", "--target", str(folder), "--scratch", "--steps", "2", "--out", str(tmp_path / "run")])
+    rc = main(["finetune", "--new-target", str(folder), "--scratch", "--steps", "2", "--out", str(tmp_path / "run")])
     assert "never unpickles" in one_line_error(capsys, rc)
 
 
 def test_probe_refuses_targets_it_cannot_compare(targets, capsys):
-    rc = main(["probe", "--target-a", str(targets / "a"), "--target-b", str(targets / "wide"),
-               "--drafter", str(targets / "drafter"), "--device", "cpu"])
+    rc = main(["probe", "--old-target", str(targets / "a"), "--new-target", str(targets / "wide"),
+               "--old-drafter", str(targets / "drafter"), "--device", "cpu"])
     line = one_line_error(capsys, rc)
     assert "hidden_size 64 vs 96" in line
 
@@ -78,7 +78,7 @@ def test_a_drafter_whose_tensors_do_not_match_its_config(targets, tmp_path, caps
     cfg = json.loads((drafter / "config.json").read_text())
     cfg["intermediate_size"] += 8  # the MLP weights no longer have the shapes the config implies
     (drafter / "config.json").write_text(json.dumps(cfg))
-    rc = main(["finetune", "--target", str(targets / "a"), "--init", str(drafter), "--steps", "2",
+    rc = main(["finetune", "--new-target", str(targets / "a"), "--old-drafter", str(drafter), "--steps", "2",
                "--out", str(tmp_path / "run")])
     line = one_line_error(capsys, rc)
     assert "mlp" in line and "expected" in line

@@ -95,7 +95,8 @@ def test_speculators_own_converter_keeps_the_old_map(tiny_world, tmp_path):
 def test_recipe_takes_epochs_and_ttt_from_a_workbook_run(tiny_world, tmp_path):
     from eaglelab.cli import main
 
-    assert main(["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a), "--steps", "12",
+    assert main(["finetune", "--new-target", str(tiny_world.target_b), "--old-drafter", str(tiny_world.drafter_a),
+                 "--steps", "12",
                  "--batch-size", "8", "--ttt-length", "4", "--sequences", "32", "--eval-sequences", "8",
                  "--seq-len", "32", "--out", str(tmp_path / "warm")]) == 0
     recipe = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_b)),
@@ -120,8 +121,8 @@ def test_refuses_a_warm_start_that_would_replace_the_map(tiny_world, tmp_path):
         build_recipe(RecipeSettings("speculators", str(tiny_world.drafter_a), str(other)))
     with pytest.raises(ParameterError):
         build_recipe(RecipeSettings("medusa", str(tiny_world.drafter_a), str(tiny_world.target_b)))
-    proc = subprocess.run([sys.executable, "-m", "eaglelab", "recipe", "--engine", "specforge", "--init", str(no_maps),
-                           "--target", str(tiny_world.target_b), "--out", str(tmp_path / "r")],
+    proc = subprocess.run([sys.executable, "-m", "eaglelab", "recipe", "--engine", "specforge", "--old-drafter", str(no_maps),
+                           "--new-target", str(tiny_world.target_b), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no d2t / t2d" in proc.stderr
 
@@ -146,7 +147,7 @@ def test_probe_recipe_dumps_both_targets_on_the_same_data_and_probes_them(tiny_w
     assert all(c[c.index("--data-path") + 1] == "my convs.jsonl" and "--nproc_per_node=4" in c for c in dumps)
     probe = next(c for c in calls if c[0] == "eaglelab")
     args = build_parser().parse_args(probe[1:])  # eaglelab's own parser takes the step as written
-    assert (args.states_a, args.states_b) == tuple(c[c.index("--output-path") + 1] for c in dumps)
+    assert (args.old_states, args.new_states) == tuple(c[c.index("--output-path") + 1] for c in dumps)
     assert (tmp_path / "w d" / "probe.json").exists()  # the probe's JSON kept for `predict --calibration`
     assert json.loads((out / "recipe.json").read_text())["layers"]["aux_layer_outputs"] == [1, 3, 4]
 

@@ -186,7 +186,7 @@ def test_an_unknown_target_is_refused_in_one_line_naming_the_flag(tiny_world, tm
     target.mkdir()
     cfg = json.loads((tiny_world.target_b / "config.json").read_text())
     (target / "config.json").write_text(json.dumps({**cfg, "model_type": "mistral", "architectures": ["MistralForCausalLM"]}))
-    code, out, err = run_cli("recipe", "--engine", "specforge", "--init", str(tiny_world.drafter_a), "--target",
+    code, out, err = run_cli("recipe", "--engine", "specforge", "--old-drafter", str(tiny_world.drafter_a), "--new-target",
                              str(target), "--out", str(tmp_path / "recipe"))
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "--chat-template" in err and "model_type mistral" in err

@@ -83,7 +83,7 @@ def test_rebuilding_the_vocab_of_a_warm_start_warns(tiny_world, world_b):
 
 def test_cli_finetune_writes_metrics_and_resumes(tiny_world, tmp_path):
     out = tmp_path / "run"
-    base = [sys.executable, "-m", "eaglelab", "finetune", "--target", str(tiny_world.target_b), "--init",
+    base = [sys.executable, "-m", "eaglelab", "finetune", "--new-target", str(tiny_world.target_b), "--old-drafter",
             str(tiny_world.drafter_a), "--steps", "6", "--out", str(out), "--sequences", "16", "--eval-sequences", "8",
             "--ttt-length", "2", "--log-every", "2", "--eval-every", "6", "--checkpoint-every", "2", "--batch-size", "4"]
     subprocess.run(base + ["--stop-after", "3"], check=True, capture_output=True)
@@ -107,7 +107,7 @@ def test_ddp_two_processes_gloo(tiny_world, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m",
-           "eaglelab", "finetune", "--target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out",
+           "eaglelab", "finetune", "--new-target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out",
            str(tmp_path / "ddp"), "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--log-every", "2",
            "--eval-every", "0", "--batch-size", "4", "--device", "cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

@@ -26,11 +26,11 @@ def _no_picks():
     ch.forget_picks()
 
 
-def _slots_03(world, target_b=None):
-    return [ch.Slot("TARGET_A", "old target (A)", "target", None, str(world.target_a)),
-            ch.Slot("TARGET_B", "new target (B)", "target", target_b, str(world.target_b)),
-            ch.Slot("DRAFTER", "old drafter (on A)", "drafter", None, str(world.drafter_a), fits="TARGET_A"),
-            ch.Slot("DATA", "data (optional)", "data", None, "")]
+def _slots_03(world, new_target=None):
+    return [ch.Slot("OLD_TARGET", "old target (A)", "target", None, str(world.target_a)),
+            ch.Slot("NEW_TARGET", "new target (B)", "target", new_target, str(world.target_b)),
+            ch.Slot("OLD_DRAFTER", "old drafter (on A)", "drafter", None, str(world.drafter_a), fits="OLD_TARGET"),
+            ch.Slot("DATA", "data (optional)", "data", None, "", fits="OLD_TARGET")]
 
 
 def test_finders_list_the_worlds_drafters_and_targets(tiny_world):
@@ -40,19 +40,19 @@ def test_finders_list_the_worlds_drafters_and_targets(tiny_world):
 
 def test_a_pick_survives_run_all_until_the_parameter_is_edited(tiny_world):
     first = ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root))
-    assert first.value("TARGET_B") == str(tiny_world.target_b)  # no pick, no parameter: the world's default
-    first.pick("TARGET_B", str(tiny_world.target_a))
-    # Run All re-runs the parameters cell (TARGET_B = None again) and builds the choices anew
+    assert first.value("NEW_TARGET") == str(tiny_world.target_b)  # no pick, no parameter: the world's default
+    first.pick("NEW_TARGET", str(tiny_world.target_a))
+    # Run All re-runs the parameters cell (NEW_TARGET = None again) and builds the choices anew
     again = ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root))
-    assert again.value("TARGET_B") == str(tiny_world.target_a)
+    assert again.value("NEW_TARGET") == str(tiny_world.target_a)
     assert again.same() == [("old target (A)", "new target (B)")]
     # the user edits the parameters cell: their new value wins over the older pick
-    edited = ch.Choices("03", _slots_03(tiny_world, target_b="/elsewhere/b"), root=str(tiny_world.root))
-    assert edited.value("TARGET_B") == "/elsewhere/b"
+    edited = ch.Choices("03", _slots_03(tiny_world, new_target="/elsewhere/b"), root=str(tiny_world.root))
+    assert edited.value("NEW_TARGET") == "/elsewhere/b"
     # other notebooks keep their own picks
-    assert ch.Choices("04", _slots_03(tiny_world), root="").value("TARGET_B") == str(tiny_world.target_b)
+    assert ch.Choices("04", _slots_03(tiny_world), root="").value("NEW_TARGET") == str(tiny_world.target_b)
     # picking the default again forgets the pick
-    again.pick("TARGET_B", str(tiny_world.target_b))
+    again.pick("NEW_TARGET", str(tiny_world.target_b))
     assert ch.Choices("03", _slots_03(tiny_world), root="").picked == {}
 
 
@@ -60,25 +60,25 @@ def test_checks_are_one_line_each_and_name_the_problem(tiny_world, tmp_path):
     wide = tmp_path / "wide-target"
     make_tiny_llama(layers=8, hidden=96).save_pretrained(wide)
     choices = ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root))
-    checks = choices.check({"TARGET_A": str(wide), "TARGET_B": str(tiny_world.target_b),
-                            "DRAFTER": str(tiny_world.drafter_a), "DATA": str(tmp_path / "missing.jsonl")})
-    assert checks["TARGET_A"].ok and "hidden 96" in checks["TARGET_A"].line
-    assert not checks["DRAFTER"].ok and "does not fit the target" in checks["DRAFTER"].line
+    checks = choices.check({"OLD_TARGET": str(wide), "NEW_TARGET": str(tiny_world.target_b),
+                            "OLD_DRAFTER": str(tiny_world.drafter_a), "DATA": str(tmp_path / "missing.jsonl")})
+    assert checks["OLD_TARGET"].ok and "hidden 96" in checks["OLD_TARGET"].line
+    assert not checks["OLD_DRAFTER"].ok and "does not fit the target" in checks["OLD_DRAFTER"].line
     assert not checks["DATA"].ok and "missing.jsonl: no such file" in checks["DATA"].line
     for line in ("", "/no/such/folder", "bad\nname", "x" * 5000):
         c = ch.check_source("drafter", line)
         assert not c.ok and "\n" not in c.line and "Traceback" not in c.line
-    same = choices.check({"TARGET_A": str(tiny_world.target_a), "TARGET_B": str(tiny_world.target_a) + "/",
-                          "DRAFTER": str(tiny_world.drafter_a), "DATA": ""})
-    assert same["TARGET_B"].ok and same["TARGET_B"].warn and "compares it with itself" in same["TARGET_B"].line
+    same = choices.check({"OLD_TARGET": str(tiny_world.target_a), "NEW_TARGET": str(tiny_world.target_a) + "/",
+                          "OLD_DRAFTER": str(tiny_world.drafter_a), "DATA": ""})
+    assert same["NEW_TARGET"].ok and same["NEW_TARGET"].warn and "compares it with itself" in same["NEW_TARGET"].line
 
 
 def test_the_panel_answers_in_place_and_writes_the_choice_back(tiny_world):
     from eaglelab.workbook.answers import comparison_answer
 
-    slots = [ch.Slot("DRAFTER_A", "drafter A (old)", "drafter", None, str(tiny_world.drafter_a)),
-             ch.Slot("DRAFTER_B", "drafter B (new)", "drafter", None, str(tiny_world.drafter_b_small)),
-             ch.Slot("TARGET", "the new target", "target", None, str(tiny_world.target_b))]
+    slots = [ch.Slot("OLD_DRAFTER", "drafter A (old)", "drafter", None, str(tiny_world.drafter_a)),
+             ch.Slot("NEW_DRAFTER", "drafter B (new)", "drafter", None, str(tiny_world.drafter_b_small)),
+             ch.Slot("NEW_TARGET", "the new target", "target", None, str(tiny_world.target_b))]
     namespace: dict = {}
     answers = []
     panel = ChoicePanel(ch.Choices("02", slots, root=str(tiny_world.root)),
@@ -86,32 +86,34 @@ def test_the_panel_answers_in_place_and_writes_the_choice_back(tiny_world):
                         button="Compare", namespace=namespace)
     assert not panel.button.disabled and all("✓" in line.value for line in panel.lines.values())
 
-    panel.pickers["DRAFTER_B"].value = "/no/such/drafter"
-    assert panel.button.disabled and "✗" in panel.lines["DRAFTER_B"].value
-    assert "no such file or folder" in panel.lines["DRAFTER_B"].value
+    panel.pickers["NEW_DRAFTER"].value = "/no/such/drafter"
+    assert panel.button.disabled and "✗" in panel.lines["NEW_DRAFTER"].value
+    assert "no such file or folder" in panel.lines["NEW_DRAFTER"].value
 
-    panel.pickers["DRAFTER_B"].value = str(tiny_world.drafter_a)  # the same drafter twice: said plainly
-    assert "⚠" in panel.lines["DRAFTER_B"].value and "compares it with itself" in panel.lines["DRAFTER_B"].value
+    panel.pickers["NEW_DRAFTER"].value = str(tiny_world.drafter_a)  # the same drafter twice: said plainly
+    assert "⚠" in panel.lines["NEW_DRAFTER"].value and "compares it with itself" in panel.lines["NEW_DRAFTER"].value
     panel.button.click()
     assert answers and "INTERCHANGEABLE [demo]: " in answers[-1][0].data  # the headline names what it compared
     assert str(tiny_world.drafter_a) in answers[-1][0].data
-    assert namespace["DRAFTER_B"] == str(tiny_world.drafter_a)
+    assert namespace["NEW_DRAFTER"] == str(tiny_world.drafter_a)
     assert "answered in" in panel.status.value
     # Run All: the notebook's choices come back with the pick
-    assert ch.Choices("02", slots).value("DRAFTER_B") == str(tiny_world.drafter_a)
+    assert ch.Choices("02", slots).value("NEW_DRAFTER") == str(tiny_world.drafter_a)
 
 
 def test_a_failing_answer_is_one_line_in_the_panel(tiny_world):
     from eaglelab.errors import CheckpointMismatchError
 
     def broken(values):
-        raise CheckpointMismatchError(values["DRAFTER"], "line one\nline two")
+        raise CheckpointMismatchError(values["OLD_DRAFTER"], "line one\nline two")
 
-    slot = ch.Slot("DRAFTER", "drafter", "drafter", None, str(tiny_world.drafter_a))
+    slot = ch.Slot("OLD_DRAFTER", "drafter", "drafter", None, str(tiny_world.drafter_a))
     panel = ChoicePanel(ch.Choices("x", [slot]), broken, namespace={})
     assert panel.run() is False
     assert "line one\\x0aline two" in panel.status.value and "Traceback" not in panel.status.value
     assert not panel.button.disabled  # the user can try again
+    panel.pickers["OLD_DRAFTER"].value = str(tiny_world.drafter_b_small)  # another pick: the failure is not its answer
+    assert "line one" not in panel.status.value and "out of date: the answer was for drafter " in panel.stale.value
 
 
 def test_the_explorer_prints_its_numbers_and_resets():

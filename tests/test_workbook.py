@@ -80,7 +80,7 @@ def test_game_plan_of_the_smoke_workbook(smoke_run, tmp_path):
             shutil.copy(f, tmp_path)
     plan = write_game_plan(tmp_path).read_text()
     assert "**[demo]**" in plan and "| speculative cycle | 30 ms | [default] |" in plan
-    decision = plan[plan.index("## Your decision"):plan.index("## 01")]
+    decision = plan[plan.index("## The decision for the founding case"):plan.index("## 01")]
     assert "No drafter reaches 150 tok/s" in decision and "[demo]" not in decision  # no demo number in it
     assert "![plan_options](plan_options.png)" in decision and (tmp_path / "plan_options.pdf").is_file()
     bullets = [line for line in plan.splitlines() if line.startswith("- **")]
@@ -140,7 +140,7 @@ def test_unknown_parameter_names_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DRAFTER_C" in proc.stderr
     assert not (tmp_path / "cli").exists()  # refused before any notebook ran
     # a name one selected notebook takes is fine for all (papermill injects it where it is used)
-    assert {"TARGET_A", "SMOKE"} <= set(notebook_parameters(REPO / "notebooks" / "03_plugin_probe.ipynb"))
+    assert {"OLD_TARGET", "SMOKE"} <= set(notebook_parameters(REPO / "notebooks" / "03_plugin_probe.ipynb"))
 
 
 def test_parameters_and_selection():
@@ -163,7 +163,7 @@ def test_notebook_01_takes_tau_from_the_users_logs(tiny_world, tmp_path):
 
 
 def test_notebook_03_from_the_engines_dumps_gives_the_live_verdict(tiny_world, smoke_run, tmp_path):
-    """STATES_A / STATES_B: no target loaded, nothing decoded, and the live smoke run's numbers and verdict."""
+    """OLD_STATES / NEW_STATES: no target loaded, nothing decoded, and the live smoke run's numbers and verdict."""
     from eaglelab.jobs.probe import DumpSettings, dump_states
 
     out, _ = smoke_run("03")
@@ -173,10 +173,10 @@ def test_notebook_03_from_the_engines_dumps_gives_the_live_verdict(tiny_world, s
         dump_states(DumpSettings(str(target), str(tiny_world.drafter_a), str(tmp_path / name), layout=layout,
                                  sequences=16), progress=False)
     run_workbook(tmp_path / "out", smoke=True, only=["03"], notebooks_dir=REPO / "notebooks", progress=False,
-                 parameters={"STATES_A": str(tmp_path / "a"), "STATES_B": str(tmp_path / "b")})
+                 parameters={"OLD_STATES": str(tmp_path / "a"), "NEW_STATES": str(tmp_path / "b")})
     findings = json.loads((tmp_path / "out" / "figures" / "03_findings.json").read_text())
     numbers = findings["numbers"]
-    assert numbers["measured"] is None and numbers["states"] == {"a": str(tmp_path / "a"), "b": str(tmp_path / "b")}
+    assert numbers["measured"] is None and numbers["states"] == {"old": str(tmp_path / "a"), "new": str(tmp_path / "b")}
     for key in ("accept_len_on_a", "accept_len_on_b"):
         assert numbers["plugin"][key] == pytest.approx(live["plugin"][key], abs=1e-5)
     assert numbers["verdict"]["level"] == live["verdict"]["level"]

@@ -163,7 +163,8 @@ def test_every_hostile_name_reaches_the_engines_as_the_same_word(tiny_world, tmp
 @pytest.mark.parametrize("flag", ["--data", "--workdir", "--chat-template"])
 def test_control_characters_in_a_recipe_value_are_refused(tiny_world, tmp_path, capsys, bad, flag):
     out = tmp_path / "recipe"
-    argv = ["recipe", "--engine", "specforge", "--init", str(tiny_world.drafter_a), "--target", str(tiny_world.target_b),
+    argv = ["recipe", "--engine", "specforge", "--old-drafter", str(tiny_world.drafter_a), "--new-target",
+            str(tiny_world.target_b),
             "--out", str(out), flag, bad]
     assert main(argv) == 2
     assert flag in error_line(capsys) and not out.exists()
@@ -171,9 +172,9 @@ def test_control_characters_in_a_recipe_value_are_refused(tiny_world, tmp_path, 
 
 def test_a_drafter_folder_named_with_a_newline_is_refused_not_written(tiny_world, tmp_path, capsys):
     drafter, target = _hostile_recipe_inputs(tiny_world, tmp_path, "new\nline")
-    assert main(["recipe", "--engine", "speculators", "--init", str(drafter), "--target", str(target),
+    assert main(["recipe", "--engine", "speculators", "--old-drafter", str(drafter), "--new-target", str(target),
                  "--out", str(tmp_path / "recipe")]) == 2
-    assert "--init" in error_line(capsys) and not (tmp_path / "recipe").exists()
+    assert "--old-drafter" in error_line(capsys) and not (tmp_path / "recipe").exists()
 
 
 # --------------------------------------------------------------------------- 3. no user file replaced or deleted
@@ -205,8 +206,8 @@ def test_recipe_and_report_never_replace_a_users_file(tiny_world, tmp_path, caps
     out = tmp_path / "recipe"
     out.mkdir()
     (out / "warm.yaml").write_text("mine: true\n")
-    argv = ["recipe", "--engine", "specforge", "--init", str(tiny_world.drafter_a), "--target", str(tiny_world.target_b),
-            "--out", str(out)]
+    argv = ["recipe", "--engine", "specforge", "--old-drafter", str(tiny_world.drafter_a), "--new-target",
+            str(tiny_world.target_b), "--out", str(out)]
     assert main(argv) == 2 and "warm.yaml" in error_line(capsys)
     assert main(argv + ["--force"]) == 2
     capsys.readouterr()
@@ -248,7 +249,7 @@ def test_an_unwritable_out_is_one_line(tiny_world, tmp_path, capsys, place):
     (tmp_path / "file").write_text("x")
     out = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "sub", "proc": Path("/proc/eaglelab-out"),
            "no such user": "~nosuchuser-eaglelab/x", "empty": ""}[place]
-    for argv in (["recipe", "--engine", "specforge", "--init", str(tiny_world.drafter_a), "--target",
+    for argv in (["recipe", "--engine", "specforge", "--old-drafter", str(tiny_world.drafter_a), "--new-target",
                   str(tiny_world.target_b), "--out", str(out)],
                  ["drafter", "init", "--target", str(tiny_world.target_a), "--out", str(out)],
                  ["run", "--only", "01", "--prepare-only", "--out", str(out)]):
@@ -290,7 +291,7 @@ def test_recipe_from_a_run_with_impossible_numbers_is_one_line(tiny_world, tmp_p
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text(json.dumps(record))
-    assert main(["recipe", "--engine", "specforge", "--init", str(tiny_world.drafter_a), "--target",
+    assert main(["recipe", "--engine", "specforge", "--old-drafter", str(tiny_world.drafter_a), "--new-target",
                  str(tiny_world.target_b), "--out", str(tmp_path / "recipe"), "--from-run", str(run)]) == 2
     assert "run.json" in error_line(capsys)
 
@@ -336,8 +337,8 @@ def test_pickers_pass_over_fifos_huge_and_broken_configs(tiny_world, tmp_path):
 
 
 def _finetune(tiny_world, out: Path, *extra: str, steps: int = 6) -> list[str]:
-    return ["finetune", "--target", str(tiny_world.target_b), "--init", str(tiny_world.drafter_a), "--steps", str(steps),
-            "--out", str(out), "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--log-every", "2",
+    return ["finetune", "--new-target", str(tiny_world.target_b), "--old-drafter", str(tiny_world.drafter_a), "--steps",
+            str(steps), "--out", str(out), "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--log-every", "2",
             "--eval-every", "6", "--checkpoint-every", "2", "--batch-size", "4", *extra]
 
 
@@ -376,7 +377,7 @@ def test_a_torn_line_in_the_middle_of_the_metrics_is_one_line(tmp_path):
 
 def test_resume_with_another_vocabulary_is_one_line(tiny_world, tmp_path, capsys):
     out = tmp_path / "run"
-    base = ["finetune", "--target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out", str(out),
+    base = ["finetune", "--new-target", str(tiny_world.target_b), "--scratch", "--steps", "4", "--out", str(out),
             "--sequences", "16", "--eval-sequences", "8", "--ttt-length", "2", "--checkpoint-every", "2",
             "--batch-size", "4"]
     assert main(base + ["--draft-vocab", "64", "--stop-after", "2"]) == 0
@@ -455,7 +456,7 @@ def test_arguments_with_a_meaning_get_their_range(tiny_world, tmp_path, capsys):
     assert main(["speculate", "--target", str(tiny_world.target_a), "--drafter", str(tiny_world.drafter_a),
                  "--prompt", "  "]) == 2
     assert "--prompt" in error_line(capsys)
-    assert main(["probe", "--target-a", str(tiny_world.target_a), "--target-b", str(tiny_world.target_b), "--drafter",
+    assert main(["probe", "--old-target", str(tiny_world.target_a), "--new-target", str(tiny_world.target_b), "--old-drafter",
                  str(tiny_world.drafter_a), "--seq-len", "5000"]) == 2
     assert "context" in error_line(capsys)
     assert main(["perf", "--baseline-tps", "82", "--cycle-ms", "1e-308", "--accept-len", "2"]) == 2
@@ -484,7 +485,7 @@ def test_logprobs_that_sum_past_one_are_refused(tmp_path, capsys):
                                                                 {"3": -0.1}]}
     for name in ("old.jsonl", "new.jsonl"):
         (tmp_path / name).write_text(json.dumps(line) + "\n")
-    assert main(["predict", "--old", str(tmp_path / "old.jsonl"), "--new", str(tmp_path / "new.jsonl"),
+    assert main(["predict", "--old-logprobs", str(tmp_path / "old.jsonl"), "--new-logprobs", str(tmp_path / "new.jsonl"),
                  "--accept-len", "2", "--k", "3"]) == 2
     assert "sum to" in error_line(capsys)
 
@@ -505,7 +506,7 @@ def test_predict_calibration_naming_a_predictor_engines_cannot_feed_is_one_line(
     line = {"prompt_token_ids": [1, 2], "prompt_logprobs": [None, {"2": -0.1}]}
     for name in ("old.jsonl", "new.jsonl"):
         (tmp_path / name).write_text(json.dumps(line) + "\n")
-    assert main(["predict", "--old", str(tmp_path / "old.jsonl"), "--new", str(tmp_path / "new.jsonl"),
+    assert main(["predict", "--old-logprobs", str(tmp_path / "old.jsonl"), "--new-logprobs", str(tmp_path / "new.jsonl"),
                  "--accept-len", "2", "--k", "3", "--calibration", str(cal)]) == 2
     assert "engine logprobs" in error_line(capsys)
 

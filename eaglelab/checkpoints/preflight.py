@@ -2,9 +2,10 @@
 
 ``speculate``, ``probe``, ``finetune`` and ``drafter init / export`` load targets that can take
 minutes. Everything that can be known from configs and safetensors headers is checked first: a
-target whose config or weight headers are corrupt, a drafter eaglelab does not compute, a drafter
-whose hidden size, vocabulary or aux layers do not fit the target, or two targets a probe cannot
-compare. Each is a typed error naming the checkpoint and the reason, never a shape error deep
+checkpoint of the wrong kind (a drafter given as a target, a target given as a drafter, named as
+such), a target whose config or weight headers are corrupt, a drafter eaglelab does not compute, a
+drafter whose hidden size, vocabulary or aux layers do not fit the target, or two targets a probe
+cannot compare. Each is a typed error naming the checkpoint and the reason, never a shape error deep
 inside torch minutes later. Only configs and headers are read: no torch here.
 """
 
@@ -16,9 +17,30 @@ from eaglelab.checkpoints.inspection import load_target_config, read_target_weig
 from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
 from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.target_config import target_field, target_layer_count, text_config
-from eaglelab.checkpoints.variants import check_computed
+from eaglelab.checkpoints.variants import Family, check_computed, drafter_family
 from eaglelab.checkpoints.verdicts import drafter_vs_target
-from eaglelab.errors import CheckpointMismatchError, ConfigError
+from eaglelab.errors import CheckpointMismatchError, ConfigError, UnsupportedDrafterError
+from eaglelab.inputs import printable
+
+#: :func:`~eaglelab.checkpoints.variants.drafter_family`'s names for a config that is no drafter.
+NOT_A_DRAFTER = ("target model", "unknown")
+
+
+def architecture(cfg: dict[str, Any], family: Family) -> str:
+    """The config's first architecture (printable), else the family's name: what a wrong-kind line calls it."""
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    return printable(str(archs[0])) if isinstance(archs, list) and archs else family.name
+
+
+def drafter_config_family(cfg: dict[str, Any]) -> Family | None:
+    """The drafter family a config describes (EAGLE-3, EAGLE-1/2, Medusa, MTP, ...), or None for a target model.
+
+    The one recogniser, :func:`~eaglelab.checkpoints.variants.drafter_family` (architectures with Eagle3,
+    ``draft_vocab_size`` on one layer, speculators' ``speculators_model_type``, ...), read both ways: the
+    target checks refuse what it names a drafter, the drafter checks what it names a target model.
+    """
+    family = drafter_family(cfg)
+    return None if family.name in NOT_A_DRAFTER else family
 
 
 def check_target(source: str) -> dict[str, Any]:
@@ -28,9 +50,15 @@ def check_target(source: str) -> dict[str, Any]:
         the target's config.
 
     Raises:
-        ConfigError, SourceError, HeaderError, UnsafeFormatError: naming the file.
+        ConfigError: a drafter's config (``"a drafter (LlamaForCausalLMEagle3), not a target"``), or one
+            that does not read.
+        SourceError, HeaderError, UnsafeFormatError: naming the file.
     """
     cfg = load_target_config(source)
+    family = drafter_config_family(cfg)
+    if family is not None:
+        raise ConfigError(source, f"a drafter ({architecture(cfg, family)}), not a target: give the language model "
+                                  "the drafter serves")
     if not is_hub_id(source):
         ck = load_checkpoint(source)
         if not ck.tensors:
@@ -48,7 +76,8 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
         ``(spec, target_cfg)``: the drafter's spec, and the target's config (None without a target).
 
     Raises:
-        ConfigError / UnsupportedDrafterError: no config, or a drafter eaglelab does not compute.
+        ConfigError / UnsupportedDrafterError: no config, a target model's config (``"a target model
+            (LlamaForCausalLM), not a drafter"``), or a drafter eaglelab does not compute.
         CheckpointMismatchError: tensors that do not match the config, or a drafter that cannot
             run on the target (hidden size, vocabulary, aux layers outside it).
         SourceError, HeaderError: the target's files (see :func:`check_target`).
@@ -59,6 +88,10 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the drafter's weights")
     where = str(ck.config_path or source)
+    family = drafter_family(ck.config)
+    if family.name == NOT_A_DRAFTER[0]:  # the plain words first, then inspect's family line
+        raise UnsupportedDrafterError(where, f"a target model ({architecture(ck.config, family)}), not a drafter "
+                                             f"(not computed by eaglelab: shapes and configs only: {family.name})")
     check_computed(ck.config, where)
     spec = drafter_spec_from_config(ck.config, where, tensor_names=ck.tensors)
     problems = [p for p in check_tensors_against_spec(spec, {n: (t.shape, t.dtype) for n, t in ck.tensors.items()})

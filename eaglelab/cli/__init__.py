@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import sys
 
+from eaglelab.cli.arguments import missing_required
 from eaglelab.errors import EaglelabError
 
 
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    missing = missing_required(args)
+    if missing is not None:
+        print(f"eaglelab {args.command}: error: {missing} is required (see eaglelab {args.command} --help)", file=sys.stderr)
+        return 2
     try:
         with _printable_streams():
             return args.func(args)

@@ -96,3 +96,44 @@ class DeprecatedAlias(argparse.Action):
 def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
     """Register ``old`` as a deprecated spelling of ``new`` (same ``dest`` and type), hidden from ``--help``."""
     parser.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS, **kwargs)
+
+
+#: What each checkpoint is called on every command (its flag; the settings field is the same word with ``_``),
+#: and the spellings it had before (deprecated aliases for one release). Notebook parameters use the same words
+#: in capitals (:data:`eaglelab.workbook.runner.CHECKPOINT_PARAMETERS`).
+CHECKPOINT_FLAGS = {
+    "old-target": ("--target-a",),
+    "new-target": ("--target-b", "--target"),
+    "old-drafter": ("--drafter", "--init"),
+    "new-drafter": (),
+    "old-states": ("--states-a",),
+    "new-states": ("--states-b",),
+}
+
+
+def checkpoint(parser, name: str, help: str, required: bool = False, old: tuple[str, ...] | None = None) -> None:
+    """Add the flag of one checkpoint (``--old-target``, ...) with its deprecated spellings.
+
+    Args:
+        parser: the subcommand's parser (or a mutually exclusive group of it).
+        name: a key of :data:`CHECKPOINT_FLAGS`.
+        help: what the flag takes on this command.
+        required: the command refuses to run without it; checked after parsing (:func:`missing_required`),
+            so that an old spelling satisfies it too.
+        old: the deprecated spellings this command accepted (default: all of the name's).
+    """
+    dest = name.replace("-", "_")
+    parser.add_argument(f"--{name}", dest=dest, help=help + (" (required)" if required else ""))
+    for spelling in CHECKPOINT_FLAGS[name] if old is None else old:
+        alias(parser, spelling, f"--{name}", dest)
+    if required:
+        parser.set_defaults(required_checkpoints=(*(parser.get_default("required_checkpoints") or ()), f"--{name}"))
+
+
+def missing_required(args) -> str | None:
+    """The first required flag with deprecated spellings (a checkpoint's, ``predict``'s logprobs) that was given in
+    no spelling, or None. argparse's own ``required`` would refuse an old spelling."""
+    for flag in getattr(args, "required_checkpoints", None) or ():
+        if getattr(args, flag[2:].replace("-", "_"), None) is None:
+            return flag
+    return None

@@ -5,6 +5,7 @@ Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never impor
 
 from __future__ import annotations
 
+from eaglelab.cli.arguments import checkpoint
 from eaglelab.cli.output import print_json, table
 from eaglelab.inputs import printable, quoted
 
@@ -42,7 +43,7 @@ def cmd_inspect(args) -> int:
 def cmd_compare(args) -> int:
     from eaglelab.jobs.compare import CompareSettings, compare_drafters
 
-    report = compare_drafters(CompareSettings(args.a, args.b, args.target))
+    report = compare_drafters(CompareSettings(args.old_drafter, args.new_drafter, args.new_target))
     cmp_ = report.comparison
     if args.json:
         print_json(report.to_json())
@@ -63,7 +64,7 @@ def cmd_compare(args) -> int:
     if cmp_.vocab_maps is not None:
         _say("", f"vocabulary maps: {cmp_.vocab_maps.level.upper()}", f"  - {cmp_.vocab_maps.message}")
     for label, v in cmp_.target_verdicts.items():
-        _say("", f"{label.upper()} on target {args.target}: {v.level}")
+        _say("", f"{label.upper()} on target {args.new_target}: {v.level}")
         _say(*(f"  - {r}" for r in v.reasons))
     return 0
 
@@ -71,7 +72,7 @@ def cmd_compare(args) -> int:
 def cmd_compare_targets(args) -> int:
     from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 
-    report = compare_targets(TargetCompareSettings(args.old, args.new, args.drafter, args.revision))
+    report = compare_targets(TargetCompareSettings(args.old_target, args.new_target, args.old_drafter, args.revision))
     if args.json:
         print_json(report.to_json())
         return 0
@@ -113,9 +114,9 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser("compare", help="config and tensor diff of two drafters, with a verdict",
                        description="Compare two drafter checkpoints from metadata only.")
-    c.add_argument("a", help="drafter A (folder, file, index or hub id)")
-    c.add_argument("b", help="drafter B")
-    c.add_argument("--target", help="target model (folder, config.json or hub id) to check both against")
+    c.add_argument("old_drafter", metavar="OLD_DRAFTER", help="the old drafter, A (folder, file, index or hub id)")
+    c.add_argument("new_drafter", metavar="NEW_DRAFTER", help="the other drafter, B (the new target's own, when it has one)")
+    checkpoint(c, "new-target", "the new target (folder, config.json or hub id) to check both against", old=("--target",))
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 
@@ -124,9 +125,9 @@ def add_parsers(sub) -> None:
                        description="Compare two target models before any probe: the language models' configs "
                                    "(classified), quantization, tokenizers id by id and chat templates rendered on "
                                    "one conversation, from metadata only (local folders or hub ids).")
-    t.add_argument("old", help="the old target (folder, config.json or hub id)")
-    t.add_argument("new", help="the new target")
-    t.add_argument("--drafter", help="a drafter of the old target: check the ids its draft vocabulary uses")
+    t.add_argument("old_target", metavar="OLD_TARGET", help="the old target (folder, config.json or hub id)")
+    t.add_argument("new_target", metavar="NEW_TARGET", help="the new target")
+    checkpoint(t, "old-drafter", "the old target's drafter: check the ids its draft vocabulary uses", old=("--drafter",))
     t.add_argument("--revision", help="hub revision")
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.set_defaults(func=cmd_compare_targets)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from eaglelab.cli.arguments import accept_len, alias, count, fraction, numbers, positive
+from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
 from eaglelab.inputs import printable
 
@@ -23,6 +23,7 @@ def cmd_run(args) -> int:
                         progress=not args.prepare_only)
     for r in runs:
         print(f"{r.notebook.name}: prepared -> {r.output}" if args.prepare_only else
+              f"{r.notebook.name}: not run here ({r.not_run}); its findings say what to run instead" if r.not_run else
               f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
     return 0
 
@@ -187,7 +188,8 @@ def cmd_predict(args) -> int:
         chains = [chain_from_tau(args.accept_len, args.k)]
     if any(not 0 <= c <= 1 for c in chains[0]) or any(b > a + 1e-9 for a, b in zip(chains[0], chains[0][1:])):
         raise ParameterError("--chain", f"chain rates must lie in [0, 1] and not increase, got {chains[0]}")
-    out = predict_from_files(args.old, args.new, chains, args.cycle_ms, args.baseline_tps, args.method, args.calibration)
+    out = predict_from_files(args.old_logprobs, args.new_logprobs, chains, args.cycle_ms, args.baseline_tps, args.method,
+                             args.calibration)
     if args.json:
         print_json(out)
         return 0
@@ -223,9 +225,10 @@ def cmd_recipe(args) -> int:
 
     if args.job == "probe":
         return _probe_recipe(args)
-    if args.target_a is not None:
-        raise ParameterError("--target-a", "is the probe's old target: give it with --job probe")
-    settings = RecipeSettings(engine=args.engine, init=args.init, target=args.target, data=args.data or "prompts.jsonl",
+    if args.old_target is not None:
+        raise ParameterError("--old-target", "is the probe's old target: give it with --job probe")
+    settings = RecipeSettings(engine=args.engine, old_drafter=args.old_drafter, new_target=args.new_target,
+                              data=args.data or "prompts.jsonl",
                               workdir=args.workdir or "warm-start", gpus=args.gpus, learning_rate=args.lr, epochs=args.epochs,
                               ttt_length=args.ttt_length, k=args.k, max_length=args.max_length,
                               chat_template=args.chat_template, embedding_key=args.embedding_key,
@@ -248,15 +251,15 @@ def _probe_recipe(args) -> int:
     from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
     from eaglelab.errors import ParameterError
 
-    if args.target_a is None:
-        raise ParameterError("--target-a", "--job probe dumps the old target too: give it (folder or hub id)")
+    if args.old_target is None:
+        raise ParameterError("--old-target", "--job probe dumps the old target too: give it (folder or hub id)")
     unused = [f"--{n.replace('_', '-')}" for n in ("from_run", "lr", "epochs", "ttt_length", "embedding_key", "lm_head_key")
               if getattr(args, n) is not None]
     if unused:
         raise ParameterError(unused[0], "is a warm-start setting; --job probe trains nothing")
     defaults = ProbeRecipeSettings.__dataclass_fields__
     settings = ProbeRecipeSettings(
-        engine=args.engine, init=args.init, target_a=args.target_a, target=args.target,
+        engine=args.engine, old_drafter=args.old_drafter, old_target=args.old_target, new_target=args.new_target,
         data=args.data if args.data is not None else defaults["data"].default,
         workdir=args.workdir if args.workdir is not None else defaults["workdir"].default, gpus=args.gpus,
         max_length=args.max_length,
@@ -266,7 +269,7 @@ def _probe_recipe(args) -> int:
         print_json(recipe.to_json())
         return 0
     print(f"wrote {args.out}/run.sh ({len(recipe.steps)} steps, {settings.engine}): dumps of both targets at layer "
-          f"outputs {recipe.vocab_map['aux_layer_outputs']}, then `eaglelab probe --states-a --states-b`")
+          f"outputs {recipe.vocab_map['aux_layer_outputs']}, then `eaglelab probe --old-states --new-states`")
     for key, value in recipe.provenance.items():
         print(f"  {key}: {value}")
     return 0
@@ -358,8 +361,11 @@ def add_parsers(sub) -> None:
                                     "(prompt_logprobs) or SGLang (return_logprob) return them, one response per line "
                                     "(layouts: eaglelab/engines/logprob_files.py). Prints τ with its band and the "
                                     "projected tok/s.")
-    pr.add_argument("--old", required=True, help="JSONL of the old target's responses")
-    pr.add_argument("--new", required=True, help="JSONL of the new target's responses on the same texts, same order")
+    pr.add_argument("--old-logprobs", help="JSONL of the old target's prompt logprobs from its engine (required)")
+    alias(pr, "--old", "--old-logprobs", "old_logprobs")
+    pr.add_argument("--new-logprobs", help="JSONL of the new target's, on the same texts in the same order (required)")
+    alias(pr, "--new", "--new-logprobs", "new_logprobs")
+    pr.set_defaults(required_checkpoints=("--old-logprobs", "--new-logprobs"))
     pr.add_argument("--log", help="SGLang / vLLM server log of the old drafter on the old target")
     pr.add_argument("--chain", type=numbers, metavar="C1,C2,...",
                     help="the old drafter's chain rates on the old target (share of cycles accepting drafts 1..i)")
@@ -393,9 +399,9 @@ def add_parsers(sub) -> None:
                                     "and headers only.")
     rc.add_argument("--job", choices=["warm-start", "probe"], default="warm-start", help="what the script does")
     rc.add_argument("--engine", required=True, choices=["specforge", "speculators"])
-    rc.add_argument("--init", required=True, help="the old drafter (folder or hub id)")
-    rc.add_argument("--target", required=True, help="the new target (folder, config.json or hub id)")
-    rc.add_argument("--target-a", help="--job probe: the old target (the drafter was trained on it)")
+    checkpoint(rc, "old-drafter", "the old drafter (folder or hub id)", required=True, old=("--init",))
+    checkpoint(rc, "new-target", "the new target (folder, config.json or hub id)", required=True, old=("--target",))
+    checkpoint(rc, "old-target", "--job probe: the old target (the drafter was trained on it)", old=("--target-a",))
     rc.add_argument("--out", required=True, help="folder for run.sh, its config files and recipe.json")
     rc.add_argument("--data", help="prompts / conversations on the cluster (warm start: regenerated; default "
                                    "prompts.jsonl; probe: run through both targets, default conversations.jsonl)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglelab.cli.arguments import alias, count, count0, positive
+from eaglelab.cli.arguments import alias, checkpoint, count, count0, positive
 from eaglelab.cli.output import print_json
 
 
@@ -123,11 +123,11 @@ def probe_settings(args):
     """The command line's :class:`~eaglelab.jobs.probe.ProbeSettings` (its flags' defaults are the dataclass's)."""
     from eaglelab.jobs.probe import ProbeSettings
 
-    return ProbeSettings(args.target_a, args.target_b, args.drafter, data=args.data, world_dir=args.world_dir,
+    return ProbeSettings(args.old_target, args.new_target, args.old_drafter, data=args.data, world_dir=args.world_dir,
                          sequences=args.sequences, seq_len=args.seq_len, k=args.k, batch_size=args.batch_size,
                          measure_prompts=args.measure_prompts, measure_tokens=args.measure_tokens, dtype=args.dtype,
                          device=args.device, device_map=args.device_map, trust_remote_code=args.trust_remote_code,
-                         states_a=args.states_a, states_b=args.states_b)
+                         old_states=args.old_states, new_states=args.new_states)
 
 
 def cmd_probe(args) -> int:
@@ -153,7 +153,7 @@ def cmd_dump(args) -> int:
         print_json(done)
     else:
         print(f"{done['samples']} samples of {done['data']} written to {done['out']} in {done['layout']}'s layout; "
-              f"probe them with `eaglelab probe --states-a ... --states-b ...`")
+              f"probe them with `eaglelab probe --old-states ... --new-states ...`")
     return 0
 
 
@@ -163,7 +163,8 @@ def finetune_settings(args):
     """The command line's :class:`~eaglelab.jobs.finetune.FinetuneSettings` (its flags' defaults are the dataclass's)."""
     from eaglelab.jobs.finetune import FinetuneSettings
 
-    return FinetuneSettings(args.target, old_drafter=args.init, data=args.data, world_dir=args.world_dir, seq_len=args.seq_len,
+    return FinetuneSettings(args.new_target, old_drafter=args.old_drafter, data=args.data, world_dir=args.world_dir,
+                            seq_len=args.seq_len,
                             train_sequences=args.sequences, eval_sequences=args.eval_sequences, steps=args.steps,
                             batch_size=args.batch_size, lr=args.lr, ttt_length=args.ttt_length, k=args.k,
                             loss_convention=args.loss_convention, seed=args.seed, draft_vocab_size=args.draft_vocab,
@@ -176,8 +177,8 @@ def cmd_finetune(args) -> int:
     from eaglelab.jobs.finetune import check_finetune, load_inputs, train_one
     from eaglelab.train.training import init_distributed
 
-    if bool(args.init) == bool(args.scratch):
-        raise ParameterError("finetune", "give exactly one of --init DRAFTER or --scratch")
+    if bool(args.old_drafter) == bool(args.scratch):
+        raise ParameterError("finetune", "give exactly one of --old-drafter DRAFTER (warm start) or --scratch")
     if args.resume and args.force:
         raise ParameterError("finetune", "give --resume (continue the run) or --force (start over), not both")
     import torch
@@ -189,7 +190,7 @@ def cmd_finetune(args) -> int:
     inputs = load_inputs(settings, device=device, progress=dist.main)
     if dist.main:
         print(f"data: {inputs.source}")
-    result = train_one(settings, inputs, Option.WARM_START if args.init else Option.FROM_SCRATCH, args.out,
+    result = train_one(settings, inputs, Option.WARM_START if args.old_drafter else Option.FROM_SCRATCH, args.out,
                        resume=args.resume, force=args.force, rebuild_vocab=args.rebuild_vocab, progress=dist.main,
                        stop_after=args.stop_after, log_every=args.log_every, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every)
@@ -347,12 +348,12 @@ def add_parsers(sub) -> None:
                        description="Capture targets A and B on the same tokens, compare their hidden states at the "
                                    "drafter's layers, and measure the drafter's acceptance on both.")
     d = ProbeSettings.__dataclass_fields__
-    p.add_argument("--target-a", required=True, help="old target (the drafter was trained on it)")
-    p.add_argument("--target-b", required=True, help="new target")
-    p.add_argument("--drafter", required=True, help="the old drafter")
+    checkpoint(p, "old-target", "the old target (the drafter was trained on it)", required=True, old=("--target-a",))
+    checkpoint(p, "new-target", "the new target", required=True, old=("--target-b",))
+    checkpoint(p, "old-drafter", "the old drafter", required=True, old=("--drafter",))
     p.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
     p.add_argument("--world-dir", help="world folder whose held-out conversations to probe on (default: the world "
-                                       "--target-a lies in, if any)")
+                                       "--old-target lies in, if any)")
     alias(p, "--world", "--world-dir", "world_dir")
     p.add_argument("--sequences", type=count, default=d["sequences"].default,
                    help="sequences (conversations, or rows of --seq-len tokens)")
@@ -369,15 +370,17 @@ def add_parsers(sub) -> None:
     p.add_argument("--batch-size", type=count, default=d["batch_size"].default,
                    help="sequences per forward (memory is bounded by this)")
     p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--states-a", help="folder of target A's hidden-state dumps (SpecForge or vLLM layout): the probe "
-                                      "then loads neither target, only their heads and embeddings")
-    p.add_argument("--states-b", help="folder of target B's dumps, on the same conversations as --states-a")
+    checkpoint(p, "old-states", "folder of the old target's hidden-state dumps (SpecForge or vLLM layout): the probe "
+                              "then loads neither target, only their heads and embeddings", old=("--states-a",))
+    checkpoint(p, "new-states", "folder of the new target's dumps, on the same conversations as --old-states",
+               old=("--states-b",))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
 
     u = sub.add_parser("dump", help="write a target's hidden states as SpecForge or vLLM would (the probe's dumps)",
                        description="Run a target that loads here over the probe's sequences and write its states "
-                                   "at the drafter's layers in an engine's layout: what `probe --states-a/-b` reads. "
+                                   "at the drafter's layers in an engine's layout: what `probe --old-states / --new-states` "
+                                   "reads. "
                                    "At scale the engines write them (`eaglelab recipe --job probe`).")
     from eaglelab.jobs.probe import DumpSettings
 
@@ -403,17 +406,18 @@ def add_parsers(sub) -> None:
                                    "metrics.jsonl under --out; --resume continues an interrupted run. Runs under "
                                    "torchrun for DDP.")
     t = FinetuneSettings.__dataclass_fields__
-    f.add_argument("--target", required=True, help="the (new) target folder or hub id")
+    checkpoint(f, "new-target", "the new target folder or hub id (the one to train a drafter for)", required=True,
+               old=("--target",))
     g = f.add_mutually_exclusive_group()
-    g.add_argument("--init", help="warm start from this drafter (its d2t / t2d are kept)")
+    checkpoint(g, "old-drafter", "warm start from the old drafter (its d2t / t2d are kept)", old=("--init",))
     g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
     f.add_argument("--steps", type=count, default=t["steps"].default, help="total optimizer steps")
     f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
     f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
     f.add_argument("--force", action="store_true", help="start over, replacing the run eaglelab wrote in --out")
     f.add_argument("--data", help="text or JSONL file (default: the world's replies of the target, else built-in text)")
-    f.add_argument("--world-dir", help="world folder whose target-B replies to train on (default: the world --target "
-                                       "lies in, if any)")
+    f.add_argument("--world-dir", help="world folder whose target-B replies to train on (default: the world "
+                                       "--new-target lies in, if any)")
     alias(f, "--world", "--world-dir", "world_dir")
     f.add_argument("--sequences", type=count, default=t["train_sequences"].default, help="training sequences (at most)")
     f.add_argument("--eval-sequences", type=count, default=t["eval_sequences"].default,

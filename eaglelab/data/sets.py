@@ -7,7 +7,10 @@ Each set is built one way, whoever asks, with the same precedence:
    them (the demo world): a target's own replies, as the serving target would write them;
 3. else the built-in offline text (held-out standard-library docstrings and code).
 
-Every set says where it came from (:class:`DataSource`), so findings can quote it.
+Every set says where it came from (:class:`DataSource`), so findings can quote it. The probe's data
+is resolved by :func:`eaglelab.data.probe_data.probe_data_choice` (metadata only), which the pickers
+and the command line also call to say, before anything loads, what text the probe will use and
+whether a verdict can be read from it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from pathlib import Path
 import torch
 
 from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
+from eaglelab.data.probe_data import (
+    FILE,
+    WORLD,
+    DataChoice,
+    probe_data_choice,
+    world_of,  # noqa: F401 (callers import it from here, as before)
+)
 from eaglelab.data.responses import Responses, response_rows
 from eaglelab.data.states import FinetuneData, capture_data
 from eaglelab.data.tokens import builtin_sequences, encode_prompts, sequences_from_file
@@ -49,43 +59,26 @@ class ProbeSet:
         ids: [N, S] token ids (right-padded conversations, or packed text rows).
         counted: [N, S] bool: positions whose next token counts (a reply token, or every one).
         source: where the sequences came from.
+        choice: the resolution it was loaded from: what the text is, and whether a verdict can be read
+            from it (:class:`~eaglelab.data.probe_data.DataChoice`; the probe's verdict reads it).
     """
 
     ids: torch.Tensor
     counted: torch.Tensor
     source: DataSource
+    choice: DataChoice | None = None
 
     @property
     def positions(self) -> int:
         return int(self.counted.sum())
 
 
-def world_of(checkpoint: str | Path | None) -> World | None:
-    """The built world a checkpoint folder belongs to (its parent holds a world manifest), else None.
-
-    This is how the command line and the notebooks agree on data: a target inside
-    ``data/worlds/demo`` is probed on that world's conversations by both.
-    """
-    if checkpoint is None:
-        return None
-    from eaglelab.checkpoints.sources import local_path
-    from eaglelab.errors import SourceError
-
-    try:
-        folder = local_path(str(checkpoint))
-    except SourceError:
-        return None
-    if not folder.is_dir():
-        return None  # hub ids, single files
-    root = folder.resolve().parent
-    if (root / "manifest.json").is_file() and (root / "target-a").is_dir() and (root / "drafter-a").is_dir():
-        return World.at(root)
-    return None
-
-
 def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = None,
-              data_file: str | Path | None = None) -> ProbeSet:
+              data_file: str | Path | None = None, old_target: str | None = None) -> ProbeSet:
     """What the plug-in probe runs on: the sequences both targets see and the positions counted.
+
+    The text is the one :func:`eaglelab.data.probe_data.probe_data_choice` resolves (the same call the
+    pickers make before anything loads), and the set carries that choice.
 
     Args:
         tokenizer: the targets' tokenizer (both targets must share it).
@@ -94,6 +87,8 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
         world: a world whose conversations to use (see :func:`world_of`); ignored when
             ``data_file`` is given or the world keeps no replies (the tiny world).
         data_file: the user's text / JSONL file.
+        old_target: the old target, when known (built-in text is a world's own kind of text only for
+            the world's own target; None: the world was found from the old target).
 
     Returns:
         With a world that keeps its targets' replies: the first ``n`` held-out conversations of
@@ -102,16 +97,18 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
         ``seq_len``-token rows, every position counted but the last (no token of the row follows it;
         an engine's dump cannot say what would).
     """
-    if data_file is not None:
+    choice = probe_data_choice(data_file, world, old_target)
+    if choice.kind == FILE:
         ids = sequences_from_file(data_file, tokenizer, seq_len)[:n]
-        return ProbeSet(ids, _all_but_last(ids), DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"))
-    if world is not None and world.has_replies():
+        return ProbeSet(ids, _all_but_last(ids), DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"),
+                        choice)
+    if choice.kind == WORLD:
         ids, counted, _ = response_rows(Responses.load(world.replies_a / "held_out.safetensors").subset(n))
         return ProbeSet(ids, counted, DataSource(
-            "world-replies", f"target A's own replies to {len(ids)} held-out prompts ({world.root.name} world)"))
+            "world-replies", f"target A's own replies to {len(ids)} held-out prompts ({world.root.name} world)"), choice)
     ids = builtin_sequences(tokenizer, seq_len, "held_out", n)
     return ProbeSet(ids, _all_but_last(ids),
-                    DataSource("built-in", f"built-in held-out stdlib text: {len(ids)} rows of {seq_len} tokens"))
+                    DataSource("built-in", f"{choice.line} ({len(ids)} held-out rows of {seq_len} tokens)"), choice)
 
 
 def _all_but_last(ids: torch.Tensor) -> torch.Tensor:

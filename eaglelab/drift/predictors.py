@@ -379,7 +379,8 @@ def calibration_from_probe(probe: dict, where: str) -> dict:
     except ParameterError:
         error = 0.0
     checkpoints = probe.get("checkpoints") if isinstance(probe.get("checkpoints"), dict) else {}
-    pair = " → ".join(str(checkpoints.get(k, "?")) for k in ("target_a", "target_b"))
+    pair = " → ".join(str(checkpoints.get(k, checkpoints.get(before, "?")))  # before: a probe.json of an earlier release
+                      for k, before in (("old_target", "target_a"), ("new_target", "target_b")))
     return {"method": method, "gamma": gamma, "error": min(max(error, 0.0), 0.999999),
             "source": f"the plug-in probe of {where} ({pair}: τ {tau_b:.2f} on B at agreement {agreement:.3f})"}
 

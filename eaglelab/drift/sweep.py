@@ -135,7 +135,7 @@ def measure_point(model_a, model_b, drafter, data, settings: SweepSettings, poin
     return rec
 
 
-def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEMO_MEASURED,
+def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=DEMO_MEASURED,
               settings: SweepSettings | None = None, cache_dir: str | Path | None = None,
               pair: tuple | None = None, progress: bool = True) -> SweepResult:
     """Build and measure every drift point of target A (target B defines the ``path`` family).
@@ -144,8 +144,8 @@ def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEM
     with A's own replies when A is a world's target, else held-out built-in text.
 
     Args:
-        target_a, target_b: the old and the new target (folders or hub ids).
-        drafter_path: the drafter trained on A.
+        old_target, new_target: the old and the new target (folders or hub ids).
+        old_drafter: the drafter trained on A.
         points, measured: the points, and those also measured with real speculative decoding.
         cache_dir: where point records are kept (default :func:`default_cache`).
         pair: (target A, target B, drafter) of another related pair, measured as one more point
@@ -166,24 +166,24 @@ def run_sweep(target_a, target_b, drafter_path, points=DEMO_POINTS, measured=DEM
 
     settings = settings or SweepSettings()
     cache = Path(cache_dir) if cache_dir else default_cache()
-    base_key = {"models": files_key(target_a, target_b, drafter_path), "settings": asdict(settings), "version": RECORD_VERSION}
+    base_key = {"models": files_key(old_target, new_target, old_drafter), "settings": asdict(settings), "version": RECORD_VERSION}
     paths = {p: cache / f"{p.family}-{p.magnitude:g}-{p.group}-{_digest([base_key, p.to_json()])}.json" for p in points}
     t0 = time.perf_counter()
     records: dict[DriftPoint, dict] = {p: r for p in points if (r := _cached(paths[p])) is not None}
     todo = [p for p in points if p not in records]
     if todo:
-        model_a, tok = load_target(target_a)
-        work, _ = load_target(target_a)  # becomes each B' in turn
-        drafter = load_drafter(drafter_path).to(next(model_a.parameters()).device)
-        data = probe_set(tok, settings.sequences, settings.seq_len, world_of(target_a))
-        prompts = measure_prompts(tok, settings.measure_prompts, world_of(target_a))
+        model_a, tok = load_target(old_target)
+        work, _ = load_target(old_target)  # becomes each B' in turn
+        drafter = load_drafter(old_drafter).to(next(model_a.parameters()).device)
+        data = probe_set(tok, settings.sequences, settings.seq_len, world_of(old_target))
+        prompts = measure_prompts(tok, settings.measure_prompts, world_of(old_target))
         state_a = {k: v.detach().clone() for k, v in model_a.state_dict().items()}
         names = list(projection_weights(model_a))
         lora = state_b = None
         for p in bar(todo, desc="drift sweep", disable=not progress):
             if p.family == "path":
                 if state_b is None:
-                    model_b, _ = load_target(target_b, device=str(next(model_a.parameters()).device))
+                    model_b, _ = load_target(new_target, device=str(next(model_a.parameters()).device))
                     state_b = model_b.state_dict()
                 changed = fam.interpolate(state_a, state_b, p.magnitude)
             elif p.family == "quant":
@@ -235,22 +235,23 @@ def _continued_training(model, tok, settings: SweepSettings, steps: list[float])
     return lora
 
 
-def _pair_record(target_a, target_b, drafter_path, settings: SweepSettings, cache: Path) -> dict:
+def _pair_record(old_target, new_target, old_drafter, settings: SweepSettings, cache: Path) -> dict:
     """Another pair (its A, its B, its own drafter) as one point of family ``pair``."""
     from eaglelab.atomic import write_json_atomic
     from eaglelab.data.sets import measure_prompts, probe_set, world_of
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
 
-    world = world_of(target_a)
-    name = f"{world.root.name} world" if world else Path(str(target_a)).name
+    world = world_of(old_target)
+    name = f"{world.root.name} world" if world else Path(str(old_target)).name
     point = {"family": "pair", "magnitude": 1.0, "group": 0, "label": f"{name}: A → B"}
-    path = cache / f"pair-{_digest([files_key(target_a, target_b, drafter_path), asdict(settings), point, RECORD_VERSION])}.json"
+    key = [files_key(old_target, new_target, old_drafter), asdict(settings), point, RECORD_VERSION]
+    path = cache / f"pair-{_digest(key)}.json"
     if (rec := _cached(path)) is not None:
         return rec
-    model_a, tok = load_target(target_a)
-    model_b, _ = load_target(target_b)
-    drafter = load_drafter(drafter_path).to(next(model_a.parameters()).device)
+    model_a, tok = load_target(old_target)
+    model_b, _ = load_target(new_target)
+    drafter = load_drafter(old_drafter).to(next(model_a.parameters()).device)
     data = probe_set(tok, settings.sequences, settings.seq_len, world)
     rec = measure_point(model_a, model_b, drafter, data, settings, point, None,
                         measure_prompts(tok, settings.measure_prompts, world))

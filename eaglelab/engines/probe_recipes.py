@@ -3,7 +3,7 @@
 Two 1T-parameter MoE targets do not fit in one process; their serving engines can dump the states
 the old drafter reads (:mod:`eaglelab.data.dumps`). ``eaglelab recipe --job probe`` writes the script:
 both targets captured on the **same** conversations, tokenized the same way, at the old drafter's
-layers, then ``eaglelab probe --states-a --states-b`` on the two folders (targets read for their heads
+layers, then ``eaglelab probe --old-states --new-states`` on the two folders (targets read for their heads
 only), its JSON kept for ``eaglelab predict --calibration``.
 
 - ``specforge``: SpecForge's ``scripts/prepare_hidden_states.py`` on SGLang, the path that works for
@@ -36,9 +36,9 @@ class ProbeRecipeSettings:
 
     Attributes:
         engine: ``specforge`` (SGLang capture) or ``speculators`` (vLLM capture).
-        init: the old drafter (local folder or hub id): its layers are dumped, it is probed.
-        target_a: the old target (the drafter was trained on it).
-        target: the new target.
+        old_drafter: the old drafter (local folder or hub id): its layers are dumped, it is probed.
+        old_target: the old target (the drafter was trained on it).
+        new_target: the new target.
         data: the conversations both targets are run on (JSONL on the cluster), the same for both.
         workdir: the folder on the cluster for the dumps and the probe's JSON.
         gpus: GPUs per target (tensor parallel).
@@ -49,9 +49,9 @@ class ProbeRecipeSettings:
     """
 
     engine: str
-    init: str
-    target_a: str
-    target: str
+    old_drafter: str
+    old_target: str
+    new_target: str
     data: str = "conversations.jsonl"
     workdir: str = "probe"
     gpus: int = 8
@@ -67,9 +67,9 @@ class ProbeRecipe(Recipe):
         head = [
             "#!/usr/bin/env bash",
             f"# The plug-in probe at scale with {s.engine} {ENGINE_VERSIONS[s.engine]}, by `eaglelab recipe --job probe`.",
-            comment_line(f"  old drafter: {s.init}"),
-            comment_line(f"  old target (A): {s.target_a}"),
-            comment_line(f"  new target (B): {s.target}"),
+            comment_line(f"  old drafter: {s.old_drafter}"),
+            comment_line(f"  old target (A): {s.old_target}"),
+            comment_line(f"  new target (B): {s.new_target}"),
             comment_line(f"  data:        {s.data} (the same conversations for both targets)"),
             comment_line(f"  work folder: {s.workdir}"),
             *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
@@ -105,20 +105,20 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
     for name in ("gpus", "max_length"):
         if getattr(s, name) < 1:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(s, name)}")
-    for name in ("init", "target_a", "target", "data", "workdir", "chat_template"):
+    for name in ("old_drafter", "old_target", "new_target", "data", "workdir", "chat_template"):
         if getattr(s, name) is not None:
             script_value(f"--{name.replace('_', '-')}", getattr(s, name))
-    spec, cfg_a = check_drafter(s.init, s.target_a)
-    cfg_b = load_target_config(s.target)
-    check_target_pair(s.target_a, cfg_a, s.target, cfg_b)
+    spec, cfg_a = check_drafter(s.old_drafter, s.old_target)
+    cfg_b = load_target_config(s.new_target)
+    check_target_pair(s.old_target, cfg_a, s.new_target, cfg_b)
     if s.engine == "speculators":
-        for name, cfg in ((s.target_a, cfg_a), (s.target, cfg_b)):
+        for name, cfg in ((s.old_target, cfg_a), (s.new_target, cfg_b)):
             if is_mla_target(cfg):
                 raise ParameterError("--engine", f"{name} uses multi-head latent attention, and vLLM's hidden-state "
                                                  "extractor refuses MLA targets; use --engine specforge (SGLang)")
     layers = target_layer_count(cfg_a)
     if layers is None:
-        raise ConfigError(s.target_a, "config has no num_hidden_layers")
+        raise ConfigError(s.old_target, "config has no num_hidden_layers")
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, layers)
     template = probe_template(s, cfg_a, cfg_b) if s.engine == "specforge" else None
     return {"chat_template": template, "aux_layer_outputs": list(outs), "vllm_layer_ids": [i + 1 for i in outs] + [layers],
@@ -139,11 +139,11 @@ def probe_template(s: ProbeRecipeSettings, cfg_a: dict[str, Any], cfg_b: dict[st
     """
     if s.chat_template is not None:
         return s.chat_template, "given"
-    name_b, why_b = chat_template_for(None, s.target, cfg_b)
-    name_a, why_a = chat_template_for(None, s.target_a, cfg_a)
+    name_b, why_b = chat_template_for(None, s.new_target, cfg_b)
+    name_a, why_a = chat_template_for(None, s.old_target, cfg_a)
     if name_a != name_b:
         raise ParameterError("--chat-template", f"the targets imply different SpecForge templates ({name_a} for "
-                                                f"{s.target_a}: {why_a}; {name_b} for {s.target}: {why_b}); the probe "
+                                                f"{s.old_target}: {why_a}; {name_b} for {s.new_target}: {why_b}); the probe "
                                                 "reads both on the same token ids: pass the one to probe with")
     return name_b, why_b
 
@@ -172,7 +172,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
     old = _local_drafter(s, steps)
     w = s.workdir
     folders = {"a": f"{w}/states-a", "b": f"{w}/states-b"}
-    targets = {"a": s.target_a, "b": s.target}
+    targets = {"a": s.old_target, "b": s.new_target}
     files = {}
     draft_config = f"{old}/config.json"
     if s.engine == "specforge" and layers["mla"]:
@@ -194,7 +194,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
     else:
         steps.append(Step(
             "tokenize the conversations once, with target A's tokenizer (both targets read the same token ids)",
-            ["speculators", "prepare-data", "--model", s.target_a, "--data", s.data, "--output", f"{w}/data",
+            ["speculators", "prepare-data", "--model", s.old_target, "--data", s.data, "--output", f"{w}/data",
              "--seq-length", str(s.max_length)], engine_command=("speculators", "prepare-data")))
         for key in ("a", "b"):
             extract = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
@@ -215,8 +215,8 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
             steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
     steps.append(Step(
         "probe the two dumps (the targets are read for their norm, lm_head and embedding only)",
-        ["eaglelab", "probe", "--states-a", folders["a"], "--states-b", folders["b"], "--drafter", old,
-         "--target-a", s.target_a, "--target-b", s.target, "--sequences", "1000000000", "--json"],
+        ["eaglelab", "probe", "--old-states", folders["a"], "--new-states", folders["b"], "--old-drafter", old,
+         "--old-target", s.old_target, "--new-target", s.new_target, "--sequences", "1000000000", "--json"],
         ["Its JSON (probe.json) holds the verdict with its bootstrap band; `eaglelab predict --calibration",
          f"{w}/probe.json` then predicts the next target's plug-in τ from engine logprobs alone."],
         engine_command=("eaglelab", "probe"), stdout=f"{w}/probe.json"))

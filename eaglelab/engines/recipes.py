@@ -45,8 +45,8 @@ class RecipeSettings:
 
     Attributes:
         engine: ``specforge`` or ``speculators``.
-        init: the old drafter (local folder or hub id).
-        target: the new target (local folder or hub id).
+        old_drafter: the old drafter (local folder or hub id).
+        new_target: the new target (local folder or hub id).
         data: prompts / conversations to regenerate with the new target (JSONL on the cluster).
         workdir: the folder on the cluster for every intermediate file (created by the script).
         gpus: GPUs of the training node.
@@ -62,8 +62,8 @@ class RecipeSettings:
     """
 
     engine: str
-    init: str
-    target: str
+    old_drafter: str
+    new_target: str
     data: str = "prompts.jsonl"
     workdir: str = "warm-start"
     gpus: int = 8
@@ -97,8 +97,8 @@ class Recipe:
         head = [
             "#!/usr/bin/env bash",
             f"# Warm start of an EAGLE-3 drafter with {s.engine} {ENGINE_VERSIONS[s.engine]}, written by `eaglelab recipe`.",
-            comment_line(f"  old drafter: {s.init}"),
-            comment_line(f"  new target:  {s.target}"),
+            comment_line(f"  old drafter: {s.old_drafter}"),
+            comment_line(f"  new target:  {s.new_target}"),
             comment_line(f"  data:        {s.data} (prompts / conversations, regenerated with the new target)"),
             comment_line(f"  work folder: {s.workdir}"),
             "# Settings and where they come from:",
@@ -206,43 +206,44 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
             raise ParameterError(f"--{name.replace('_', '-')}", f"must be at least 1, got {value}")
     if settings.learning_rate is not None and not 0 < settings.learning_rate < 1:
         raise ParameterError("--lr", f"must be in (0, 1), got {settings.learning_rate}")
-    for name in ("init", "target", "data", "workdir", "chat_template", "embedding_key", "lm_head_key"):
+    for name in ("old_drafter", "new_target", "data", "workdir", "chat_template", "embedding_key", "lm_head_key"):
         if getattr(settings, name) is not None:  # each reaches the script or its configs
             script_value(f"--{name.replace('_', '-')}", getattr(settings, name))
-    insp = inspect_checkpoint(settings.init)
+    insp = inspect_checkpoint(settings.old_drafter)
     if insp.spec is None:
-        raise ConfigError(settings.init, "is not an EAGLE-3 drafter (no drafter config): nothing to warm-start from")
+        raise ConfigError(settings.old_drafter, "is not an EAGLE-3 drafter (no drafter config): nothing to warm-start from")
     if insp.spec.mla is not None:
-        raise ParameterError("--engine", f"{settings.init} is an MLA drafter: SpecForge {ENGINE_VERSIONS['specforge']} "
+        raise ParameterError("--engine", f"{settings.old_drafter} is an MLA drafter: SpecForge {ENGINE_VERSIONS['specforge']} "
                                          "has no MLA drafter model and speculators no MLA layer; TorchSpec trains "
                                          "Kimi's MLA drafters (warm-start from this checkpoint there)")
     if settings.engine == "speculators" and not insp.spec.draft_vocab_given and not is_speculators_config(insp.config):
-        raise ParameterError("--engine", f"{settings.init}'s config has no draft_vocab_size: speculators "
+        raise ParameterError("--engine", f"{settings.old_drafter}'s config has no draft_vocab_size: speculators "
                                          f"{ENGINE_VERSIONS['speculators']}'s convert would write 32000 for its "
                                          f"{insp.spec.draft_vocab_size}-row lm_head; write \"draft_vocab_size\": "
                                          f"{insp.spec.draft_vocab_size} into its config.json first")
     names = {strip_prefix(n) for n in insp.checkpoint.tensors}
     if not insp.spec.full_vocab and not {"d2t", "t2d"} <= names:
-        raise ConfigError(settings.init, "has no d2t / t2d tensors: the engine would build a new vocabulary map and "
+        raise ConfigError(settings.old_drafter, "has no d2t / t2d tensors: the engine would build a new vocabulary map and "
                                          "every lm_head row would stand for another token; refusing the warm start")
     if insp.problems:
-        raise ConfigError(settings.init, f"does not match its own config: {insp.problems[0]}")
-    target_cfg = load_target_config(settings.target)
+        raise ConfigError(settings.old_drafter, f"does not match its own config: {insp.problems[0]}")
+    target_cfg = load_target_config(settings.new_target)
     layers = target_layer_count(target_cfg)
     if layers is None:
-        raise ConfigError(settings.target, "config has no num_hidden_layers")
+        raise ConfigError(settings.new_target, "config has no num_hidden_layers")
     if settings.engine == "speculators" and is_mla_target(target_cfg):
-        raise ParameterError("--engine", f"{settings.target} uses multi-head latent attention, and vLLM's hidden-state "
+        raise ParameterError("--engine", f"{settings.new_target} uses multi-head latent attention, and vLLM's hidden-state "
                                          "extractor (speculators' data step) refuses MLA targets; use --engine specforge")
     verdict = drafter_vs_target(insp.spec, insp.config, target_cfg)
     if verdict.level == "incompatible":
-        raise ConfigError(settings.init, f"cannot warm-start on {settings.target}: {verdict.reasons[0]} (its vocabulary "
-                                         "map and fc would have to be replaced: train from scratch instead)")
+        raise ConfigError(settings.old_drafter, f"cannot warm-start on {settings.new_target}: {verdict.reasons[0]} "
+                                                  "(its vocabulary map and fc would have to be replaced: train from "
+                                                  "scratch instead)")
     return {"draft_slots": insp.spec.draft_vocab_size, "target_vocab": insp.spec.vocab_size,
             "full_vocab": insp.spec.full_vocab, "aux_layer_ids": list(insp.spec.aux_layer_ids or []),
             "convention": insp.spec.aux_convention, "speculators_format": is_speculators_config(insp.config),
             "target_layers": layers, "keys": target_keys(settings, target_cfg),
-            **({"chat_template": chat_template_for(settings.chat_template, settings.target, target_cfg)}
+            **({"chat_template": chat_template_for(settings.chat_template, settings.new_target, target_cfg)}
                if settings.engine == "specforge" else {})}
 
 
@@ -260,7 +261,7 @@ def target_keys(settings: RecipeSettings, target_cfg: dict[str, Any]) -> dict[st
     from eaglelab.checkpoints.target_config import is_multimodal
 
     given = {"embedding_key": settings.embedding_key, "lm_head_key": settings.lm_head_key}
-    weights = read_target_weights(settings.target) if None in given.values() else None
+    weights = read_target_weights(settings.new_target) if None in given.values() else None
     read = {} if weights is None or weights.heads is None else \
         {"embedding_key": weights.heads.embed_tokens, "lm_head_key": weights.heads.lm_head}
     out = {}
@@ -270,7 +271,7 @@ def target_keys(settings: RecipeSettings, target_cfg: dict[str, Any]) -> dict[st
         elif key in read:
             out[key] = (read[key], "read from the target's safetensors headers")
         elif is_multimodal(target_cfg):
-            raise ParameterError(f"--{key.replace('_', '-')}", f"{settings.target} wraps its language model "
+            raise ParameterError(f"--{key.replace('_', '-')}", f"{settings.new_target} wraps its language model "
                                  "(text_config) and its weights' names could not be read: give the key (e.g. "
                                  "language_model.model.embed_tokens.weight)")
         else:
@@ -347,7 +348,7 @@ def build_recipe(settings: RecipeSettings, from_run: str | Path | None = None) -
 
 
 #: The settings of a recipe that are paths (local folders, files on the cluster) or hub ids.
-PATH_SETTINGS = ("init", "target", "target_a", "data", "workdir")
+PATH_SETTINGS = ("old_drafter", "new_target", "old_target", "data", "workdir")
 
 
 def as_script_words(settings):
@@ -359,16 +360,16 @@ def as_script_words(settings):
 
 def _local_drafter(s: RecipeSettings, steps: list[Step]) -> str:
     """The old drafter as a local folder on the cluster (downloaded first when it is a hub id)."""
-    if Path(s.init).exists():
-        return s.init
+    if Path(s.old_drafter).exists():
+        return s.old_drafter
     local = f"{s.workdir}/old-drafter"
-    steps.append(Step("download the old drafter", ["hf", "download", s.init, "--local-dir", local]))
+    steps.append(Step("download the old drafter", ["hf", "download", s.old_drafter, "--local-dir", local]))
     return local
 
 
 def _check_step(old: str, new: str, target: str) -> Step:
     return Step("check that the vocabulary map survived (it must read SAME)",
-                ["eaglelab", "compare", old, new, "--target", target],
+                ["eaglelab", "compare", old, new, "--new-target", target],
                 ["`vocabulary maps: MOVED` here means the run regenerated d2t / t2d: do not serve that drafter."])
 
 
@@ -386,11 +387,11 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
              "offline run builds a new map from the data and overwrites the old drafter's (SpecForge issue #300)."]))
     steps.append(Step(
         "serve the new target with SGLang, for the regeneration",
-        ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus), "--port", "30000"],
+        ["python", "-m", "sglang.launch_server", "--model-path", s.new_target, "--tp-size", str(s.gpus), "--port", "30000"],
         background=True))
     steps.append(Step(
         "regenerate the responses with the new target (SpecForge repository script, not in its wheel)",
-        ["python", "scripts/regenerate_train_data.py", "--model", s.target, "--server-address", "localhost:30000",
+        ["python", "scripts/regenerate_train_data.py", "--model", s.new_target, "--server-address", "localhost:30000",
          "--input-file-path", s.data, "--output-file-path", f"{w}/regenerated.jsonl"],
         ["Run from a SpecForge checkout (scripts/ of commit abd0346d, the wheel's source); the drafter then learns",
          "what the new target writes. Its flags follow that script as read: it is not in the wheel, so no test parses them."]))
@@ -398,7 +399,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     steps.append(Step(
         "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
         ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
-         s.target, "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
+         s.new_target, "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
          f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", *option("--chat-template", s.chat_template),
          "--max-length", str(s.max_length)],
         ["It also writes hidden_states/vocab_mapping/vocab_mapping.pt, built from the new data: do NOT use that",
@@ -406,7 +407,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
     config = {
         "run_id": "warm",
         "output_dir": f"{w}/runs",
-        "model": {"target_model_path": s.target, "draft_checkpoint_path": old, "vocab_mapping_path": vocab_file,
+        "model": {"target_model_path": s.new_target, "draft_checkpoint_path": old, "vocab_mapping_path": vocab_file,
                   # where the target keeps its embedding and head (Kimi-K2.5: under language_model.)
                   **{key: name for key, (name, _) in vocab["keys"].items()}},
         "data": {"hidden_states_path": f"{w}/hidden_states", "max_length": s.max_length,
@@ -427,11 +428,11 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
         ["specforge", "export", "--to", "sglang", "--checkpoint", f"{w}/runs/warm-latest", "--draft-config",
          f"{old}/config.json", "--output-dir", export, *([] if full else ["--vocab-mapping", vocab_file])],
         engine_command=("specforge", "export")))
-    steps.append(_check_step(old, export, s.target))
+    steps.append(_check_step(old, export, s.new_target))
     k = s.k
     steps.append(Step(
         "serve the new target with the warm-started drafter",
-        ["python", "-m", "sglang.launch_server", "--model-path", s.target, "--tp-size", str(s.gpus),
+        ["python", "-m", "sglang.launch_server", "--model-path", s.new_target, "--tp-size", str(s.gpus),
          "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", export,
          "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
          str(k + 1)],
@@ -450,29 +451,29 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
     if vocab["speculators_format"]:
         steps.append(Step(
             "copy the old drafter and name the new target as its verifier",
-            ["python", Here("set_verifier.py"), old, start, s.target],
+            ["python", Here("set_verifier.py"), old, start, s.new_target],
             ["speculators 0.9.0's --from-pretrained takes the teacher (lm_head, norm) and the layer ids from the",
              "verifier named in the checkpoint's config, not from --verifier-name-or-path."]))
     else:
         steps.append(Step(
             "convert the old drafter to the speculators format, with the new target as verifier",
-            ["speculators", "convert", old, "--algorithm", "eagle3", "--verifier", s.target, "--output-path", start,
+            ["speculators", "convert", old, "--algorithm", "eagle3", "--verifier", s.new_target, "--output-path", start,
              "--algorithm-kwargs", json.dumps({"eagle_aux_hidden_state_layer_ids": inputs})],
             [f"The SpecForge ids (layer outputs {list(outs)}) become vLLM's layer inputs {inputs};",
              "d2t / t2d are copied from the weights."],
             engine_command=("speculators", "convert")))
     steps.append(Step("serve the new target with vLLM, for the regeneration",
-                      ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--port", "8000"],
+                      ["vllm", "serve", s.new_target, "--tensor-parallel-size", str(s.gpus), "--port", "8000"],
                       background=True))
     steps.append(Step(
         "regenerate the responses with the new target",
         ["speculators", "regenerate-responses", "--endpoint", "http://127.0.0.1:8000/v1/chat/completions",
-         "--model", s.target, "--dataset", s.data, "--outfile", f"{w}/regenerated.jsonl"],
+         "--model", s.new_target, "--dataset", s.data, "--outfile", f"{w}/regenerated.jsonl"],
         engine_command=("speculators", "regenerate-responses")))
     steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
     steps.append(Step(
         "tokenize the regenerated conversations",
-        ["speculators", "prepare-data", "--model", s.target, "--data", f"{w}/regenerated.jsonl", "--output",
+        ["speculators", "prepare-data", "--model", s.new_target, "--data", f"{w}/regenerated.jsonl", "--output",
          f"{w}/data", "--seq-length", str(s.max_length)],
         ["Token frequencies are skipped (the default): a warm start keeps the old map."],
         engine_command=("speculators", "prepare-data")))
@@ -482,30 +483,30 @@ def _speculators(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], d
                  "kv_connector_extra_config": {"shared_storage_path": f"{w}/vllm-hidden-states"}}
     steps.append(Step(
         "serve the new target with vLLM, extracting hidden states at the old drafter's layers",
-        ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--port", "8000",
+        ["vllm", "serve", s.new_target, "--tensor-parallel-size", str(s.gpus), "--port", "8000",
          "--speculative-config", json.dumps(extract), "--kv-transfer-config", json.dumps(connector)],
         ["The layers are the old drafter's: on a warm start speculators takes them from the checkpoint and",
          "ignores --target-layer-ids."], background=True))
     steps.append(Step(
         "capture the hidden states of the new target",
-        ["speculators", "generate-offline-data", "--model", s.target, "--endpoint", "http://127.0.0.1:8000/v1",
+        ["speculators", "generate-offline-data", "--model", s.new_target, "--endpoint", "http://127.0.0.1:8000/v1",
          "--preprocessed-data", f"{w}/data", "--output", f"{w}/data/hidden_states"],
         engine_command=("speculators", "generate-offline-data")))
     steps.append(Step("stop the vLLM server", ["kill", Var("SERVER_PID")]))
     save = f"{w}/checkpoints"
     steps.append(Step(
         "train from the old drafter, keeping its vocabulary map",
-        ["torchrun", f"--nproc_per_node={s.gpus}", "-m", "speculators.train", "--verifier-name-or-path", s.target,
+        ["torchrun", f"--nproc_per_node={s.gpus}", "-m", "speculators.train", "--verifier-name-or-path", s.new_target,
          "--from-pretrained", start, "--data-path", f"{w}/data", "--hidden-states-path", f"{w}/data/hidden_states",
          "--on-missing", "raise", "--save-path", save, "--lr", str(v["learning_rate"]), "--epochs", str(v["epochs"]),
          "--ttt-steps", str(v["ttt_length"]), "--optimizer", "adamw", "--scheduler-type", "cosine"],
         ["No --draft-vocab-size, --d2t-path or --token-freq-path: any of them replaces the old map. --save-path must",
          "be new (an existing one resumes and ignores --from-pretrained). speculators 0.9.0 keeps lm_head frozen."],
         engine_command=("speculators", "train")))
-    steps.append(_check_step(start, f"{save}/checkpoint_best", s.target))
+    steps.append(_check_step(start, f"{save}/checkpoint_best", s.new_target))
     steps.append(Step(
         "serve the new target with the warm-started drafter",
-        ["vllm", "serve", s.target, "--tensor-parallel-size", str(s.gpus), "--speculative-config",
+        ["vllm", "serve", s.new_target, "--tensor-parallel-size", str(s.gpus), "--speculative-config",
          json.dumps({"method": "eagle3", "model": f"{save}/checkpoint_best",
                      "num_speculative_tokens": s.k})],
         ["vLLM logs `SpecDecoding metrics` lines: `eaglelab perf --log server.log` turns them into tok/s."]))

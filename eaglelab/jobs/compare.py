@@ -19,14 +19,14 @@ class CompareSettings:
     """Which drafters to compare, and against which target.
 
     Attributes:
-        drafter_a: the old drafter (folder, file, shard index or hub id).
-        drafter_b: the other drafter.
-        target: the target both should serve (folder, config.json or hub id); None: drafters only.
+        old_drafter: the old drafter (folder, file, shard index or hub id).
+        new_drafter: the other drafter (the new target's own, when there is one).
+        new_target: the target both should serve (folder, config.json or hub id); None: drafters only.
     """
 
-    drafter_a: str
-    drafter_b: str
-    target: str | None = None
+    old_drafter: str
+    new_drafter: str
+    new_target: str | None = None
 
 
 @dataclass
@@ -58,8 +58,8 @@ class ComparisonReport:
 
     def headline(self, tag: str = "") -> str:
         s = self.settings
-        on = f" on {s.target}" if s.target else ""
-        return (f"{self.level.upper()}{' ' + tag if tag else ''}: {s.drafter_a} (A) vs {s.drafter_b} (B){on}; "
+        on = f" on {s.new_target}" if s.new_target else ""
+        return (f"{self.level.upper()}{' ' + tag if tag else ''}: {s.old_drafter} (A) vs {s.new_drafter} (B){on}; "
                 f"worst finding: {self.worst}")
 
     def to_json(self) -> dict[str, Any]:
@@ -70,4 +70,4 @@ def compare_drafters(settings: CompareSettings) -> ComparisonReport:
     """Configs, tensor tables, vocabulary maps and (with a target) each drafter's fit, from metadata only."""
     from eaglelab.checkpoints.inspection import compare_checkpoints
 
-    return ComparisonReport(settings, compare_checkpoints(settings.drafter_a, settings.drafter_b, settings.target))
+    return ComparisonReport(settings, compare_checkpoints(settings.old_drafter, settings.new_drafter, settings.new_target))

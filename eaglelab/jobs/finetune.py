@@ -23,11 +23,11 @@ class FinetuneSettings:
     """What a fine-tune trains on and how.
 
     Attributes:
-        target: the new target (folder or hub id).
+        new_target: the new target (folder or hub id).
         old_drafter: the old drafter: the warm start's initialisation, and the plug-in baseline (None: from
             scratch only).
         data: a text or JSONL file; None: the world's replies of the target (demo world), else built-in text.
-        world_dir: the world folder whose replies to use; None: the one ``target`` lies in.
+        world_dir: the world folder whose replies to use; None: the one ``new_target`` lies in.
         seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (caps for a world's replies).
         steps: optimizer steps per run.
         batch_size: sequences per step.
@@ -42,7 +42,7 @@ class FinetuneSettings:
         trust_remote_code: allow the target's own code (off unless asked).
     """
 
-    target: str
+    new_target: str
     old_drafter: str | None = None
     data: str | None = None
     world_dir: str | None = None
@@ -109,10 +109,10 @@ def check_finetune(settings: FinetuneSettings) -> dict:
     from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
 
     if settings.old_drafter:
-        _, tcfg = check_drafter(settings.old_drafter, settings.target)
+        _, tcfg = check_drafter(settings.old_drafter, settings.new_target)
     else:
-        tcfg = check_target(settings.target)
-    check_context(settings.seq_len, "--seq-len", (settings.target, tcfg))
+        tcfg = check_target(settings.new_target)
+    check_context(settings.seq_len, "--seq-len", (settings.new_target, tcfg))
     return tcfg
 
 
@@ -130,10 +130,10 @@ def load_inputs(settings: FinetuneSettings, device: str | None = None, progress:
     from eaglelab.model.targets import load_target
 
     check_finetune(settings)
-    model, tok = load_target(settings.target, dtype=settings.dtype, device=device or settings.device,
+    model, tok = load_target(settings.new_target, dtype=settings.dtype, device=device or settings.device,
                              trust_remote_code=settings.trust_remote_code)
     if tok is None:
-        raise SourceError(settings.target, "no tokenizer found beside the target")
+        raise SourceError(settings.new_target, "no tokenizer found beside the target")
     old = load_drafter(settings.old_drafter) if settings.old_drafter else None
     if bar is not None:
         bar.set_postfix_str("capturing the new target's data")
@@ -145,7 +145,7 @@ def load_inputs(settings: FinetuneSettings, device: str | None = None, progress:
         if not world.root.is_dir():
             raise ParameterError("--world-dir", f"{settings.world_dir} is not a folder")
     else:
-        world = world_of(settings.target)
+        world = world_of(settings.new_target)
     data, source = finetune_set(model, tok, spec, settings.data, world, settings.seq_len, settings.train_sequences,
                                 settings.eval_sequences, progress=progress)
     return FinetuneInputs(model, tok, old, data, source, world)
@@ -198,14 +198,14 @@ class FinetuneReport:
                 **{start: float(r.metrics[-1]["eval_accept_len"]) for start, r in self.runs.items()}}
 
     def to_json(self) -> dict[str, Any]:
-        return {"checkpoints": {"target": self.settings.target, "old_drafter": self.settings.old_drafter},
+        return {"checkpoints": {"new_target": self.settings.new_target, "old_drafter": self.settings.old_drafter},
                 "k": self.settings.k, "steps": self.settings.steps, "data": self.data, "held_out_tau": self.taus,
                 "final_loss": {start: r.metrics[-1]["loss"] for start, r in self.runs.items()},
                 "recommendation": self.recommendation.to_json()}
 
     def headline(self, tag: str = "") -> str:
         s, t = self.settings, self.taus
-        return (f"{self.recommendation.action.upper()}{' ' + tag if tag else ''} for {s.target} from {s.old_drafter} "
+        return (f"{self.recommendation.action.upper()}{' ' + tag if tag else ''} for {s.new_target} from {s.old_drafter} "
                 f"on held-out τ (teacher forced, k = {s.k}, {s.steps} steps each; {self.data}): plugged in "
                 f"{t[Option.PLUG_IN]:.2f}, warm start {t[Option.WARM_START]:.2f}, from scratch "
                 f"{t[Option.FROM_SCRATCH]:.2f}")
@@ -305,7 +305,7 @@ def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, draft
 
     sglang = save_drafter(drafter, Path(out_dir) / "sglang", dtype="bfloat16", overwrite=force)
     vllm = export_drafter(sglang, Path(out_dir) / "vllm", "speculators", inputs.model.config.to_dict(),
-                          verifier=str(settings.target), target_embedding=inputs.model.get_input_embeddings().weight,
+                          verifier=str(settings.new_target), target_embedding=inputs.model.get_input_embeddings().weight,
                           overwrite=force, k=settings.k)
     return sglang, vllm
 
@@ -321,7 +321,7 @@ def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | P
 
     out = {}
     for engine in TRAINING_ENGINES:
-        recipe = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.target), data=data,
+        recipe = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.new_target), data=data,
                                              gpus=gpus, k=settings.k), from_run=warm_run)
         out[engine] = (recipe, recipe.write(Path(out_dir) / engine, overwrite=force))
     return out

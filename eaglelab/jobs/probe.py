@@ -18,9 +18,9 @@ class ProbeSettings:
     """What the probe runs on and how.
 
     Attributes:
-        target_a: the old target (the drafter was trained on it): folder or hub id.
-        target_b: the new target.
-        drafter: the old drafter.
+        old_target: the old target (the drafter was trained on it): folder or hub id.
+        new_target: the new target.
+        old_drafter: the old drafter.
         data: a text or JSONL file; None: the world's held-out conversations when target A lies in
             a world that keeps them (the demo world), else built-in text (:func:`eaglelab.data.sets.probe_set`).
         world_dir: the world folder whose conversations and prompts to use; None: the one target A lies in.
@@ -33,14 +33,14 @@ class ProbeSettings:
         dtype, device, device_map: how the targets load (``device_map="auto"`` spreads each over the GPUs);
             from dumps, the dtype of the head products and the device they run on.
         trust_remote_code: allow the targets' own code (off unless asked).
-        states_a, states_b: folders of the engines' hidden-state dumps of A and of B (SpecForge's or
+        old_states, new_states: folders of the engines' hidden-state dumps of A and of B (SpecForge's or
             vLLM's layout, :mod:`eaglelab.data.dumps`): the probe then loads neither target, only
             their heads and embeddings; ``sequences`` caps the sample pairs probed.
     """
 
-    target_a: str
-    target_b: str
-    drafter: str
+    old_target: str
+    new_target: str
+    old_drafter: str
     data: str | None = None
     world_dir: str | None = None
     sequences: int = 24
@@ -53,12 +53,12 @@ class ProbeSettings:
     device: str | None = None
     device_map: str | None = None
     trust_remote_code: bool = False
-    states_a: str | None = None
-    states_b: str | None = None
+    old_states: str | None = None
+    new_states: str | None = None
 
     @property
     def from_dumps(self) -> bool:
-        return self.states_a is not None or self.states_b is not None
+        return self.old_states is not None or self.new_states is not None
 
     def __post_init__(self):
         from eaglelab.errors import ParameterError, require_whole
@@ -68,8 +68,9 @@ class ProbeSettings:
         require_whole("measure_prompts", self.measure_prompts, low=0)
         if self.dtype not in DTYPES:
             raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if (self.states_a is None) != (self.states_b is None):
-            raise ParameterError("--states-a / --states-b", "give both dump folders (A's and B's), or neither")
+        if (self.old_states is None) != (self.new_states is None):
+            raise ParameterError("--old-states / --new-states",
+                                 "give both dump folders (the old target's and the new's), or neither")
 
 
 @dataclass
@@ -117,10 +118,10 @@ class ProbeReport:
         return float(self.result.eval_b["accept_len"])
 
     def to_json(self) -> dict[str, Any]:
-        out = {**self.result.to_json(), "checkpoints": {"target_a": self.settings.target_a,
-                                                        "target_b": self.settings.target_b,
-                                                        "drafter": self.settings.drafter},
-               "states": ({"a": self.settings.states_a, "b": self.settings.states_b} if self.settings.from_dumps
+        out = {**self.result.to_json(), "checkpoints": {"old_target": self.settings.old_target,
+                                                        "new_target": self.settings.new_target,
+                                                        "old_drafter": self.settings.old_drafter},
+               "states": ({"old": self.settings.old_states, "new": self.settings.new_states} if self.settings.from_dumps
                           else None), "notes": list(self.notes),
                "k": self.settings.k, "data": {"description": self.data, "positions": self.positions}}
         if self.measured is not None:
@@ -130,9 +131,9 @@ class ProbeReport:
     def headline(self, tag: str = "") -> str:
         """One line: the verdict (or that there is none), τ on A and B, agreement, and which checkpoints were compared."""
         s, decision = self.settings, self.result.decision
-        why = "" if decision.decided else " (the old drafter gains nothing on target A)"
-        return (f"Verdict{' ' + tag if tag else ''}: {decision.label.upper()}{why} · drafter {s.drafter} "
-                f"on {s.target_a} (A) and {s.target_b} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
+        why = "" if decision.decided else f" ({decision.cause})"
+        return (f"Verdict{' ' + tag if tag else ''}: {decision.label.upper()}{why} · drafter {s.old_drafter} "
+                f"on {s.old_target} (A) and {s.new_target} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
                 f"{self.tau_b:.2f} on B · next-token agreement {100 * self.result.argmax_agreement:.1f}%")
 
     def lines(self) -> list[str]:
@@ -165,19 +166,20 @@ def check_probe(settings: ProbeSettings) -> None:
     """
     from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
 
-    _, cfg_a = check_drafter(settings.drafter, settings.target_a)
-    cfg_b = check_target(settings.target_b)
-    check_target_pair(settings.target_a, cfg_a, settings.target_b, cfg_b)
-    check_context(settings.seq_len, "--seq-len", (settings.target_a, cfg_a), (settings.target_b, cfg_b))
+    _, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
+    cfg_b = check_target(settings.new_target)
+    check_target_pair(settings.old_target, cfg_a, settings.new_target, cfg_b)
+    check_context(settings.seq_len, "--seq-len", (settings.old_target, cfg_a), (settings.new_target, cfg_b))
 
 
 def load_pair(settings: ProbeSettings, bar=None) -> ProbePair:
     """Check, then load both targets, the drafter and the probe's data (``bar``: a progress bar to advance by 3)."""
-    from eaglelab.data.sets import probe_set, world_of
-    from eaglelab.data.world import World
-    from eaglelab.errors import ParameterError, SourceError
+    from eaglelab.data.probe_data import probe_world
+    from eaglelab.data.sets import probe_set
+    from eaglelab.errors import SourceError
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
+    from eaglelab.probe.memory import check_live_probe_memory
 
     def step(text: str) -> None:
         if bar is not None:
@@ -185,23 +187,20 @@ def load_pair(settings: ProbeSettings, bar=None) -> ProbePair:
             bar.update()
 
     check_probe(settings)
+    check_live_probe_memory(settings.old_target, settings.new_target, settings.old_drafter, settings.dtype,
+                            settings.batch_size, settings.seq_len, settings.k, settings.device, settings.device_map)
     step("checked configs and headers")
     kwargs = {"dtype": settings.dtype, "device": settings.device, "device_map": settings.device_map,
               "trust_remote_code": settings.trust_remote_code}
-    model_a, tok = load_target(settings.target_a, **kwargs)
+    model_a, tok = load_target(settings.old_target, **kwargs)
     if tok is None:
-        raise SourceError(settings.target_a, "no tokenizer found beside the target")
+        raise SourceError(settings.old_target, "no tokenizer found beside the target")
     step("loaded target A")
-    model_b, _ = load_target(settings.target_b, **kwargs)
-    drafter = load_drafter(settings.drafter).to(next(model_a.parameters()).device)
+    model_b, _ = load_target(settings.new_target, **kwargs)
+    drafter = load_drafter(settings.old_drafter).to(next(model_a.parameters()).device)
     step("loaded target B and the drafter")
-    if settings.world_dir is not None:
-        world = World.at(settings.world_dir)
-        if not world.root.is_dir():
-            raise ParameterError("--world-dir", f"{settings.world_dir} is not a folder")
-    else:
-        world = world_of(settings.target_a)
-    data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data)
+    world = probe_world(settings.old_target, settings.world_dir)
+    data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data, old_target=settings.old_target)
     return ProbePair(model_a, model_b, tok, drafter, data, world)
 
 
@@ -229,7 +228,7 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
     with progress_bar(total=(0 if pair else 3) + batches, desc="plug-in probe", disable=not progress,
                       leave=True) as bar:
         pair = pair or load_pair(settings, bar)
-        source = ProbeSource(printable(str(pair.data.source)))
+        source = ProbeSource(printable(str(pair.data.source)), data=pair.data.choice)
         if not pair.data.positions:  # nothing counts: refused before either target runs
             raise SourceError(source.where, f"0 positions counted in {len(pair.data.ids)} sequences: nothing to measure")
         bar.total = bar.n + -(-len(pair.data.ids) // settings.batch_size)  # the data may hold fewer sequences
@@ -253,9 +252,9 @@ def check_dump_probe(settings: ProbeSettings) -> tuple[Any, dict[str, Any], dict
     """
     from eaglelab.checkpoints.preflight import check_drafter, check_target, check_target_pair
 
-    spec, cfg_a = check_drafter(settings.drafter, settings.target_a)
-    cfg_b = check_target(settings.target_b)
-    check_target_pair(settings.target_a, cfg_a, settings.target_b, cfg_b)
+    spec, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
+    cfg_b = check_target(settings.new_target)
+    check_target_pair(settings.old_target, cfg_a, settings.new_target, cfg_b)
     return spec, cfg_a, cfg_b
 
 
@@ -271,28 +270,21 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
     from eaglelab.checkpoints.target_config import target_layer_count
     from eaglelab.data.dumps import open_dumps, pair_dumps
-    from eaglelab.errors import CheckpointMismatchError
     from eaglelab.inputs import printable
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.heads import read_target_heads
-    from eaglelab.probe.dumps import run_dump_probe
+    from eaglelab.probe.dumps import load_dump_probe, run_dump_probe
     from eaglelab.progress import progress as progress_bar
 
     spec, cfg_a, _ = check_dump_probe(settings)
     # the folders are listed and paired (one folder twice is refused) before any head is read
-    folder_a, folder_b = open_dumps(settings.states_a), open_dumps(settings.states_b)
+    folder_a, folder_b = open_dumps(settings.old_states), open_dumps(settings.new_states)
     pairs = pair_dumps(folder_a, folder_b, limit=settings.sequences)
     device = torch.device(settings.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, settings.dtype)
-    heads_a = read_target_heads(settings.target_a).to(device, dtype)
-    heads_b = read_target_heads(settings.target_b).to(device, dtype)
-    for heads in (heads_a, heads_b):
-        if heads.hidden_size != spec.target_hidden_size:
-            raise CheckpointMismatchError(heads.source, f"lm_head is {heads.hidden_size} wide, the drafter reads "
-                                                        f"{spec.target_hidden_size}")
+    # sized from headers against the memory free, then read: heads in the dtype, the drafter without its own [V, H]
+    heads_a, heads_b, drafter = load_dump_probe(pairs, settings.old_target, settings.new_target, settings.old_drafter,
+                                                spec, dtype, device, settings.batch_size, settings.k)
     for folder, heads in ((folder_a, heads_a), (folder_b, heads_b)):
         folder.hidden_size, folder.vocab_size = heads.hidden_size, heads.vocab_size
-    drafter = load_drafter(settings.drafter).to(device)
     outs = aux_ids_as_layer_outputs(spec.aux_layer_ids, spec.aux_convention, target_layer_count(cfg_a))
     batches = -(-len(pairs.indices) // settings.batch_size)
     with progress_bar(total=batches, desc="plug-in probe (dumps)", disable=not progress, leave=True) as bar:

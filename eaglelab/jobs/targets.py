@@ -17,15 +17,15 @@ class TargetCompareSettings:
     """Which targets to compare, and (optionally) which drafter's ids to check.
 
     Attributes:
-        target_a: the old target (folder, config.json, or hub id).
-        target_b: the new target.
-        drafter: a drafter of the old target; its draft vocabulary's ids are checked in both tokenizers.
+        old_target: the old target (folder, config.json, or hub id).
+        new_target: the new target.
+        old_drafter: a drafter of the old target; its draft vocabulary's ids are checked in both tokenizers.
         revision: hub revision for hub ids.
     """
 
-    target_a: str
-    target_b: str
-    drafter: str | None = None
+    old_target: str
+    new_target: str
+    old_drafter: str | None = None
     revision: str | None = None
 
 
@@ -68,7 +68,7 @@ class TargetComparisonReport:
 
     def headline(self) -> str:
         s = self.settings
-        return f"{self.verdict.line} ({s.target_a} -> {s.target_b})"
+        return f"{self.verdict.line} ({s.old_target} -> {s.new_target})"
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -126,8 +126,8 @@ def compare_targets(settings: TargetCompareSettings) -> TargetComparisonReport:
     """Configs, quantization, tokenizers and chat templates of two targets, and the verdict for the old drafter."""
     from eaglelab.checkpoints.target_compare import compare_templates, compare_tokenizers, diff_target_configs, target_verdict
 
-    a, b = read_target(settings.target_a, settings.revision), read_target(settings.target_b, settings.revision)
-    ids = drafter_target_ids(settings.drafter) if settings.drafter else None
+    a, b = read_target(settings.old_target, settings.revision), read_target(settings.new_target, settings.revision)
+    ids = drafter_target_ids(settings.old_drafter) if settings.old_drafter else None
     diffs = diff_target_configs(a.config, b.config, a.quantization, b.quantization)
     tokenizers = compare_tokenizers(a.tokenizer, b.tokenizer, ids)
     templates = compare_templates(a.tokenizer, b.tokenizer)

@@ -33,7 +33,7 @@ from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.tensor_table import check_vocab_maps
 from eaglelab.checkpoints.variants import Rope, check_computed, layer_body, rope_of
 from eaglelab.errors import CheckpointMismatchError, ConfigError
-from eaglelab.model.attention import DrafterAttention, DrafterKV, MlaAttention, RMSNorm
+from eaglelab.model.attention import DrafterAttention, DrafterKV, MlaAttention, RMSNorm, rope_inv_freq
 from eaglelab.model.vocab import identity_vocab_map
 
 
@@ -86,11 +86,14 @@ class Eagle3Drafter(nn.Module):
         tensor_names: the names of the tensors the file holds, when loading one: a TorchSpec vLLM export's
             aux ids are read (and saved) as the layer outputs they were trained on, and an absent
             ``q_lora_rank`` beside a ``q_proj`` is refused (:func:`drafter_spec_from_config`).
+        initialise: False leaves the weights and the vocabulary map as created, for a checkpoint to fill
+            (:meth:`unallocated`); a fresh drafter (True) is initialised from ``seed``.
 
     Attributes:
         spec: the parsed DrafterSpec.
         config: a copy of the config dict, written back on save (in its own format).
-        has_embedding: False until the embedding is loaded or taken from the target.
+        has_embedding: False until the embedding is loaded or taken from the target (until then a loaded
+            drafter holds a placeholder, no [V, H] tensor: :meth:`holds`).
         has_head: False for a full-vocabulary drafter whose file holds no ``lm_head``: it serves the
             target's (lent by :meth:`serving_embedding`, or copied by :meth:`set_embedding`).
         has_vocab_map: whether ``d2t`` / ``t2d`` are part of the drafter's files (always for a reduced
@@ -100,7 +103,8 @@ class Eagle3Drafter(nn.Module):
         UnsupportedDrafterError: a family or flag eaglelab does not compute exactly (one line naming it).
     """
 
-    def __init__(self, config: dict[str, Any], seed: int = 0, where: str = "config.json", tensor_names=None):
+    def __init__(self, config: dict[str, Any], seed: int = 0, where: str = "config.json", tensor_names=None,
+                 initialise: bool = True):
         super().__init__()
         self.config = copy.deepcopy(config)
         check_computed(config, where)
@@ -126,8 +130,62 @@ class Eagle3Drafter(nn.Module):
         self.has_embedding = False
         self.has_head = True
         self.has_vocab_map = not spec.full_vocab
-        self.reset_parameters(seed=seed)
-        self.set_vocab_map(*identity_vocab_map(spec.vocab_size, spec.draft_vocab_size))
+        if initialise:
+            self.reset_parameters(seed=seed)
+            self.set_vocab_map(*identity_vocab_map(spec.vocab_size, spec.draft_vocab_size))
+
+    @classmethod
+    def unallocated(cls, config: dict[str, Any], where: str = "config.json", tensor_names=None,
+                    dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+        """The drafter's modules with no weight allocated or initialised: meta tensors of ``dtype`` (no data).
+
+        What a checkpoint is read into (:func:`eaglelab.model.drafter_files.load_drafter` assigns each tensor as
+        it is read, in the dtype asked for): a Kimi-sized drafter is never first built and randomly initialised
+        in float32 (9.4 GB) only to be overwritten. RoPE's inverse frequencies, computed and never stored, are
+        computed for real, in float32. A weight the checkpoint does not hold stays a placeholder (:meth:`holds`).
+        """
+        with torch.device("meta"):
+            model = cls(config, where=where, tensor_names=tensor_names, initialise=False).to(dtype)
+        attn = model.midlayer.self_attn
+        attn.inv_freq = rope_inv_freq(attn.rope_dims if isinstance(attn, MlaAttention) else attn.d,
+                                      rope_of(layer_body(config), where))
+        return model
+
+    def holds(self, name: str) -> bool:
+        """Whether the drafter holds the weight ``name`` (``embed_tokens.weight``, ``lm_head.weight``).
+
+        One it does not hold is a placeholder, a meta tensor of its shape and dtype: an embedding (or a
+        full-vocabulary head) the target lends when the drafter serves (:meth:`serving_embedding`), or that
+        :meth:`set_embedding` copies in. No [V, H] tensor is allocated for it.
+        """
+        return not self.get_parameter(name).is_meta
+
+    def _placeholders(self) -> list[tuple[nn.Module, str, nn.Parameter]]:
+        return [(m, "weight", m.weight) for m in (self.embed_tokens, self.lm_head) if m.weight.is_meta]
+
+    def _apply(self, fn, recurse=True):
+        """:meth:`torch.nn.Module._apply` (``.to``, ``.half``, ``.cuda``), placeholders left placeholders.
+
+        A placeholder holds no data to move: it stays a meta tensor, in the dtype ``fn`` gives its dtype.
+        """
+        held = self._placeholders()
+        for module, name, _ in held:
+            del module._parameters[name]
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            for module, name, p in held:
+                dtype = fn(torch.empty(0, dtype=p.dtype)).dtype
+                module._parameters[name] = nn.Parameter(torch.empty(p.shape, dtype=dtype, device="meta"),
+                                                        requires_grad=p.requires_grad)
+
+    def _hold(self, module: nn.Module) -> torch.Tensor:
+        """``module.weight``, allocated (uninitialised, on the drafter's device) first when it is a placeholder."""
+        if module.weight.is_meta:
+            p = module.weight
+            module.weight = nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=self.fc.weight.device),
+                                         requires_grad=p.requires_grad)
+        return module.weight
 
     def reset_parameters(self, std: float | None = None, seed: int = 0) -> None:
         """Initialise linear weights N(0, std) (``initializer_range``), norms to ones."""
@@ -162,7 +220,7 @@ class Eagle3Drafter(nn.Module):
         """
         self._check_lent(weight, head)
         with torch.no_grad():
-            self.embed_tokens.weight.copy_(weight)
+            self._hold(self.embed_tokens).copy_(weight)
         self.has_embedding = True
         if not self.has_head:
             self.init_head_from_target(head)
@@ -223,7 +281,7 @@ class Eagle3Drafter(nn.Module):
             norm_weight: the target's final RMSNorm weight [H].
         """
         with torch.no_grad():
-            self.lm_head.weight.copy_(lm_head_weight[self.t2d].to(self.lm_head.weight.dtype))
+            self._hold(self.lm_head).copy_(lm_head_weight[self.t2d].to(self.lm_head.weight.dtype))
             if norm_weight is not None:
                 self.norm.weight.copy_(norm_weight.to(self.norm.weight.dtype))
 
@@ -249,6 +307,11 @@ class Eagle3Drafter(nn.Module):
         Returns:
             [B, S, H] pre-norm hidden states.
         """
+        if self.embed_tokens.weight.is_meta:
+            head = "" if self.has_head else " and no lm_head"
+            raise CheckpointMismatchError("embed_tokens", f"the drafter has no embedding{head} of its own: it drafts "
+                                                          f"with the target's (serving_embedding(embedding"
+                                                          f"{', head' if head else ''}), or set_embedding)")
         emb = self.embed_tokens(token_ids).to(hidden.dtype)
         return self.midlayer(emb, hidden, positions, cache=cache, step_kv=step_kv)
 
@@ -303,6 +366,26 @@ class Eagle3Drafter(nn.Module):
                            aux_layer_ids: list[int] | None = None, seed: int = 0, **overrides) -> Eagle3Drafter:
         """A fresh drafter sized for a target, as SpecForge derives its config."""
         return cls(drafter_config_for_target(target_cfg, draft_vocab_size, aux_layer_ids, **overrides), seed=seed)
+
+
+def ttt_pass_bytes(spec: DrafterSpec, positions: int, batch: int, element: int, k: int) -> int:
+    """What one teacher-forced pass of ``k`` steps over a batch holds at its peak, bytes (an estimate from the shapes).
+
+    For the probes' memory pre-flights: the target's draft-vocabulary probabilities and their padded copy,
+    a step's log-probabilities and shifted targets (float32), ``k`` steps of logits, the MLP's three
+    [T, I], each step's [S, S + k] attention scores with their float32 softmax, the projected states.
+
+    Args:
+        spec: the drafter's.
+        positions: the batch's positions T (rows times the longest row).
+        batch: its rows.
+        element: bytes per value in the drafter's dtype.
+        k: the steps.
+    """
+    T, Vd, S = positions, spec.draft_vocab_size, max(1, positions // max(1, batch))
+    return int(T * Vd * (5 * 4 + k * element) + 3 * T * spec.intermediate_size * element
+               + batch * spec.num_attention_heads * S * (S + k) * (2 * element + 8)
+               + 4 * T * (3 * spec.target_hidden_size + spec.hidden_size) * element)
 
 
 def native_aux_ids(config: dict[str, Any]) -> dict[str, Any]:

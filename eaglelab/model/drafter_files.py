@@ -12,9 +12,13 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.checkpoints.headers import TensorInfo
+from eaglelab.checkpoints.sources import read_tensor_into
 from eaglelab.checkpoints.tensor_table import check_vocab_maps
-from eaglelab.errors import CheckpointMismatchError, ConfigError
+from eaglelab.errors import CheckpointMismatchError, ConfigError, SourceError
+from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.vocab import identity_vocab_map
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -24,7 +28,8 @@ def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
     """State dict in the key names of the drafter's own format (RoPE buffers excluded; d2t / t2d kept exact).
 
     A full-vocabulary drafter leaves out what its file did not hold: ``lm_head`` when it serves the
-    target's, the vocabulary maps when it had none (they are the identity).
+    target's, the vocabulary maps when it had none (they are the identity); so does any drafter the
+    embedding it does not hold (a placeholder, :meth:`Eagle3Drafter.holds`).
     """
     sd = {}
     prefix = model.spec.layer_prefix + "."
@@ -32,7 +37,7 @@ def drafter_state_dict(model: Eagle3Drafter, include_embedding: bool = False,
     left_out |= set() if model.has_head else {"lm_head.weight"}
     left_out |= set() if model.has_vocab_map else {"d2t", "t2d"}
     for k, v in model.state_dict().items():
-        if k.endswith("inv_freq") or k in left_out:
+        if k.endswith("inv_freq") or k in left_out or v.is_meta:
             continue
         k = prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k
         v = v.detach()
@@ -90,23 +95,21 @@ def normalise_drafter_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     return out
 
 
-def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where: str) -> None:
-    """Load a state dict strictly: every required key present with the right shape, nothing unknown.
+def check_drafter_tensors(model: Eagle3Drafter, shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    """Every tensor a drafter needs present with its shape and nothing unknown, from names and shapes alone.
 
-    ``embed_tokens.weight`` may be absent (``model.has_embedding`` then stays False); so may a
-    full-vocabulary drafter's ``lm_head`` (``model.has_head`` False: it serves the target's) and its
-    vocabulary maps (the identity).
+    ``shapes``: normalised name -> shape (a state dict's, or the headers' before any byte is read).
+    ``embed_tokens.weight`` may be absent, and so may a full-vocabulary drafter's ``lm_head`` and maps.
 
     Raises:
         CheckpointMismatchError: listing every missing, unexpected and wrong-shaped key.
     """
-    sd = normalise_drafter_keys(sd)
-    own = {k: v for k, v in model.state_dict().items() if not k.endswith("inv_freq")}
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith("inv_freq")}
     optional = {"embed_tokens.weight"} | ({"lm_head.weight", "d2t", "t2d"} if model.spec.full_vocab else set())
-    missing = [k for k in own if k not in sd and k not in optional]
-    unexpected = [k for k in sd if k not in own]
-    wrong = [f"{k} {list(sd[k].shape)} (expected {list(own[k].shape)})"
-             for k in own if k in sd and sd[k].shape != own[k].shape]
+    missing = [k for k in own if k not in shapes and k not in optional]
+    unexpected = [k for k in shapes if k not in own]
+    wrong = [f"{k} {list(shapes[k])} (expected {list(own[k])})"
+             for k in own if k in shapes and tuple(shapes[k]) != own[k]]
     if missing or unexpected or wrong:
         parts = []
         if missing:
@@ -116,32 +119,68 @@ def load_drafter_state(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where:
         if wrong:
             parts.append("wrong shape " + ", ".join(wrong))
         raise CheckpointMismatchError(where, "; ".join(parts))
-    if ("d2t" in sd) != ("t2d" in sd):
+    if ("d2t" in shapes) != ("t2d" in shapes):
         raise CheckpointMismatchError(where, "holds one vocabulary map without the other (d2t and t2d go together)")
-    problems = check_vocab_maps(sd["d2t"].numpy(), sd["t2d"].numpy(), model.spec.draft_vocab_size) if "d2t" in sd else []
+
+
+def _check_maps(model: Eagle3Drafter, sd: dict[str, torch.Tensor], where: str) -> None:
+    if "d2t" not in sd:
+        return
+    problems = check_vocab_maps(sd["d2t"].numpy(), sd["t2d"].numpy(), model.spec.draft_vocab_size)
     if problems:
         raise CheckpointMismatchError(where, "; ".join(problems))
-    with torch.no_grad():
-        for k, v in sd.items():
-            target = own[k]
-            target.copy_(v.to(target.dtype))
-    model.has_embedding = "embed_tokens.weight" in sd
-    model.has_head = "lm_head.weight" in sd
-    model.has_vocab_map = "d2t" in sd or not model.spec.full_vocab
 
 
-def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagle3Drafter:
+def _mark_held(model: Eagle3Drafter, names) -> None:
+    model.has_embedding = "embed_tokens.weight" in names
+    model.has_head = "lm_head.weight" in names
+    model.has_vocab_map = "d2t" in names or not model.spec.full_vocab
+
+
+#: safetensors dtype -> torch dtype, for what a drafter file holds (floats, the maps' integers and booleans).
+_STORED = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def read_tensor(info: TensorInfo) -> torch.Tensor:
+    """One tensor of a local safetensors file, by its header's span, into a new tensor of its stored dtype.
+
+    Raises:
+        SourceError: a dtype eaglelab does not read, or the file cannot be read; HeaderError: it ends early.
+    """
+    if info.dtype not in _STORED:
+        raise SourceError(printable(info.file), f"tensor {printable(repr(info.name))} is {info.dtype}, which eaglelab "
+                                                f"does not read ({', '.join(_STORED)})")
+    out = torch.empty(info.shape, dtype=_STORED[info.dtype])
+    if out.numel():
+        read_tensor_into(info, memoryview(out.reshape(-1).view(torch.uint8).numpy()))
+    return out
+
+
+def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 embedding: bool = True) -> Eagle3Drafter:
     """Load a drafter folder (SpecForge / SGLang layout, or speculators) into :class:`Eagle3Drafter`.
 
-    Weights are read with safetensors (never unpickled). A missing ``embed_tokens`` is
-    allowed: take it from the target with :meth:`Eagle3Drafter.set_embedding`.
+    Weights are read with their headers' spans (never unpickled), one tensor at a time, each assigned in
+    ``dtype`` on ``device`` as it is read: nothing is allocated before it is read, nothing is randomly
+    initialised, and a Kimi-K2-sized drafter (embedding left to the target) takes its 2.4 GB in bf16 and
+    not the 14 GB of a float32 build plus the file. Names and shapes are checked from the headers before
+    any byte is read. A missing ``embed_tokens`` is allowed: take it from the target with
+    :meth:`Eagle3Drafter.set_embedding`, or lend it with :meth:`Eagle3Drafter.serving_embedding`.
+
+    Args:
+        source: folder, safetensors file, shard index or hub id.
+        dtype: the floating-point weights' dtype (the vocabulary maps stay integer / boolean).
+        device: where the weights go.
+        embedding: False leaves the file's ``embed_tokens`` unread (a placeholder, :meth:`Eagle3Drafter.holds`):
+            for a drafter that only ever serves with the target's embedding lent (the probes), which would
+            otherwise hold a second [V, H] table.
 
     Raises:
         SourceError / ConfigError: unreadable folder or config.
         CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
     """
-    from safetensors.torch import load_file
-
     from eaglelab.checkpoints.sources import load_checkpoint
 
     ck = load_checkpoint(str(source))
@@ -153,9 +192,24 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32) -> Eagl
         ck = load_checkpoint(snapshot_download(str(source), revision=commit, allow_patterns=["*.json", "*.safetensors"]))
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights")
-    sd: dict[str, torch.Tensor] = {}
-    for f in ck.weight_files:
-        sd.update(load_file(f))
-    model = Eagle3Drafter(ck.config, where=str(ck.config_path or source), tensor_names=sd)
-    load_drafter_state(model, sd, str(source))
-    return model.to(dtype)
+    model = Eagle3Drafter.unallocated(ck.config, str(ck.config_path or source), list(ck.tensors), dtype)
+    infos = normalise_drafter_keys(ck.tensors)
+    check_drafter_tensors(model, {k: tuple(info.shape) for k, info in infos.items()}, str(source))
+    maps = {k: read_tensor(infos[k]) for k in ("d2t", "t2d") if k in infos}
+    _check_maps(model, maps, str(source))
+    own = model.state_dict()
+    sd = {}
+    for k, info in infos.items():
+        if k == "embed_tokens.weight" and not embedding:
+            continue
+        v = maps[k] if k in maps else read_tensor(info)
+        sd[k] = v.to(device, dtype if own[k].is_floating_point() else own[k].dtype)
+        del v
+    held = set(sd)
+    model.load_state_dict(sd, strict=False, assign=True)  # what is not read stays a placeholder
+    del sd
+    if "d2t" not in held:  # a full-vocabulary file without maps: the identity
+        model.d2t, model.t2d = identity_vocab_map(model.spec.vocab_size, model.spec.draft_vocab_size)
+    model.to(device)
+    _mark_held(model, held)
+    return model

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from eaglelab.checkpoints.hub import hub_problem
-from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, load_checkpoint, read_tensor_into
+from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, load_checkpoint
 from eaglelab.checkpoints.target_config import head_names as target_heads
 from eaglelab.checkpoints.target_config import target_field, text_config
 from eaglelab.errors import CheckpointMismatchError, EaglelabError, HubError, SourceError, is_whole
 from eaglelab.inputs import printable
+from eaglelab.model.drafter_files import read_tensor
 
 _TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 #: Bytes per hub range request when reading a tensor (each request under the hub's deadline).
@@ -172,12 +173,6 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     return memoryview(tensor.view(torch.uint8).reshape(-1).numpy()) if tensor.numel() else memoryview(bytearray())
 
 
-def _read_local(info: TensorInfo) -> torch.Tensor:
-    out = _tensor(info)
-    read_tensor_into(info, _bytes_of(out))
-    return out
-
-
 def _read_hub(ck: Checkpoint, info: TensorInfo) -> torch.Tensor:
     """One tensor's bytes by range requests of :data:`HUB_CHUNK_BYTES` into its tensor, at the checkpoint's commit.
 
@@ -200,19 +195,71 @@ def _read_hub(ck: Checkpoint, info: TensorInfo) -> torch.Tensor:
     return out
 
 
-def _reader(source: str, revision: str | None):
-    """The checkpoint, the three tensors as they will be read, notes, and a function reading one (checked finite)."""
-    ck = load_checkpoint(source, revision)
-    infos, notes = _head_infos(ck, head_names(ck))
+@dataclass
+class HeadsPlan:
+    """A target's final norm, ``lm_head`` and embedding as they will be read: headers only, no byte read yet.
 
-    def read(key: str) -> torch.Tensor:
-        info = infos[key]
-        where = _where(ck, info)
-        tensor = _read_local(info) if ck.local or ck.hub is None else _read_hub(ck, info)
-        _check_finite(tensor, info, where)
+    What the probe from dumps sizes before it allocates (:meth:`nbytes`), then reads (:meth:`read`), from
+    one read of the headers.
+
+    Attributes:
+        checkpoint: the target, as its config and headers were read.
+        infos: ``norm``, ``lm_head`` and ``embed_tokens`` as they will be read (padded rows left out).
+        notes: what is read other than as stored, one line each.
+    """
+
+    checkpoint: Checkpoint
+    infos: dict[str, TensorInfo]
+    notes: list[str]
+
+    @property
+    def tied(self) -> bool:
+        return self.infos["lm_head"].name == self.infos["embed_tokens"].name
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.infos["lm_head"].shape[1])
+
+    def nbytes(self, dtype: torch.dtype | None = None) -> tuple[int, int]:
+        """``(held, passing)``: bytes the three take once read and put in ``dtype`` (:meth:`TargetHeads.to`), and
+        bytes more while they are cast (the stored head, let go after the cast).
+
+        The embedding keeps its stored dtype; the norm's few bytes are counted as stored.
+        """
+        embed, head, norm = (self.infos[k] for k in ("embed_tokens", "lm_head", "norm"))
+        stored = _TORCH_DTYPES[head.dtype]
+        cast = dtype is not None and dtype != stored
+        head_cast = head.numel * (dtype.itemsize if cast else stored.itemsize)
+        held = embed.nbytes + norm.nbytes + (head_cast if cast or not self.tied else 0)
+        return held, (head.nbytes if cast and not self.tied else 0)
+
+    def read_one(self, key: str) -> torch.Tensor:
+        """One of the three (``norm``, ``lm_head``, ``embed_tokens``), read by name and checked finite."""
+        ck, info = self.checkpoint, self.infos[key]
+        tensor = read_tensor(info) if ck.local or ck.hub is None else _read_hub(ck, info)
+        _check_finite(tensor, info, _where(ck, info))
         return tensor
 
-    return ck, infos, notes, read
+    def read(self) -> TargetHeads:
+        """The three tensors (a tied head read once, as the embedding)."""
+        names = {key: info.name for key, info in self.infos.items()}
+        tensors = {key: self.read_one(key) for key in ("norm", "embed_tokens") + (() if self.tied else ("lm_head",))}
+        tensors.setdefault("lm_head", tensors["embed_tokens"])
+        eps = text_config(self.checkpoint.config).get("rms_norm_eps", 1e-6)
+        return TargetHeads(self.checkpoint.source, tensors["norm"], float(eps), tensors["lm_head"],
+                           tensors["embed_tokens"], names, list(self.notes))
+
+
+def plan_target_heads(source: str, revision: str | None = None) -> HeadsPlan:
+    """A target's heads as they will be read, from its config and headers (checked; nothing else read).
+
+    Raises:
+        SourceError, HubError, HeaderError, ConfigError: the files cannot be read.
+        CheckpointMismatchError: the tensors are missing, or do not fit one another or the vocabulary.
+    """
+    ck = load_checkpoint(source, revision)
+    infos, notes = _head_infos(ck, head_names(ck))
+    return HeadsPlan(ck, infos, notes)
 
 
 def read_target_embedding(source: str, revision: str | None = None) -> torch.Tensor:
@@ -225,8 +272,7 @@ def read_target_embedding(source: str, revision: str | None = None) -> torch.Ten
         SourceError, HubError, HeaderError, ConfigError: the files cannot be read.
         CheckpointMismatchError: the target has no language-model embedding, or one that is not finite.
     """
-    _, _, _, read = _reader(source, revision)
-    return read("embed_tokens")
+    return plan_target_heads(source, revision).read_one("embed_tokens")
 
 
 def read_target_heads(source: str, revision: str | None = None) -> TargetHeads:
@@ -242,11 +288,4 @@ def read_target_heads(source: str, revision: str | None = None) -> TargetHeads:
         CheckpointMismatchError: the tensors are missing, do not fit one another or the vocabulary (checked
             before any is read), or hold a NaN or an infinity.
     """
-    ck, infos, notes, read = _reader(source, revision)
-    names = {key: info.name for key, info in infos.items()}
-    tied = names["lm_head"] == names["embed_tokens"]
-    tensors = {key: read(key) for key in ("norm", "embed_tokens") + (() if tied else ("lm_head",))}
-    tensors.setdefault("lm_head", tensors["embed_tokens"])
-    eps = text_config(ck.config).get("rms_norm_eps", 1e-6)
-    return TargetHeads(str(source), tensors["norm"], float(eps), tensors["lm_head"], tensors["embed_tokens"],
-                       names, notes)
+    return plan_target_heads(source, revision).read()

@@ -309,7 +309,8 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
         raise ParameterError("budgets", f"need sample budgets in (0, {MAX_SAMPLES:.0e}], got {budgets}")
     scratch = scratch_band(s)
     warm, warm_from = warm_band(s, scratch)
-    law_from = (f"your τ {s.accept_len:.2f} at {_count(s.samples)} samples [{s.tag('accept_len')}], "
+    law_from = (f"{_whose(s, 'accept_len', 'samples')} τ {s.accept_len:.2f} at {_count(s.samples)} samples "
+                f"[{s.tag('accept_len')}], "
                 f"exponent {s.exponents[0]:g}-{s.exponents[1]:g} [{s.tag('exponents')}]")
 
     def row(option, kind, total, tau3, evidence) -> Row:
@@ -321,8 +322,9 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
     if s.plugin_tau is not None:
         rows.append(row("plug in the old drafter", "plug in", None, (s.plugin_tau,) * 3, f"[{s.tag('plugin_tau')}]"))
     if warm is not None:  # the warm start on the data the team already has: nothing to generate
-        rows.append(row(f"warm start, {_count(s.samples)} samples (yours)", "warm start", s.samples, warm.tau(s.samples),
-                        f"{law_from}; {warm_from}"))
+        # the samples the served drafter was trained on, labelled by whose number that is (entered, default...)
+        rows.append(row(f"warm start, {_count(s.samples)} samples ({s.tag('samples')})", "warm start", s.samples,
+                        warm.tau(s.samples), f"{law_from}; {warm_from}"))
     for n in budgets:
         if warm is not None:
             rows.append(row(f"warm start, {_count(n)} samples", "warm start", n, warm.tau(n), f"{law_from}; {warm_from}"))
@@ -357,7 +359,15 @@ def _load_model(s: Scenario, load, source: str | None):
     calibration = calibration_of(load, model, [point])
     calibration.require(source or "the load model of your target")
     note = calibration.note()
-    return model, f"{source or 'your target'}, calibrated at your point" + (f" ({note})" if note else "")
+    return model, (f"{source or 'your target'}, calibrated at {_whose(s, 'baseline_tps', 'cycle_ms')} point"
+                   + (f" ({note})" if note else ""))
+
+
+def _whose(s: Scenario, *names: str) -> str:
+    """Whose numbers ``names`` are, for a label: ``your``, ``the founding case's`` (all left at their
+    defaults), or ``the scenario's`` (some of each): a default is never called the user's."""
+    defaults = [s.source(n) == pv.DEFAULT for n in names]
+    return "the founding case's" if all(defaults) else "your" if not any(defaults) else "the scenario's"
 
 
 def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.decision_table import Plan, _count, _duration
+from eaglelab.planning.decision_table import ASSUMPTIONS, FOUNDING_CASE, Plan, Scenario, _count, _duration
 
 _SCENARIO_FIELDS = (
     ("baseline_tps", "plain decoding", "{:g} tok/s"),
@@ -20,6 +20,34 @@ _SCENARIO_FIELDS = (
     ("plugin_tau", "old drafter's τ on the new target", "{:.2f}"),
     ("old_samples", "old drafter's training samples", None),
 )
+
+
+#: The scenario's fields that describe a serving case (the others are assumptions of the model, with a range).
+CASE_FIELDS = tuple(name for name in FOUNDING_CASE if name not in ASSUMPTIONS)
+#: Sources of a number that is not the user's: left at the founding case's default, a bundled sample, the demo world.
+NOT_YOURS = (pv.DEFAULT, pv.SAMPLE, pv.DEMO)
+#: Whose serving case a scenario is (:func:`whose_case`).
+FOUNDING, PARTLY, YOURS = "founding case", "partly the founding case", "yours"
+
+
+def founding_fields(s: Scenario) -> list[str]:
+    """What each serving number left at the founding case's is (``plain decoding``, ...), in the table's order."""
+    return [label for name, label, _ in _SCENARIO_FIELDS
+            if name in CASE_FIELDS and getattr(s, name) is not None and s.source(name) in NOT_YOURS]
+
+
+def whose_case(s: Scenario) -> str:
+    """:data:`FOUNDING` when no serving number is the user's, :data:`YOURS` when all are, else :data:`PARTLY`."""
+    given = [name for name in CASE_FIELDS if getattr(s, name) is not None]
+    left = len(founding_fields(s))
+    return FOUNDING if left == len(given) else YOURS if left == 0 else PARTLY
+
+
+def scenario_title(s: Scenario) -> str:
+    """The scenario table's title, true to whose numbers it holds (a default is never called the user's)."""
+    return {FOUNDING: "**The founding case's scenario** (every serving number left at its default: enter yours)",
+            PARTLY: "**Your scenario** (the numbers tagged [default] are still the founding case's: enter yours)",
+            YOURS: "**Your scenario**"}[whose_case(s)]
 
 
 def scenario_lines(p: Plan) -> list[tuple[str, str, str]]:
@@ -91,7 +119,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def plan_markdown(p: Plan) -> str:
     """Scenario (with sources), decision table, needs and recommendation, as markdown."""
-    lines = ["**Your scenario**", ""]
+    lines = [scenario_title(p.scenario), ""]
     lines += _md_table(["", "value", "source"], [[a, b, f"[{c}]"] for a, b, c in scenario_lines(p)])
     lines += ["", f"**Options** (τ bands: {', '.join(f'{k} {v}' for k, v in p.bands.items())}; "
                   "evidence per row below the table)", ""]

@@ -12,9 +12,14 @@ tokens checked equal, and batches of pairs stream through three passes that are 
 3. the old drafter teacher-forced on A's and on B's states, reading each target's embedding.
 
 Memory is bounded by the batch (``batch_size`` sequences; the head products by ``head_chunk``
-positions at a time), never by the number of tokens. Dumps that count no position (loss masks of 0,
-one-token samples), too few samples for the verdict's band, or numbers that are not finite get no
-verdict: one :class:`~eaglelab.errors.DumpError` naming the folders and what is missing.
+positions at a time, and by :data:`HEAD_CHUNK_BYTES`), never by the number of tokens. Before anything
+is allocated, :func:`load_dump_probe` estimates what the probe holds (both heads, the drafter in the
+dtype asked for, with the target's embedding lent, and one batch) from headers and file sizes, and
+refuses in one :class:`~eaglelab.errors.ResourceError` line what this machine cannot hold; an
+allocation that fails all the same is that line too, never the allocator's traceback. Dumps that count
+no position (loss masks of 0, one-token samples), too few samples for the verdict's band, or numbers
+that are not finite get no verdict: one :class:`~eaglelab.errors.DumpError` naming the folders and what
+is missing.
 """
 
 from __future__ import annotations
@@ -24,16 +29,23 @@ from dataclasses import dataclass
 
 import torch
 
+from eaglelab.checkpoints.footprint import out_of_memory_as_error, require_memory
+from eaglelab.checkpoints.spec import DrafterSpec
 from eaglelab.data.dumps import DumpPairs, DumpSample
 from eaglelab.data.states import HiddenStates
-from eaglelab.errors import DumpError
+from eaglelab.errors import CheckpointMismatchError, DumpError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
-from eaglelab.model.heads import TargetHeads
+from eaglelab.model.heads import TargetHeads, plan_target_heads
+from eaglelab.probe.memory import (
+    DUMP_ADVICE,
+    DUMP_WHERE,
+    HEAD_CHUNK,
+    dump_probe_needs,
+    free_on,
+    head_chunk_positions,
+)
 from eaglelab.train.ttt import TargetTokens
-
-#: Positions per head product: [head_chunk, V] float32 logits at a time (163,840 columns: 0.7 GB at 1024).
-HEAD_CHUNK = 1024
 
 
 @dataclass
@@ -64,15 +76,23 @@ def head_pass(last_a: torch.Tensor, last_b: torch.Tensor, head_a: torch.Tensor, 
     B, S, _ = last_a.shape
     xa, xb = last_a.reshape(B * S, -1), last_b.reshape(B * S, -1)
     draft_ids = draft_ids.to(head_a.device)
+    chunk = head_chunk_positions(int(head_a.shape[0]), chunk)
     greedy_a, greedy_b, draft_a, draft_b, tv = [], [], [], [], []
     for i in range(0, B * S, chunk):
+        # each [chunk, V] block is let go as soon as its softmax is taken: three alive at a time, not six
         la = (xa[i: i + chunk].to(head_a.device, head_a.dtype) @ head_a.T).float()
-        lb = (xb[i: i + chunk].to(head_b.device, head_b.dtype) @ head_b.T).float()
         greedy_a.append(la.argmax(-1))
-        greedy_b.append(lb.argmax(-1))
         draft_a.append(la[:, draft_ids])
+        pa = torch.softmax(la, -1)
+        del la
+        lb = (xb[i: i + chunk].to(head_b.device, head_b.dtype) @ head_b.T).float()
+        greedy_b.append(lb.argmax(-1))
         draft_b.append(lb[:, draft_ids])
-        tv.append(0.5 * (torch.softmax(la, -1) - torch.softmax(lb, -1)).abs().sum(-1))
+        pb = torch.softmax(lb, -1)
+        del lb
+        tv.append(pa.sub_(pb).abs_().sum(-1).mul_(0.5))
+        del pa, pb
+
     def cat(xs, *shape):
         return torch.cat(xs).reshape(B, S, *shape)
 
@@ -136,18 +156,70 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
     draft_ids = drafter.draft_target_ids()
     embed_a, embed_b = heads_a.embedding.to(dev), heads_b.embedding.to(dev)  # rows are cast as they are looked up
     for start in range(0, len(pairs.indices), batch_size):
-        read = [pairs.read(i) for i in pairs.indices[start: start + batch_size]]
-        sa = stack_batch([p[0] for p in read], heads_a, dev, dtype)
-        sb = stack_batch([p[1] for p in read], heads_b, dev, dtype)
-        heads = head_pass(sa.last_hidden, sb.last_hidden, heads_a.lm_head, heads_b.lm_head, draft_ids, head_chunk)
-        update_similarity(sim, sa, sb, argmax_a=heads.a.greedy, argmax_b=heads.b.greedy, tv=heads.tv)
-        with drafter.serving_embedding(embed_a, heads_a.lm_head):
-            evaluate_batch(drafter, sa, None, k, tally_a, target=heads.a)
-        with drafter.serving_embedding(embed_b, heads_b.lm_head):
-            evaluate_batch(drafter, sb, None, k, tally_b, target=heads.b)
+        with out_of_memory_as_error(DUMP_WHERE, DUMP_ADVICE):
+            read = [pairs.read(i) for i in pairs.indices[start: start + batch_size]]
+            sa = stack_batch([p[0] for p in read], heads_a, dev, dtype)
+            sb = stack_batch([p[1] for p in read], heads_b, dev, dtype)
+            del read
+            heads = head_pass(sa.last_hidden, sb.last_hidden, heads_a.lm_head, heads_b.lm_head, draft_ids, head_chunk)
+            update_similarity(sim, sa, sb, argmax_a=heads.a.greedy, argmax_b=heads.b.greedy, tv=heads.tv)
+            with drafter.serving_embedding(embed_a, heads_a.lm_head):
+                evaluate_batch(drafter, sa, None, k, tally_a, target=heads.a)
+            with drafter.serving_embedding(embed_b, heads_b.lm_head):
+                evaluate_batch(drafter, sb, None, k, tally_b, target=heads.b)
+            del sa, sb, heads
         if on_batch is not None:
             on_batch()
     source = ProbeSource(f"{printable(str(pairs.a.root))} (A) and {printable(str(pairs.b.root))} (B)", DumpError,
                          "paired samples", "positions counted (a position counts when the next token's loss mask "
                                            "is 1; a one-token sample counts none)")
     return finish_probe(sim, labels, tally_a, tally_b, source)
+
+
+# --------------------------------------------------------------------------- before anything is allocated
+
+def load_dump_probe(pairs: DumpPairs, old_target: str, new_target: str, old_drafter: str, spec: DrafterSpec,
+                    dtype: torch.dtype, device: torch.device, batch_size: int, k: int,
+                    head_chunk: int = HEAD_CHUNK) -> tuple[TargetHeads, TargetHeads, Eagle3Drafter]:
+    """Size, check, then read what the probe from dumps computes with: both targets' heads and the old drafter.
+
+    From headers and file sizes alone, what the probe will hold (:func:`dump_probe_needs`) is compared with
+    the memory free where it computes; then each target's norm, ``lm_head`` and embedding are read
+    (the heads in ``dtype``, the embeddings as stored), and the drafter with its weights created in
+    ``dtype`` as they are read and no embedding of its own (it serves with each target's, lent).
+
+    Args:
+        pairs: the two dump folders, paired.
+        old_target, new_target, old_drafter: as the user named them.
+        spec: the drafter's (checked against the old target already).
+        dtype, device: the probe's.
+        batch_size, k, head_chunk: as :func:`run_dump_probe` will take them.
+
+    Returns:
+        ``(heads of the old target, heads of the new target, the drafter)``, on ``device``.
+
+    Raises:
+        ResourceError: the estimate exceeds the memory free, or an allocation fails (one line each).
+        CheckpointMismatchError: a target's head is not as wide as the states the drafter reads.
+        SourceError, HubError, HeaderError, ConfigError: a file cannot be read.
+    """
+    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.model.drafter_files import load_drafter
+
+    plans = (plan_target_heads(old_target), plan_target_heads(new_target))
+    for plan in plans:
+        if plan.hidden_size != spec.target_hidden_size:
+            raise CheckpointMismatchError(plan.checkpoint.source, f"lm_head is {plan.hidden_size} wide, the drafter "
+                                                                  f"reads {spec.target_hidden_size}")
+    drafter_tensors = load_checkpoint(old_drafter).tensors
+    needs = dump_probe_needs(pairs, plans, drafter_tensors, spec, dtype, batch_size, k, head_chunk)
+    free, where = free_on(device)
+    require_memory(DUMP_WHERE, needs, free, where, DUMP_ADVICE)
+    if device.type != "cpu":  # each target's heads pass through this machine's memory on their way
+        require_memory(DUMP_WHERE, {"one target's heads as read": max(plan.nbytes()[0] for plan in plans)},
+                       advice=DUMP_ADVICE)
+    with out_of_memory_as_error(DUMP_WHERE, DUMP_ADVICE):
+        heads_a = plans[0].read().to(device, dtype)
+        heads_b = plans[1].read().to(device, dtype)
+        drafter = load_drafter(old_drafter, dtype, device, embedding=False)
+    return heads_a, heads_b, drafter

@@ -10,7 +10,8 @@ Two kinds of evidence, on the same token sequences:
 A verdict (plug in / warm start / from scratch, :func:`eaglelab.decisions.plugin_verdict`) follows from
 the acceptance numbers, and only from evidence: no position counted, too few sequences for its band,
 or a number that is not finite (a head or states with NaN) is refused in one line saying what is
-missing (:func:`finish_probe`).
+missing (:func:`finish_probe`); on text that is not the drafter's kind (the built-in fallback,
+``ProbeSource.data``) the probe gives no verdict and names the text.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from eaglelab.checkpoints.footprint import out_of_memory_as_error
+from eaglelab.data.probe_data import DataChoice
 from eaglelab.data.states import HiddenStates
 from eaglelab.decisions import Decision, missing_evidence, plugin_verdict
 from eaglelab.errors import EaglelabError, SourceError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target
+from eaglelab.probe.memory import LIVE_ADVICE, LIVE_WHERE
 from eaglelab.probe.similarity import SimilarityAccumulator
 
 
@@ -71,12 +75,16 @@ class ProbeSource:
         error: the typed error to raise (:class:`~eaglelab.errors.DumpError` for dumps).
         unit: what one sequence is called there (``"sequences"``, ``"paired samples"``).
         counted: what a counted position is called there.
+        data: the text, as resolved before the probe ran (:attr:`eaglelab.data.sets.ProbeSet.choice`): on
+            text that is not the drafter's kind the verdict is withheld; None: the caller's own sequences
+            (dumps, tests), taken as the drafter's kind.
     """
 
     where: str = "the probe's sequences"
     error: type[EaglelabError] = SourceError
     unit: str = "sequences"
     counted: str = "positions counted"
+    data: DataChoice | None = None
 
 
 def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
@@ -129,14 +137,16 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
         for i in bar(range(0, len(sequences), batch_size), desc="probe", disable=not progress):
             ids = sequences[i: i + batch_size]
             counted = None if loss_mask is None else loss_mask[i: i + batch_size]
-            (sa, logits_a), (sb, logits_b) = capture_batch(ta, ids, counted), capture_batch(tb, ids, counted)
-            tv = 0.5 * (torch.softmax(logits_a.float(), -1) - torch.softmax(logits_b.float(), -1)).abs().sum(-1)
-            update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1), tv=tv)
-            # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
-            with drafter.serving_embedding(embed_a, head_a):
-                evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=logits_a)
-            with drafter.serving_embedding(embed_b, head_b):
-                evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=logits_b)
+            with out_of_memory_as_error(LIVE_WHERE, LIVE_ADVICE):
+                (sa, logits_a), (sb, logits_b) = capture_batch(ta, ids, counted), capture_batch(tb, ids, counted)
+                tv = 0.5 * (torch.softmax(logits_a.float(), -1) - torch.softmax(logits_b.float(), -1)).abs().sum(-1)
+                update_similarity(sim, sa, sb, argmax_a=logits_a.argmax(-1), argmax_b=logits_b.argmax(-1), tv=tv)
+                # on each target the drafter reads that target's embedding, as SGLang injects the serving target's
+                with drafter.serving_embedding(embed_a, head_a):
+                    evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=logits_a)
+                with drafter.serving_embedding(embed_b, head_b):
+                    evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=logits_b)
+                del sa, sb, logits_a, logits_b, tv
             if on_batch is not None:
                 on_batch()
     finally:
@@ -148,6 +158,9 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
 def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b,
                  source: ProbeSource | None = None) -> ProbeResult:
     """The probe's result from its accumulators: summaries, τ on A and B with their bootstrap bands, the verdict.
+
+    The verdict is withheld (:data:`~eaglelab.decisions.NO_VERDICT`, the text named) when ``source.data``
+    is not the drafter's kind of text.
 
     Raises:
         EaglelabError: (``source.error``, naming ``source.where``) no verdict can be drawn: no position
@@ -169,7 +182,7 @@ def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b
         ev_a["chain_band"] = [b.to_json() for b in bands["chain_a"]]
         ev_b["chain_band"] = [b.to_json() for b in bands["chain_b"]]
     return ProbeResult(res["layers"], res["cka_map"], labels, res["cosines"], res["argmax_agreement"],
-                       res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"], bands),
+                       res["tokens"], ev_a, ev_b, plugin_verdict(ev_a["accept_len"], ev_b["accept_len"], bands, source.data),
                        tv=res["tv"], notes=list(res["notes"]))
 
 

@@ -18,8 +18,8 @@ def _tag(paths: list[str | None], root: str) -> str:
 
 
 def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
-    """Notebook 02: ``DRAFTER_A`` vs ``DRAFTER_B`` (and on ``TARGET``), headers only; the headline carries the worst
-    finding; with ``TARGET_A`` too, the two targets' verdict (:func:`eaglelab.jobs.targets.compare_targets`).
+    """Notebook 02: ``OLD_DRAFTER`` vs ``NEW_DRAFTER`` (and on ``NEW_TARGET``), headers only; the headline carries the
+    worst finding; with ``OLD_TARGET`` too, the two targets' verdict (:func:`eaglelab.jobs.targets.compare_targets`).
 
     Returns:
         ``[Markdown headline and findings, config-diff table]``.
@@ -29,18 +29,18 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
 
     from eaglelab.jobs.compare import CompareSettings, compare_drafters
 
-    settings = CompareSettings(values["DRAFTER_A"], values["DRAFTER_B"], values.get("TARGET") or None)
+    settings = CompareSettings(values["OLD_DRAFTER"], values["NEW_DRAFTER"], values.get("NEW_TARGET") or None)
     report = compare_drafters(settings)
     c = report.comparison
-    lines = [f"**{report.headline(_tag([settings.drafter_a, settings.drafter_b, settings.target], root))}**",
+    lines = [f"**{report.headline(_tag([settings.old_drafter, settings.new_drafter, settings.new_target], root))}**",
              f"- A vs B: {c.verdict.level}; " + "; ".join(c.verdict.reasons[:3]),
              f"- vocabulary maps: **{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps
              else "- vocabulary maps: not readable",
              *(f"- {label.upper()} on the target: **{v.level}**" for label, v in c.target_verdicts.items())]
-    if values.get("TARGET_A") and values.get("TARGET"):  # the two targets too, before any probe
+    if values.get("OLD_TARGET") and values.get("NEW_TARGET"):  # the two targets too, before any probe
         from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 
-        targets = compare_targets(TargetCompareSettings(values["TARGET_A"], values["TARGET"], settings.drafter_a))
+        targets = compare_targets(TargetCompareSettings(values["OLD_TARGET"], values["NEW_TARGET"], settings.old_drafter))
         lines.append(f"- the targets: **{targets.verdict.level}**: {targets.verdict.line}")
     diff = report.to_json()["config_diff"]
     return [Markdown("\n".join(lines)), pd.DataFrame(diff) if diff else Markdown("*configs identical*")]
@@ -51,7 +51,7 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
 
     Args:
         settings: the notebook's :class:`~eaglelab.jobs.probe.ProbeSettings` (its parameters).
-        values: the picks (``TARGET_A``, ``TARGET_B``, ``DRAFTER``, ``DATA``).
+        values: the picks (``OLD_TARGET``, ``NEW_TARGET``, ``OLD_DRAFTER``, ``DATA``).
 
     Returns:
         ``[Markdown headline, the verdict's reasons (or why there is none) and the probe's notes, similarity table
@@ -62,10 +62,11 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
 
     from eaglelab.jobs.probe import probe_checkpoints
 
-    picked = replace(settings, target_a=values["TARGET_A"], target_b=values["TARGET_B"], drafter=values["DRAFTER"],
+    picked = replace(settings, old_target=values["OLD_TARGET"], new_target=values["NEW_TARGET"],
+                     old_drafter=values["OLD_DRAFTER"],
                      data=values.get("DATA") or None)
     report = probe_checkpoints(picked, measure=False)
-    tag = _tag([picked.target_a, picked.target_b, picked.drafter], root)
+    tag = _tag([picked.old_target, picked.new_target, picked.old_drafter], root)
     text = (f"**{report.headline(tag)}** · {report.positions} positions ({report.data})\n\n"
             + "\n".join([f"- {r}" for r in report.result.decision.reasons] + [f"- note: {n}" for n in report.notes]))
     return [Markdown(text), pd.DataFrame(report.to_json()["layers"]).set_index("layer").round(4)]
@@ -82,12 +83,12 @@ def finetune_answer(settings, values: dict[str, str], root: str = "") -> list[An
 
     from eaglelab.jobs.finetune import warm_vs_scratch
 
-    picked = replace(settings, target=values["TARGET"], old_drafter=values["OLD_DRAFTER"],
+    picked = replace(settings, new_target=values["NEW_TARGET"], old_drafter=values["OLD_DRAFTER"],
                      data=values.get("DATA") or None)
     report = warm_vs_scratch(picked)
     loss = {start: f"{r.metrics[-1]['loss']:.3f}" for start, r in report.runs.items()}
     table = pd.DataFrame({"held-out τ": report.taus,
                           f"final loss ({picked.loss_convention})": {"plug in": "not trained", **loss}})
-    text = (f"**{report.headline(_tag([picked.target, picked.old_drafter], root))}**. "
+    text = (f"**{report.headline(_tag([picked.new_target, picked.old_drafter], root))}**. "
             f"{report.recommendation.text} Section 3 below measures real decoding.")
     return [Markdown(text), table.round(3)]

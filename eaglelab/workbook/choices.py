@@ -36,7 +36,11 @@ class Slot:
         kind: ``drafter``, ``target`` or ``data`` (what the check reads).
         parameter: the parameters cell's value (None: the default).
         default: the world's checkpoint ("" where there is none: data).
-        fits: the slot whose target this drafter must fit (checked from configs and headers).
+        fits: the slot whose target this drafter must fit (checked from configs and headers); for the
+            probe's data, the old target's slot: the line then says what text the probe will run on and
+            whether it can give a verdict on it (:func:`eaglelab.data.probe_data.describe_probe_data`).
+        world_dir: for the probe's data, the world folder it takes the data from (``--world-dir``;
+            None: the world the old target lies in).
     """
 
     name: str
@@ -45,6 +49,7 @@ class Slot:
     parameter: Any
     default: str
     fits: str | None = None
+    world_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Choices:
                 _PICKS.pop((self.notebook, s.name), None)
                 continue
             fits = self.value(s.fits) if s.fits else None
-            check = check_source(s.kind, pick[1], fits)
+            check = check_source(s.kind, pick[1], fits, s.world_dir)
             if not check.ok:  # deleted, rebuilt or otherwise broken since it was picked
                 self.notes.append(f"your pick {pick[1]!r} for {s.label} was dropped: {check.line}; back to "
                                   f"{(str(s.parameter) if s.parameter not in (None, '') else s.default) or 'the default'!r}")
@@ -123,7 +128,7 @@ class Choices:
     def check(self, values: dict[str, str] | None = None) -> dict[str, Check]:
         """Each slot's value checked from metadata (configs, headers), then the pairs, one line each."""
         values = values or self.values()
-        checks = {s.name: check_source(s.kind, values[s.name], values.get(s.fits) if s.fits else None)
+        checks = {s.name: check_source(s.kind, values[s.name], values.get(s.fits) if s.fits else None, s.world_dir)
                   for s in self.slots}
         for first, second in self._same_pairs(values):  # the same checkpoint twice compares it with itself: say so
             if checks[second.name].ok:
@@ -185,13 +190,21 @@ def same_source(a: str, b: str) -> bool:
     return a.strip().rstrip("/") == b.strip().rstrip("/")
 
 
-def check_source(kind: str, value: str, target: str | None = None) -> Check:
+def check_source(kind: str, value: str, target: str | None = None, world_dir: str | None = None) -> Check:
     """One choice checked from metadata only (no tensor loaded, no torch).
+
+    A checkpoint of the wrong kind is named as such: a drafter typed as a target ("a drafter
+    (LlamaForCausalLMEagle3), not a target"), a target typed as a drafter ("a target model
+    (LlamaForCausalLM), not a drafter"), by the preflight checks the command line runs too.
 
     Args:
         kind: ``drafter`` (its config and tensor table; its fit to ``target`` when given),
             ``target`` (its config and weight headers) or ``data`` (a readable file, or empty).
         value: a folder, ``.safetensors`` file, index, hub id or (data) a text / JSONL file.
+        target: for a drafter, the target it must fit; for data, the old target: the line then says
+            what text the probe will use (:func:`eaglelab.data.probe_data.describe_probe_data`), as a
+            warning when no verdict can be read from it.
+        world_dir: for data, the world folder the probe takes it from (None: the old target's).
 
     Returns:
         a :class:`Check`: what it is, or the typed error's message, as one printable line.
@@ -199,18 +212,23 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
     from eaglelab.checkpoints.preflight import check_drafter, check_target
     from eaglelab.checkpoints.sources import local_path
     from eaglelab.checkpoints.target_config import text_config
+    from eaglelab.data.probe_data import describe_probe_data
     from eaglelab.errors import EaglelabError
 
     value = locate((value or "").strip())
     target = locate(target) if target else target
     try:
         if kind == DATA:
-            if not value:
-                return Check(True, "the world's own data")
-            p = local_path(value)
-            if not p.is_file():
-                return Check(False, f"{value}: no such file{looked_in(value)}")
-            return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")
+            if value:
+                p = local_path(value)
+                if not p.is_file():
+                    return Check(False, f"{value}: no such file{looked_in(value)}")
+                return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")
+            if target is None and world_dir is None:  # not the probe's data: the precedence, not a guess
+                return Check(True, "none given: the world's own data when the target lies in a built world, else "
+                                   "built-in standard-library text")
+            choice = describe_probe_data(None, target or "", world_dir)
+            return Check(True, printable(choice.line), warn=not choice.decides)
         if not value:
             return Check(False, "empty: pick a checkpoint or type a folder, file or hub id")
         if kind == TARGET:
@@ -231,7 +249,9 @@ def check_source(kind: str, value: str, target: str | None = None) -> Check:
 
 
 #: Notebook parameters that name a local folder or file (never a hub id): checked before a world is built.
-LOCAL_PATHS = {"STATES_A": "folder", "STATES_B": "folder", "DATA": "file"}
+#: STATES_A / STATES_B: OLD_STATES / NEW_STATES's old spellings, still accepted for one release.
+LOCAL_PATHS = {"OLD_STATES": "folder", "NEW_STATES": "folder", "STATES_A": "folder", "STATES_B": "folder",
+               "DATA": "file"}
 
 
 def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefix: str = "") -> None:
@@ -261,15 +281,6 @@ def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefi
             found = False
         if not found:
             raise ParameterError(f"{prefix}{name}", f"{printable(value)}: no such {kind}{looked_in(value)}")
-
-
-def needs_world(*parameters: Any) -> bool:
-    """Whether a notebook needs its offline world: a checkpoint parameter left to the world's (None or empty).
-
-    With every checkpoint given the world is not built (the demo world is a 93 MB download and minutes of
-    training); the pickers then list nothing and take what is typed.
-    """
-    return any(p in (None, "") for p in parameters)
 
 
 def forget_picks() -> None:

@@ -8,22 +8,27 @@ kernel starts: names, types against the defaults, and the local folders and file
 from __future__ import annotations
 
 import ast
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import NotebookError, ParameterError
+from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.choices import check_local_paths
+from eaglelab.workbook.feasibility import cannot_run
 
 
 @dataclass
 class NotebookRun:
-    """One executed notebook: source, executed copy, seconds."""
+    """One executed notebook: source, executed copy, seconds; or, ``not_run``, why it could not run here (its
+    findings were written in its stead, :func:`eaglelab.workbook.feasibility.stand_in`)."""
 
     notebook: Path
-    output: Path
+    output: Path | None
     seconds: float
+    not_run: str | None = None
 
 
 def find_notebooks_dir(start: Path | None = None) -> Path:
@@ -185,13 +190,74 @@ def notebook_parameters(notebook: Path) -> dict[str, Any]:
     return out
 
 
+#: The checkpoints' notebook parameters: one name each, in every notebook that takes the checkpoint (the same words
+#: as the command line's flags, :data:`eaglelab.cli.arguments.CHECKPOINT_FLAGS`, and the settings' fields).
+CHECKPOINT_PARAMETERS = ("OLD_TARGET", "NEW_TARGET", "OLD_DRAFTER", "NEW_DRAFTER", "OLD_STATES", "NEW_STATES")
+
+#: Spellings the notebooks took before one name per checkpoint, and what each is now (kept for one release).
+DEPRECATED_PARAMETERS = {
+    "TARGET_A": "OLD_TARGET", "TARGET_B": "NEW_TARGET", "TARGET": "NEW_TARGET",
+    "DRAFTER": "OLD_DRAFTER", "DRAFTER_A": "OLD_DRAFTER", "DRAFTER_B": "NEW_DRAFTER",
+    "STATES_A": "OLD_STATES", "STATES_B": "NEW_STATES", "PLAN_GOAL_TPS": "GOAL_TPS",
+}
+
+
+def renamed_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``parameters`` with deprecated names replaced by their current ones, and one note per rename.
+
+    Notebook 01's old ``GOAL_TPS`` list (the goals its chart marks) is now ``CHART_GOALS_TPS``; ``GOAL_TPS`` is one
+    number, your goal, in every notebook.
+
+    Raises:
+        ParameterError: an old and a new name given together with different values.
+    """
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, value in parameters.items():
+        new = DEPRECATED_PARAMETERS.get(name)
+        if name == "GOAL_TPS" and isinstance(value, list):
+            new = "CHART_GOALS_TPS"
+        if new is None:
+            if name in out and out[name] != value:
+                raise ParameterError(f"-p {name}", f"given twice, as {name} and under an old name, with different values")
+            out[name] = value
+            continue
+        if new in parameters and parameters[new] != value or new in out and out[new] != value:
+            raise ParameterError(f"-p {name}", f"is the old name of {new}, which is given too with another value")
+        out[new] = value
+        notes.append(f"-p {name} is now -p {new}; the old name goes in the next release")
+    return out, notes
+
+
+def optional_parameters(notebook: Path) -> set[str]:
+    """The parameters whose line in the parameters cell says what None means (``# None: skip``): they take None."""
+    import io
+    import tokenize
+
+    import nbformat
+
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells
+             if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    names: set[str] = set()
+    for line in (cells[0].source.splitlines() if len(cells) == 1 else []):
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+        except (tokenize.TokenError, SyntaxError):
+            continue
+        comment = next((tok.string for tok in tokens if tok.type == tokenize.COMMENT), "")
+        if tokens and tokens[0].type == tokenize.NAME and "None" in comment:
+            names.add(tokens[0].string)
+    return names
+
+
 def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
     """Refuse parameter names that no selected notebook takes, and values of another type than the default's.
 
     A typo would silently do nothing; ``DRAFT_TOKENS=2.5`` where the notebook counts drafts would
     fail deep inside it. The type rule, from the parameters cell's default: a boolean takes a
     boolean, an integer an integer (not a boolean), a float any number, a string a string, a list a
-    list, a dict a dict; a default of None takes any value.
+    list, a dict a dict; a default of None takes any value; None is taken where the parameter's comment
+    says what None means (``SERVING_ENGINE = "vllm"  # None: skip``, :func:`optional_parameters`).
 
     Raises:
         ParameterError: naming the parameter and, for a typo, the likely intended name.
@@ -199,13 +265,16 @@ def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
     import difflib
 
     defaults = [notebook_parameters(nb) for nb in notebooks]
+    optional = [optional_parameters(nb) for nb in notebooks]
     known = set().union(*defaults) if notebooks else set()
     for name, value in parameters.items():
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; the notebooks take {', '.join(sorted(known))}"
             raise ParameterError(f"-p {name}", f"no selected notebook has a parameter {name}{hint}")
-        for nb, d in zip(notebooks, defaults):
+        for nb, d, may_be_none in zip(notebooks, defaults, optional):
+            if value is None and name in may_be_none:
+                continue
             if name in d and not _fits(d[name], value):
                 raise ParameterError(f"-p {name}", f"{nb.stem} takes {_kind(d[name])} (its default is "
                                                    f"{d[name]!r:.40}), got {_kind(value)}")
@@ -347,11 +416,16 @@ def run_workbook(
     params: dict[str, Any] = {}
     if smoke:
         params.update(SMOKE=True, FIGURES_DIR=str(out_dir / "figures"))
-    params.update(parameters or {})
+    given, notes = renamed_parameters(parameters or {})
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    params.update(given)
     runs = []
     notebooks = discover_notebooks(notebooks_dir, only)
-    check_parameters(notebooks, parameters or {})
-    check_local_paths(parameters or {}, also_in=notebooks_dir, prefix="-p ")  # before any kernel starts
+    check_parameters(notebooks, given)
+    check_local_paths(given, also_in=notebooks_dir, prefix="-p ")  # before any kernel starts
+    for nb in notebooks:  # the user's case whole in each notebook, or the demo's: checked before any kernel starts
+        notebook_case(nb.name[:2], given)
     with open_output_folder(out_dir, "workbook run", shared=True) as out:
         bar = progress_bar(notebooks, desc="workbook", unit="nb", disable=not progress, leave=True)
         for nb in bar:
@@ -363,6 +437,32 @@ def run_workbook(
                 with out.writing(nb.name) as tmp:
                     nbformat.write(prepared, str(tmp))
                 runs.append(NotebookRun(nb, out.file(nb.name), 0.0))
+            elif (why := cannot_run(nb.name[:2], params)) is not None:
+                runs.append(_stand_in(nb, params, why, out_dir))
             else:
                 runs.append(run_notebook(nb, out.claim(nb.name), params, kernel_name))
+    if not prepare_only and any(r.not_run for r in runs):  # the notebook that writes the game plan may not have run
+        from eaglelab.workbook.report import write_game_plan
+
+        write_game_plan(figures_dir(notebooks_dir, params))
     return runs
+
+
+def figures_dir(notebooks_dir: Path, parameters: dict[str, Any]) -> Path:
+    """Where the notebooks write their figures and findings: ``FIGURES_DIR`` as given, else their default
+    (``../figures``), taken from the notebooks' folder as the kernel takes it."""
+    value = parameters.get("FIGURES_DIR")
+    return (notebooks_dir / (value if isinstance(value, str) and value else "../figures")).resolve()
+
+
+def _stand_in(notebook: Path, parameters: dict[str, Any], why: tuple[str, str], out_dir: Path) -> NotebookRun:
+    """Write the findings of a notebook that cannot run here (its reason and its recipes), and say so."""
+    from eaglelab.workbook.feasibility import stand_in
+    from eaglelab.workbook.report import save_findings
+
+    start = time.perf_counter()
+    number = notebook.name[:2]
+    found = stand_in(number, parameters, why, out_dir)
+    save_findings(number, found["numbers"], found["bullets"], figures_dir(notebook.parent, parameters))
+    print(f"note: {notebook.stem} not run here: {why[1]}", file=sys.stderr)
+    return NotebookRun(notebook, None, time.perf_counter() - start, not_run=why[1])

@@ -140,6 +140,10 @@ class ChoicePanel:
     button records the picks (Run All keeps them, :class:`~eaglelab.workbook.choices.Choices`), writes
     them into the notebook's variables, and runs ``answer`` with progress shown in the panel.
 
+    An answer is only ever shown for the picks it was computed for: when a pick changes (right or
+    wrong), the answer is cleared and a line says which picks it was for (:func:`out_of_date_line`)
+    until the button is pressed again.
+
     Args:
         choices: the notebook's slots, parameters and picks.
         answer: ``answer(values) -> list of displayable objects`` (tables, Markdown): the notebook's
@@ -160,14 +164,16 @@ class ChoicePanel:
         self.button = w.Button(description=button, button_style="primary", icon="play",
                                layout=w.Layout(width="auto"))
         self.status = w.HTML()
+        self.stale = w.HTML()  # says that an answer was cleared, and for which picks it was
         self.output = w.Output()
+        self.answered: dict[str, str] | None = None  # the picks the output shown is for (None: nothing shown)
         for p in self.pickers.values():
             p.observe(self._changed, names="value")
         self.button.on_click(self._clicked)
         rows = [r for name in self.pickers for r in (self.pickers[name], self.lines[name])]
         # picks Run All dropped (the parameter edited since, or the checkpoint gone): said, not silent
         notes = [w.HTML(check_html(Check(True, note, warn=True))) for note in choices.notes]
-        self.widget = w.VBox([*notes, *rows, w.HBox([self.button, self.status]), self.output])
+        self.widget = w.VBox([*notes, *rows, w.HBox([self.button, self.status]), self.stale, self.output])
         self._changed()
 
     def values(self) -> dict[str, str]:
@@ -175,13 +181,24 @@ class ChoicePanel:
         return {name: p.value.strip() for name, p in self.pickers.items()}
 
     def _changed(self, *_) -> dict[str, Check]:
-        checks = self.choices.check(self.values())
+        values = self.values()
+        checks = self.choices.check(values)
         for name, c in checks.items():
             self.lines[name].value = check_html(c)
         ok = all(c.ok for c in checks.values())
         self.button.disabled = not ok
         self.status.value = "" if ok else "<i>fix the choices marked ✗ first</i>"
+        if self.answered is not None and values != self.answered:
+            self._clear_answer(values)
         return checks
+
+    def _clear_answer(self, values: dict[str, str]) -> None:
+        """The picks moved away from those the answer shown was computed for: clear it, and say so."""
+        self.output.clear_output()
+        self.output.outputs = ()  # the front end's copy too, kernel or none
+        self.stale.value = check_html(Check(True, out_of_date_line(self.choices, self.answered, values,
+                                                                   self.button.description), warn=True))
+        self.answered = None
 
     def _clicked(self, *_) -> None:
         self.run()
@@ -199,6 +216,8 @@ class ChoicePanel:
                 self.namespace[name] = self.choices.value(name)
         self.button.disabled = True
         self.status.value = "<i>computing…</i>"
+        self.stale.value = ""
+        self.answered = values  # what the output will show is for these picks, answered or failed part way
         start = time.perf_counter()
         done = False
         with self.output:
@@ -217,6 +236,20 @@ class ChoicePanel:
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def out_of_date_line(choices: Choices, old: dict[str, str], new: dict[str, str], button: str) -> str:
+    """The line that replaces a cleared answer: which picks it was for, and what to press.
+
+    ``"out of date: the answer was for old target (A) /w/target-a, and was cleared; press Probe to answer
+    for the picks above"`` (only the picks that changed are named; an empty one as "empty").
+    """
+    from eaglelab.inputs import printable
+
+    changed = [f"{choices.slot(name).label} {printable(value) or 'empty'}" for name, value in old.items()
+               if new.get(name) != value]
+    return (f"out of date: the answer was for {', '.join(changed) or 'other picks'}, and was cleared; press "
+            f"{button} to answer for the picks above")
 
 
 def _user_namespace() -> dict[str, Any] | None:

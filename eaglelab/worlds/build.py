@@ -24,7 +24,7 @@ def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool 
 def world_for(kind: str = "tiny", root: str | Path | None = None, needed: bool = True) -> World:
     """The world a notebook reads: built (or reused) when ``needed``, else its paths only.
 
-    A notebook needs its world for the checkpoints left to it (:func:`eaglelab.workbook.choices.needs_world`);
+    A notebook needs its world for the checkpoints left to it (:func:`eaglelab.workbook.case.checkpoint_case`);
     with every checkpoint the user's, nothing is built or downloaded (the demo world: about 25 minutes and a
     93 MB download), and the paths still say where the pickers look and what counts as the demo.
     """
