@@ -383,3 +383,44 @@ def check_number_arg(value: float, name: str, error: type[EaglelabError], low: f
             bound += f" and <= {high:g}"
         raise error(name, f"must be a finite number {bound}, got {value!r}")
     return value
+
+
+def renamed_fields(renames: dict[str, str]):
+    """A settings dataclass whose fields had other names (``target_a`` -> ``old_target``): for one release the old
+    keyword is still taken, and the old attribute still read, each with a :class:`DeprecationWarning`.
+
+    Args:
+        renames: old name -> the field's name now.
+    """
+    import functools
+    import warnings
+
+    def note(cls_name: str, old: str, new: str) -> None:
+        warnings.warn(f"{cls_name}.{old} is now {new}; the old name goes in the next release", DeprecationWarning,
+                      stacklevel=3)
+
+    def wrap(cls):
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{cls.__name__}: give {new} or its old name {old}, not both")
+                    note(cls.__name__, old, new)
+                    kwargs[new] = kwargs.pop(old)
+            init(self, *args, **kwargs)
+
+        def reader(old: str, new: str):
+            def read(self):
+                note(cls.__name__, old, new)
+                return getattr(self, new)
+            return property(read, doc=f"Deprecated: :attr:`{new}`.")
+
+        cls.__init__ = __init__
+        for old, new in renames.items():
+            setattr(cls, old, reader(old, new))
+        return cls
+
+    return wrap

@@ -154,20 +154,20 @@ def test_notebook_02_picker_answers_in_two_actions_and_run_all_keeps_it(tiny_wor
         assert "vocabulary maps: moved" in before  # drafter-a vs drafter-b-small: same shapes, another vocabulary map
         screenshot(page, out, "1-ran")
 
-        set_text(page, "drafter B (new)", "/no/such/drafter")  # a typo: one line in the widget, no traceback
+        set_text(page, "new drafter (B)", "/no/such/drafter")  # a typo: one line in the widget, no traceback
         wait_for_widget_text(page, "✗ /no/such/drafter: no such file or folder")
         assert "Traceback" not in "\n".join(widget_texts(page))
         screenshot(page, out, "2-typo")
 
-        set_text(page, "drafter B (new)", str(tiny_world.drafter_a))  # action 1: the choice
-        wait_for_widget_text(page, "the same checkpoint as drafter A (old): this compares it with itself")
+        set_text(page, "new drafter (B)", str(tiny_world.drafter_a))  # action 1: the choice
+        wait_for_widget_text(page, "the same checkpoint as old drafter (A): this compares it with itself")
         click_button(page, "Compare")  # action 2: the answer, in place
         page.get_by_text(re.compile(r"INTERCHANGEABLE \[demo\]: ")).wait_for(timeout=60_000)
         wait_for_widget_text(page, "answered in")
         screenshot(page, out, "3-answered")
 
         run_all(page, timeout_s=300)  # Run All keeps the choice: the whole notebook answers for it
-        assert widget_value(page, "drafter B (new)") == str(tiny_world.drafter_a)
+        assert widget_value(page, "new drafter (B)") == str(tiny_world.drafter_a)
         after = "\n".join(cell_outputs_text(page))
         assert "vocabulary maps: same" in after and "are the same checkpoint" in after
         screenshot(page, out, "4-run-all")

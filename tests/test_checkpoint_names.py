@@ -188,3 +188,25 @@ def test_a_case_is_the_users_whole_or_the_worlds_whole():
                            required=("OLD_TARGET", "NEW_TARGET")) is False
     with pytest.raises(ParameterError, match="^NEW_TARGET: not given, while OLD_TARGET is yours"):
         checkpoint_case({"OLD_TARGET": "a", "NEW_TARGET": None}, required=("OLD_TARGET", "NEW_TARGET"))
+
+
+@pytest.mark.parametrize("cls, old, args", [
+    (ProbeSettings, {"target_a": "A", "target_b": "B", "drafter": "D"}, ()),
+    (CompareSettings, {"drafter_a": "D", "drafter_b": "E", "target": "B"}, ()),
+    (TargetCompareSettings, {"target_a": "A", "target_b": "B", "drafter": "D"}, ()),
+    (FinetuneSettings, {"target": "B"}, ()),
+    (RecipeSettings, {"init": "D", "target": "B"}, ("specforge",)),
+    (ProbeRecipeSettings, {"init": "D", "target_a": "A", "target": "B"}, ("specforge",)),
+])
+def test_settings_take_their_old_keywords_for_one_release(cls, old, args):
+    now = {"target_a": "old_target", "target_b": "new_target", "drafter_a": "old_drafter", "drafter_b": "new_drafter",
+           "init": "old_drafter", "drafter": "old_drafter", "target": "new_target"}
+    with pytest.warns(DeprecationWarning, match="the old name goes in the next release"):
+        settings = cls(*args, **old)
+    for name, value in old.items():
+        assert getattr(settings, now[name]) == value
+        with pytest.warns(DeprecationWarning):
+            assert getattr(settings, name) == value  # read under the old name too, with the note
+    name, value = next(iter(old.items()))
+    with pytest.raises(TypeError, match="not both"):
+        cls(*args, **old, **{now[name]: value})

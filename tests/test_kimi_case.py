@@ -59,6 +59,8 @@ def test_the_kimi_case_in_one_line(tmp_path):
     probe = json.loads((figures / "03_findings.json").read_text())["numbers"]
     assert probe["states"] == {"old": params["OLD_STATES"], "new": params["NEW_STATES"]}
     assert probe["inputs"]["checkpoints"]["OLD_TARGET"]["what"] == "heads only"
+    # the sample's heads are holes (zeros): every token ties, so the probe measures nothing and says so
+    assert probe["verdict"]["level"] == "no verdict" and "all zeros" in probe["verdict"]["reasons"][0]
     first = json.loads((figures / "01_findings.json").read_text())
     assert first["numbers"]["closed_loop"] is None and any("does not load here" in b for b in first["bullets"])
     finetune = json.loads((figures / "04_findings.json").read_text())["numbers"]
@@ -71,6 +73,7 @@ def test_the_kimi_case_in_one_line(tmp_path):
     assert "Notebook 04" in header and "Notebook 05" in header and "not run here" in header
     assert "k2-target" in table and "k25-target" in table
     assert "## 04" in plan and "warm-start recipes" in plan
+    assert "| old drafter's τ on the new target |" not in plan  # a probe without a verdict projects nothing
 
 
 @pytest.mark.parametrize("notebook, name", [("04", "NEW_TARGET"), ("05", "OLD_TARGET")])

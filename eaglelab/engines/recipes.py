@@ -27,6 +27,7 @@ from eaglelab.checkpoints.target_config import is_mla_target
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, path_word, script_value, steps_text, yaml_text
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
+from eaglelab.inputs import renamed_fields
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
 TRAINING_ENGINES = ("specforge", "speculators")
@@ -39,6 +40,7 @@ ENGINE_DEFAULTS = {
 }
 
 
+@renamed_fields({"init": "old_drafter", "target": "new_target"})
 @dataclass(frozen=True)
 class RecipeSettings:
     """What a warm-start recipe needs.

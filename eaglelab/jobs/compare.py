@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eaglelab.inputs import renamed_fields
+
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
 
 
+@renamed_fields({"drafter_a": "old_drafter", "drafter_b": "new_drafter", "target": "new_target"})
 @dataclass(frozen=True)
 class CompareSettings:
     """Which drafters to compare, and against which target.

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.decisions import Option
+from eaglelab.inputs import renamed_fields
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: The two starts a fine-tune can take.
 STARTS = (Option.WARM_START, Option.FROM_SCRATCH)
 
 
+@renamed_fields({"target": "new_target"})
 @dataclass(frozen=True)
 class FinetuneSettings:
     """What a fine-tune trains on and how.

@@ -10,9 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from eaglelab.inputs import renamed_fields
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+@renamed_fields({"target_a": "old_target", "target_b": "new_target", "drafter": "old_drafter",
+                 "states_a": "old_states", "states_b": "new_states"})
 @dataclass(frozen=True)
 class ProbeSettings:
     """What the probe runs on and how.

@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eaglelab.inputs import renamed_fields
 
+
+@renamed_fields({"target_a": "old_target", "target_b": "new_target", "drafter": "old_drafter"})
 @dataclass(frozen=True)
 class TargetCompareSettings:
     """Which targets to compare, and (optionally) which drafter's ids to check.

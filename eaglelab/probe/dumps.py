@@ -25,7 +25,7 @@ is missing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -33,6 +33,7 @@ from eaglelab.checkpoints.footprint import out_of_memory_as_error, require_memor
 from eaglelab.checkpoints.spec import DrafterSpec
 from eaglelab.data.dumps import DumpPairs, DumpSample
 from eaglelab.data.states import HiddenStates
+from eaglelab.decisions import NO_VERDICT, Decision
 from eaglelab.errors import CheckpointMismatchError, DumpError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
@@ -173,7 +174,22 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
     source = ProbeSource(f"{printable(str(pairs.a.root))} (A) and {printable(str(pairs.b.root))} (B)", DumpError,
                          "paired samples", "positions counted (a position counts when the next token's loss mask "
                                            "is 1; a one-token sample counts none)")
-    return finish_probe(sim, labels, tally_a, tally_b, source)
+    result = finish_probe(sim, labels, tally_a, tally_b, source)
+    blank = [h.source for h in (heads_a, heads_b) if not bool(h.lm_head.any())]
+    return replace(result, decision=blank_heads_decision(result.decision, blank)) if blank else result
+
+
+def blank_heads_decision(decision: Decision, blank: list[str]) -> Decision:
+    """No verdict from heads that hold no weights: an ``lm_head`` of zeros gives every token the same logit.
+
+    A header-only or sparse sample (the Kimi-shaped one: terabyte shapes as holes) reads as zeros; the target's
+    next token is then a tie everywhere, and whatever τ the drafter gets against it measures nothing.
+    """
+    reasons = [f"the lm_head of {' and of '.join(printable(str(s)) for s in blank)} is all zeros (a header-only or "
+               "sparse sample, not the target's weights): every token gets the same logit, so the τ above measures "
+               "no target", *decision.reasons]
+    bands = {k: v for k, v in (decision.bands or {}).items() if k != "kept"} or None
+    return Decision(NO_VERDICT, reasons, None, (), bands, "the targets' heads hold no weights: probe the real ones")
 
 
 # --------------------------------------------------------------------------- before anything is allocated

@@ -32,7 +32,7 @@ class Slot:
 
     Args:
         name: the notebook variable it sets (``DRAFTER_A``).
-        label: what the picker says (``drafter A (old)``).
+        label: what the picker says (``old drafter (A)``).
         kind: ``drafter``, ``target`` or ``data`` (what the check reads).
         parameter: the parameters cell's value (None: the default).
         default: the world's checkpoint ("" where there is none: data).

@@ -23,8 +23,10 @@ from eaglelab.workbook.case import given
 from eaglelab.workbook.choices import locate
 from eaglelab.workbook.inputs_record import record_inputs
 
-#: The targets each notebook loads whole (by parameter name), and the dtype parameter they load in.
+#: The targets each notebook loads whole (by parameter name).
 LOADS = {"03": ("OLD_TARGET", "NEW_TARGET"), "04": ("NEW_TARGET",), "05": ("OLD_TARGET", "NEW_TARGET")}
+#: The notebooks whose ``DTYPE`` parameter says how they load a target; the others load in float32.
+TAKES_DTYPE = ("03", "04")
 #: Notebook 03 loads no target when the engines' dumps of both are given.
 DUMPS = ("OLD_STATES", "NEW_STATES")
 
@@ -37,7 +39,8 @@ def cannot_run(notebook: str, parameters: Mapping[str, Any]) -> tuple[str, str] 
     """
     if notebook == "03" and all(given(parameters.get(n)) for n in DUMPS):
         return None
-    dtype = parameters.get("DTYPE") if isinstance(parameters.get("DTYPE"), str) else "float32"
+    given_dtype = parameters.get("DTYPE")
+    dtype = given_dtype if notebook in TAKES_DTYPE and isinstance(given_dtype, str) else "float32"
     for name in LOADS.get(notebook, ()):
         value = parameters.get(name)
         if not given(value) or not isinstance(value, str):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eaglelab.decisions import NO_VERDICT
 from eaglelab.errors import ConfigError, EaglelabError
 
 SECTIONS = {
@@ -251,7 +252,9 @@ def decision_plan(numbers: dict[str, dict], records: dict[str, Any] | None = Non
             fields[name] = field_number(scenario_json, name, where, ConfigError, low=0.0, low_open=False)
     scenario = Scenario(**fields, sources=dict(sources))
     probe = numbers.get("03", {})
-    if _on_yours(numbers, records, "03") and probe.get("k") == scenario.k:
+    verdict = probe.get("verdict") if isinstance(probe.get("verdict"), dict) else {}
+    # a probe that gave no verdict (the wrong text, no gain on A, heads without weights) measured nothing to project
+    if _on_yours(numbers, records, "03") and probe.get("k") == scenario.k and verdict.get("level") != NO_VERDICT:
         tau_b = field_number(probe["plugin"], "accept_len_on_b", "03_findings.json plugin", ConfigError, low=1.0,
                              low_open=False)
         scenario = replace(scenario, plugin_tau=tau_b, sources=scenario.sources | {"plugin_tau": pv.YOURS})
