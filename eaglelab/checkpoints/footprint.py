@@ -24,7 +24,7 @@ from eaglelab.checkpoints.sources import Checkpoint, is_hub_id, load_checkpoint
 from eaglelab.checkpoints.target_config import text_config, tied_embeddings
 from eaglelab.checkpoints.variants import is_target_config
 from eaglelab.errors import ConfigError, EaglelabError, ParameterError, ResourceError, is_whole
-from eaglelab.inputs import printable
+from eaglelab.inputs import is_ascii_digits, printable
 
 #: Bytes per parameter of the dtypes a model is loaded in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -173,7 +173,7 @@ def _read_int(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return int(text) if is_ascii_digits(text) else None  # str.isdigit takes '²', which int() refuses
 
 
 def _inactive_file(folder: Path) -> int:
@@ -181,7 +181,7 @@ def _inactive_file(folder: Path) -> int:
     try:
         for line in (folder / "memory.stat").read_text().splitlines():
             key, _, value = line.partition(" ")
-            if key in ("inactive_file", "total_inactive_file") and value.strip().isdigit():
+            if key in ("inactive_file", "total_inactive_file") and is_ascii_digits(value.strip()):
                 return int(value)
     except OSError:
         pass

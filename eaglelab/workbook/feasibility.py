@@ -19,7 +19,7 @@ from typing import Any
 
 from eaglelab.checkpoints.footprint import fits_here
 from eaglelab.errors import EaglelabError, ParameterError
-from eaglelab.workbook.case import given
+from eaglelab.workbook.case import CHECKPOINTS, given
 from eaglelab.workbook.choices import locate
 from eaglelab.workbook.inputs_record import record_inputs
 
@@ -108,8 +108,6 @@ def stand_in(notebook: str, parameters: Mapping[str, Any], why: tuple[str, str],
                                + ", ".join(f"{e} `{path}`" for e, path in recipes.items()) + ".")
     except EaglelabError as exc:
         bullets.append(f"- **Hand-over:** no recipe: {exc}.")
-    names = {"03": ("OLD_TARGET", "NEW_TARGET", "OLD_DRAFTER"), "04": ("NEW_TARGET", "OLD_DRAFTER"),
-             "05": ("OLD_TARGET", "NEW_TARGET", "OLD_DRAFTER")}[notebook]
-    inputs = record_inputs({n: p.get(n) if isinstance(p.get(n), str) else None for n in names}, None,
-                           not_done=[f"not run here: {line}"])
+    inputs = record_inputs({n: p.get(n) if isinstance(p.get(n), str) else None for n in CHECKPOINTS[notebook][0]},
+                           None, not_done=[f"not run here: {line}"])
     return {"numbers": {"inputs": inputs, "not_run": {"name": name, "why": line}, "recipes": recipes}, "bullets": bullets}
