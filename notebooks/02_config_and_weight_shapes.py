@@ -55,8 +55,8 @@ from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
 from eaglelab.workbook.case import given, notebook_case
-from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.choices import Choices, Slot
+from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
