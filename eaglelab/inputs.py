@@ -18,12 +18,14 @@ Only the standard library is imported, so metadata commands start fast.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
 import re
 import stat
 import unicodedata
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -392,9 +394,6 @@ def renamed_fields(renames: dict[str, str]):
     Args:
         renames: old name -> the field's name now.
     """
-    import functools
-    import warnings
-
     def note(cls_name: str, old: str, new: str) -> None:
         warnings.warn(f"{cls_name}.{old} is now {new}; the old name goes in the next release", DeprecationWarning,
                       stacklevel=3)

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglelab.checkpoints.sources import local_path
 from eaglelab.data.world import World
+from eaglelab.errors import ParameterError, SourceError
 from eaglelab.inputs import printable
 
 FILE, WORLD, BUILT_IN = "file", "world", "built-in"
@@ -55,8 +57,6 @@ def world_of(checkpoint: str | Path | None) -> World | None:
     """
     if checkpoint is None or not str(checkpoint).strip():
         return None
-    from eaglelab.checkpoints.sources import local_path
-    from eaglelab.errors import SourceError
 
     try:
         folder = local_path(str(checkpoint))
@@ -76,8 +76,6 @@ def probe_world(old_target: str | None, world_dir: str | None) -> World | None:
     Raises:
         ParameterError: (``--world-dir``) ``world_dir`` is not a folder.
     """
-    from eaglelab.errors import ParameterError
-
     if world_dir in (None, ""):
         return world_of(old_target)
     world = World.at(world_dir)

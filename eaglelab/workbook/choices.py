@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.errors import ParameterError
+from eaglelab.checkpoints.sources import local_path
+from eaglelab.data.probe_data import describe_probe_data
+from eaglelab.errors import EaglelabError, ParameterError, SourceError
 from eaglelab.inputs import printable, shown
 
 DRAFTER, TARGET, DATA = "drafter", "target", "data"
@@ -152,9 +154,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def locate(value: str) -> str:
     """``value`` as the kernel should read it: as given when it exists from here (or is absolute, or a
     hub id), else the repository root's path of it when that exists, else as given."""
-    from eaglelab.checkpoints.sources import local_path
-    from eaglelab.errors import SourceError
-
     value = (value or "").strip()
     try:
         p = local_path(value)
@@ -175,8 +174,6 @@ def same_source(a: str, b: str) -> bool:
     """Whether two sources name the same checkpoint (resolved folders, or equal hub ids)."""
     if not a or not b:
         return False
-    from eaglelab.checkpoints.sources import local_path
-    from eaglelab.errors import SourceError
 
     try:
         pa, pb = local_path(a), local_path(b)
@@ -210,10 +207,7 @@ def check_source(kind: str, value: str, target: str | None = None, world_dir: st
         a :class:`Check`: what it is, or the typed error's message, as one printable line.
     """
     from eaglelab.checkpoints.preflight import check_drafter, check_target
-    from eaglelab.checkpoints.sources import local_path
     from eaglelab.checkpoints.target_config import text_config
-    from eaglelab.data.probe_data import describe_probe_data
-    from eaglelab.errors import EaglelabError
 
     value = locate((value or "").strip())
     target = locate(target) if target else target

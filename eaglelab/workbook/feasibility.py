@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.footprint import fits_here
+from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
+from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 from eaglelab.errors import EaglelabError, ParameterError
 from eaglelab.workbook.case import CHECKPOINTS, given
 from eaglelab.workbook.choices import locate
@@ -78,9 +80,6 @@ def stand_in(notebook: str, parameters: Mapping[str, Any], why: tuple[str, str],
     ``out_dir/recipes-NN`` and returns ``{"numbers": ..., "bullets": ...}`` for
     :func:`~eaglelab.workbook.report.save_findings`. A recipe an engine cannot write is a bullet saying why.
     """
-    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
-    from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
-
     name, line = why
     bullets = [f"- **Not run here:** {line} — {INSTEAD[notebook]}."]
     recipes: dict[str, str] = {}

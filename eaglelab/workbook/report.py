@@ -7,11 +7,19 @@ into ``GAME_PLAN.md``.
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.decisions import NO_VERDICT
+from eaglelab.decisions import NO_VERDICT, reconcile
 from eaglelab.errors import ConfigError, EaglelabError
+from eaglelab.inputs import field_int, field_number, path_kind, printable, quoted, read_json_object
+from eaglelab.outputs import open_output_folder, output_path, write_owned_file
+from eaglelab.planning import provenance as pv
+from eaglelab.planning.decision_table import Scenario, plan
+from eaglelab.planning.render import FOUNDING, PARTLY, founding_fields, plan_markdown, whose_case
+from eaglelab.workbook.inputs_record import MIXED, InputsRecord, conflicts, inputs_section, on_words, resting_on, whose_words
 
 SECTIONS = {
     "01": "Performance diagnosis",
@@ -27,8 +35,6 @@ def save_findings(notebook: str, findings: dict[str, Any], bullets: list[str], f
 
     Returns nothing: the findings cell ends with the findings, not a path.
     """
-    from eaglelab.outputs import open_output_folder
-
     with open_output_folder(figures_dir, "figures", shared=True) as out:
         out.write_json(f"{notebook}_findings.json", {"notebook": notebook, "numbers": findings, "bullets": bullets})
 
@@ -45,9 +51,6 @@ def read_findings(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: naming the file and what is wrong.
     """
-    from eaglelab.inputs import printable, read_json_object
-    from eaglelab.workbook.inputs_record import InputsRecord
-
     where = printable(str(path))
     obj = read_json_object(path, ConfigError)
     numbers, bullets = obj.get("numbers", {}), obj.get("bullets", [])
@@ -72,12 +75,6 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
     Sections without a findings file say so. Figures are linked by relative path (PNG), so the document
     renders next to them; the verdicts at the end say in their headings on whose checkpoints they rest.
     """
-    from eaglelab.inputs import path_kind
-    from eaglelab.outputs import output_path, write_owned_file
-    from eaglelab.planning import provenance as pv
-    from eaglelab.planning.render import plan_markdown
-    from eaglelab.workbook.inputs_record import MIXED, inputs_section, on_words, resting_on
-
     d = output_path(figures_dir, "--figures")
     if path_kind(d, ConfigError) != "folder":
         raise ConfigError(str(d), "no such folder of figures and findings (run the notebooks first)")
@@ -127,8 +124,6 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
                       "model. Run notebooks 03 and 04 on your checkpoints for your own.", ""]
     verdict, recommended = numbers.get("03", {}).get("verdict"), numbers.get("04", {}).get("recommendation")
     if isinstance(verdict, dict) and isinstance(recommended, dict) and "level" in verdict and "action" in recommended:
-        from eaglelab.decisions import reconcile
-
         lines += [f"## One answer: the probe and the fine-tune {_both_on(on, records)}", "",
                   reconcile(verdict, recommended), ""]
     recipes = numbers.get("04", {}).get("recipes")
@@ -143,8 +138,6 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
 def decision_heading(scenario) -> list[str]:
     """The decision's heading, true to whose numbers it rests on: the user's, the founding case's (notebook 01
     left at its defaults), or partly each (the numbers still the founding case's named)."""
-    from eaglelab.planning.render import FOUNDING, PARTLY, founding_fields, whose_case
-
     whose = whose_case(scenario)
     if whose == FOUNDING:
         return ["## The decision for the founding case (notebook 01's default numbers: enter yours)", "",
@@ -160,9 +153,6 @@ def decision_heading(scenario) -> list[str]:
 
 def _evidence(numbers: dict, path: Path) -> str | None:
     """A findings file's own ``evidence`` label (what older findings say without an inputs record), checked."""
-    from eaglelab.inputs import printable, quoted
-    from eaglelab.planning import provenance as pv
-
     evidence = numbers.get("evidence")
     if evidence is not None and (not isinstance(evidence, str) or evidence not in pv.LABELS):
         raise ConfigError(printable(str(path)), f"its 'evidence' is {quoted(evidence, 40)}, not a provenance label")
@@ -172,8 +162,6 @@ def _evidence(numbers: dict, path: Path) -> str | None:
 def _both_on(on: dict[str, str | None], records: dict[str, Any]) -> str:
     """``on your checkpoints`` when notebooks 03 and 04 rest on one case (the same kind of inputs, and no name
     recorded by both with two values), else which ran on what: not one case."""
-    from eaglelab.workbook.inputs_record import MIXED, conflicts, on_words, whose_words
-
     probe, finetune = on["03"], on["04"]
     if probe == finetune and probe != MIXED and not conflicts({nb: records.get(nb) for nb in ("03", "04")}):
         return on_words(probe)
@@ -200,8 +188,6 @@ def plan_uses_plugin_tau(figures_dir: str | Path, k: int) -> str:
 
     The table uses it only when 01's scenario drafts the same ``k`` per cycle (a τ is a property of k).
     """
-    from eaglelab.inputs import path_kind
-
     path = Path(figures_dir) / "01_findings.json"
     if not path_kind(path, ConfigError):
         return "the game plan's decision table takes this plug-in τ once notebook 01 has run with k = " + f"{k}."
@@ -222,12 +208,6 @@ def decision_plan(numbers: dict[str, dict], records: dict[str, Any] | None = Non
     (``records``: notebook -> :class:`~eaglelab.workbook.inputs_record.InputsRecord` or None), when
     there is one, holds none of the demo world's checkpoints.
     """
-    from dataclasses import replace
-
-    from eaglelab.inputs import field_int, field_number
-    from eaglelab.planning import provenance as pv
-    from eaglelab.planning.decision_table import Scenario, plan
-
     saved = numbers.get("01", {}).get("plan")
     if not saved:
         return None
@@ -272,8 +252,6 @@ def decision_plan(numbers: dict[str, dict], records: dict[str, Any] | None = Non
 def _on_yours(numbers: dict[str, dict], records: dict[str, Any] | None, nb: str) -> bool:
     """Whether notebook ``nb``'s numbers are the user's: its ``evidence`` says so, and its inputs record, when
     there is one, holds none of the demo world's checkpoints (a mixed pair is not the user's case)."""
-    from eaglelab.planning import provenance as pv
-
     record = (records or {}).get(nb)
     return numbers.get(nb, {}).get("evidence") == pv.YOURS and (record is None or record.evidence() in (None, pv.YOURS))
 
@@ -281,8 +259,6 @@ def _on_yours(numbers: dict[str, dict], records: dict[str, Any] | None, nb: str)
 def _left_out(numbers: dict[str, dict], records: dict[str, Any]) -> list[str]:
     """Sentences for the evidence the decision leaves out because its notebook mixed the demo world's checkpoints
     with the user's (its findings call it the user's, its inputs record says otherwise)."""
-    from eaglelab.planning import provenance as pv
-
     what = {"03": ("plugin", "Notebook 03's plug-in τ"), "04": ("scaling", "Notebook 04's data exponent")}
     return [f"{words} is left out of this decision: not all the checkpoints it ran on are yours (see what this plan "
             "was computed from)." for nb, (key, words) in what.items()
@@ -292,8 +268,6 @@ def _left_out(numbers: dict[str, dict], records: dict[str, Any]) -> list[str]:
 
 def _link(path: Path, base: Path) -> str:
     """A link to ``path`` from a document in ``base``: relative when it can be, else absolute."""
-    import os
-
     try:
         return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
     except ValueError:  # another drive

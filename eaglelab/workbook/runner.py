@@ -8,16 +8,20 @@ kernel starts: names, types against the defaults, and the local folders and file
 from __future__ import annotations
 
 import ast
+import io
 import sys
 import time
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import NotebookError, ParameterError
+from eaglelab.outputs import make_folder, open_output_folder, output_path, resolved
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.choices import check_local_paths
-from eaglelab.workbook.feasibility import cannot_run
+from eaglelab.workbook.feasibility import cannot_run, stand_in
+from eaglelab.workbook.report import save_findings, write_game_plan
 
 
 @dataclass
@@ -231,9 +235,6 @@ def renamed_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list
 
 def optional_parameters(notebook: Path) -> set[str]:
     """The parameters whose line in the parameters cell says what None means (``# None: skip``): they take None."""
-    import io
-    import tokenize
-
     import nbformat
 
     cells = [c for c in nbformat.read(notebook, as_version=4).cells
@@ -339,8 +340,6 @@ def run_notebook(notebook: Path, output: Path, parameters: dict[str, Any],
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from eaglelab.outputs import make_folder
-
     if output.resolve() == notebook.resolve():
         raise NotebookError(output, "refusing to write an executed copy over the source notebook")
     make_folder(output.parent)
@@ -406,7 +405,6 @@ def run_workbook(
         prepare_only: write each notebook with its parameters cell filled in (:func:`prepare_notebook`),
             without running it: what would run, to read or to open in JupyterLab.
     """
-    from eaglelab.outputs import open_output_folder, output_path, resolved
     from eaglelab.progress import progress as progress_bar
 
     notebooks_dir = notebooks_dir or find_notebooks_dir()
@@ -443,7 +441,6 @@ def run_workbook(
                 runs.append(run_notebook(nb, out.claim(nb.name), params, kernel_name))
     if not prepare_only and any(r.not_run or r.notebook.name[:2] >= "04" for r in runs):
         # the run ends with its game plan: notebook 04 writes one, but 05 (or a stand-in) may come after it
-        from eaglelab.workbook.report import write_game_plan
 
         write_game_plan(figures_dir(notebooks_dir, params))
     return runs
@@ -458,9 +455,6 @@ def figures_dir(notebooks_dir: Path, parameters: dict[str, Any]) -> Path:
 
 def _stand_in(notebook: Path, parameters: dict[str, Any], why: tuple[str, str], out_dir: Path) -> NotebookRun:
     """Write the findings of a notebook that cannot run here (its reason and its recipes), and say so."""
-    from eaglelab.workbook.feasibility import stand_in
-    from eaglelab.workbook.report import save_findings
-
     start = time.perf_counter()
     number = notebook.name[:2]
     found = stand_in(number, parameters, why, out_dir)

@@ -8,11 +8,14 @@ pickers, :func:`explorer_numbers` (:func:`eaglelab.serving.perf.diagnose`) behin
 from __future__ import annotations
 
 import html
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eaglelab.errors import ConfigError, EaglelabError
+from eaglelab.inputs import printable, read_json_object
 from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
 
 LABEL_WIDTH = "11em"  # one width for every picker's label, so the boxes line up
@@ -29,7 +32,6 @@ def _files(root: Path, pattern: str, max_depth: int):
     :data:`MAX_ENTRIES` entries looked at, unreadable folders passed over.
     """
     import fnmatch
-    import os
 
     if not root.is_dir():
         return
@@ -63,9 +65,6 @@ def _configs(root: Path, max_depth: int):
     Each config is read as hostile input (:func:`eaglelab.inputs.read_json_object`: a regular file,
     never a blocking open, 1 MB at most): a FIFO or a huge file named config.json is passed over.
     """
-    from eaglelab.errors import ConfigError
-    from eaglelab.inputs import read_json_object
-
     for cfg in _files(root, "config.json", max_depth):
         try:
             obj = read_json_object(cfg, ConfigError, limit=1 << 20)
@@ -124,8 +123,6 @@ def check_html(check: Check) -> str:
 
 
 def _one_line_error(exc: BaseException) -> str:
-    from eaglelab.errors import EaglelabError
-    from eaglelab.inputs import printable
 
     if isinstance(exc, EaglelabError):
         return printable(str(exc))
@@ -244,8 +241,6 @@ def out_of_date_line(choices: Choices, old: dict[str, str], new: dict[str, str],
     ``"out of date: the answer was for old target (A) /w/target-a, and was cleared; press Probe to answer
     for the picks above"`` (only the picks that changed are named; an empty one as "empty").
     """
-    from eaglelab.inputs import printable
-
     changed = [f"{choices.slot(name).label} {printable(value) or 'empty'}" for name, value in old.items()
                if new.get(name) != value]
     return (f"out of date: the answer was for {', '.join(changed) or 'other picks'}, and was cleared; press "
