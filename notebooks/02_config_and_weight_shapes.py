@@ -54,7 +54,7 @@ from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
-from eaglelab.workbook.case import given, notebook_case
+from eaglelab.workbook.case import given, notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, save_findings
@@ -73,12 +73,11 @@ if not demo and not given(NEW_DRAFTER):  # no drafter of the new target's own: t
     NEW_DRAFTER = OLD_DRAFTER
     NOT_DONE.append("no NEW_DRAFTER given: the old drafter is checked against the new target on its own (A and B "
                     "below are the same checkpoint); give the new target's drafter to compare the two")
-world_default = (lambda path: str(path)) if demo else (lambda path: "")
-choices = Choices("02", [Slot("OLD_DRAFTER", "old drafter (A)", "drafter", OLD_DRAFTER, world_default(world.drafter_a)),
+choices = Choices("02", [Slot("OLD_DRAFTER", "old drafter (A)", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a)),
                          Slot("NEW_DRAFTER", "new drafter (B)", "drafter", NEW_DRAFTER,
-                              world_default(world.drafter_b_small)),
-                         Slot("NEW_TARGET", "the new target", "target", NEW_TARGET, world_default(world.target_b)),
-                         Slot("OLD_TARGET", "the old target", "target", OLD_TARGET, world_default(world.target_a))],
+                              world_default(demo, world.drafter_b_small)),
+                         Slot("NEW_TARGET", "the new target", "target", NEW_TARGET, world_default(demo, world.target_b)),
+                         Slot("OLD_TARGET", "the old target", "target", OLD_TARGET, world_default(demo, world.target_a))],
                   root=str(world.root))
 OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET = choices.values().values()  # a pick made below survives Run All
 TAG = pv.tag(pv.evidence_source([OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET], world.root))

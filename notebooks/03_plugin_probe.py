@@ -75,7 +75,7 @@ from eaglelab.probe.plugin import layerwise_cka
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
-from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.case import notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot, check_local_paths
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
@@ -98,10 +98,9 @@ settings = ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", 
                          measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP,
                          old_states=OLD_STATES, new_states=NEW_STATES)
 world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
-world_default = (lambda path: str(path)) if demo else (lambda path: "")
-choices = Choices("03", [Slot("OLD_TARGET", "old target (A)", "target", OLD_TARGET, world_default(world.target_a)),
-                         Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(world.target_b)),
-                         Slot("OLD_DRAFTER", "old drafter (on A)", "drafter", OLD_DRAFTER, world_default(world.drafter_a),
+choices = Choices("03", [Slot("OLD_TARGET", "old target (A)", "target", OLD_TARGET, world_default(demo, world.target_a)),
+                         Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(demo, world.target_b)),
+                         Slot("OLD_DRAFTER", "old drafter (on A)", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a),
                               fits="OLD_TARGET"),
                          Slot("DATA", "data (optional)", "data", DATA, "", fits="OLD_TARGET")], root=str(world.root))
 OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
@@ -201,7 +200,8 @@ else:
 engine = None
 if pair is not None:
     eos = [pair.tokenizer.eos_token_id] if pair.tokenizer.eos_token_id is not None else None
-    engine = engine_beside_workbook({"A": (OLD_TARGET, OLD_DRAFTER), "B": (NEW_TARGET, OLD_DRAFTER)}, pair.prompts(MEASURE_PROMPTS),
+    engine = engine_beside_workbook({"A": (OLD_TARGET, OLD_DRAFTER), "B": (NEW_TARGET, OLD_DRAFTER)},
+                                    pair.prompts(MEASURE_PROMPTS),
                                     MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
     display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 

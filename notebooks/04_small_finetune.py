@@ -91,7 +91,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
-from eaglelab.workbook.case import notebook_case
+from eaglelab.workbook.case import notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot, check_local_paths
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
@@ -116,9 +116,8 @@ settings = FinetuneSettings(NEW_TARGET or "", old_drafter=OLD_DRAFTER or "", dat
                             batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
                             measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
 world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
-world_default = (lambda path: str(path)) if demo else (lambda path: "")
-choices = Choices("04", [Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(world.target_b)),
-                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, world_default(world.drafter_a),
+choices = Choices("04", [Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(demo, world.target_b)),
+                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a),
                               fits="NEW_TARGET"),
                          Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
 NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All

@@ -98,33 +98,25 @@ def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
     parser.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS, **kwargs)
 
 
-#: What each checkpoint is called on every command (its flag; the settings field is the same word with ``_``),
-#: and the spellings it had before (deprecated aliases for one release). Notebook parameters use the same words
-#: in capitals (:data:`eaglelab.workbook.runner.CHECKPOINT_PARAMETERS`).
-CHECKPOINT_FLAGS = {
-    "old-target": ("--target-a",),
-    "new-target": ("--target-b", "--target"),
-    "old-drafter": ("--drafter", "--init"),
-    "new-drafter": (),
-    "old-states": ("--states-a",),
-    "new-states": ("--states-b",),
-}
+#: What each checkpoint is called on every command (its flag; the settings field is the same word with ``_``).
+#: Notebook parameters use the same words in capitals (:data:`eaglelab.workbook.runner.CHECKPOINT_PARAMETERS`).
+CHECKPOINT_FLAGS = ("old-target", "new-target", "old-drafter", "new-drafter", "old-states", "new-states")
 
 
-def checkpoint(parser, name: str, help: str, required: bool = False, old: tuple[str, ...] | None = None) -> None:
+def checkpoint(parser, name: str, help: str, required: bool = False, old: tuple[str, ...] = ()) -> None:
     """Add the flag of one checkpoint (``--old-target``, ...) with its deprecated spellings.
 
     Args:
         parser: the subcommand's parser (or a mutually exclusive group of it).
-        name: a key of :data:`CHECKPOINT_FLAGS`.
+        name: one of :data:`CHECKPOINT_FLAGS`.
         help: what the flag takes on this command.
         required: the command refuses to run without it; checked after parsing (:func:`missing_required`),
             so that an old spelling satisfies it too.
-        old: the deprecated spellings this command accepted (default: all of the name's).
+        old: the spellings this command took before (deprecated aliases for one release).
     """
     dest = name.replace("-", "_")
     parser.add_argument(f"--{name}", dest=dest, help=help + (" (required)" if required else ""))
-    for spelling in CHECKPOINT_FLAGS[name] if old is None else old:
+    for spelling in old:
         alias(parser, spelling, f"--{name}", dest)
     if required:
         parser.set_defaults(required_checkpoints=(*(parser.get_default("required_checkpoints") or ()), f"--{name}"))

@@ -64,3 +64,9 @@ def notebook_case(notebook: str, values: Mapping[str, str | None]) -> bool:
     """
     takes, required = CHECKPOINTS.get(notebook, ((), ()))
     return checkpoint_case({name: values.get(name) for name in takes}, required)
+
+
+def world_default(demo: bool, path) -> str:
+    """A picker's default for one checkpoint: the world's path in the world's case, else none (the user's case
+    takes nothing from the world, :func:`checkpoint_case`)."""
+    return str(path) if demo else ""
