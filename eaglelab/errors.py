@@ -51,6 +51,10 @@ class LogFormatError(EaglelabError):
     """A serving log cannot be read or holds no speculative-decoding lines."""
 
 
+class CostTableError(EaglelabError):
+    """A cost table (an engine's measured plain steps and speculative cycles) cannot be read."""
+
+
 class ParameterError(EaglelabError):
     """A numeric or command-line parameter is out of its valid range."""
 

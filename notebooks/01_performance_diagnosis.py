@@ -70,6 +70,7 @@ OLD_TARGET = None  # None: the offline world's target A
 OLD_DRAFTER = None  # None: the offline world's drafter-a (trained on A)
 
 # %%
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -143,25 +144,34 @@ plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_
 display(pd.DataFrame({"goal tok/s": list(rate_needed), f"α needed with k={K_CHAIN}": list(rate_needed.values())}))
 
 # %% [markdown]
-# ## 3 · Why is the verify 30 ms? A MoE cost model
-# A verify of k+1 tokens touches more distinct experts than a decode step
-# (N(1 − (1 − K/N)^t)), and on PCIe every layer pays two all-reduces; without CUDA graphs each
-# layer also pays its kernel launches.
+# ## 3 · Why is the verify 30 ms? The serving-cost model, term by term
+# One model of the target's forward (`eaglelab.serving.load`): the weights it reads (a verify of k+1
+# tokens wakes more experts than a decode step, N(1 − (1 − K/N)^t)), the FLOPs of every token, the
+# tensor-parallel all-reduces (on PCIe two per layer), and, for a step that is not a CUDA graph, each
+# kernel's launch. Here the founding case's Kimi-K2.5 on 8 PCIe GPUs [assumed], calibrated at your point.
 
 # %%
-moe = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=False)
-moe_graphs = perf.kimi_k2_on_pcie(num_gpus=8, cuda_graphs=True)
+from eaglelab.serving.load import kimi_k25_on_pcie
+from eaglelab.serving.load_fit import Point, calibrate
+from eaglelab.serving.target_shape import distinct_experts_touched
+
+seed_point = Point(AT_CONCURRENCY, decode_s=1.0 / BASELINE_TPS, cycle_s=CYCLE_MS / 1e3, k=K)
+moe = calibrate(kimi_k25_on_pcie(), [seed_point])
+moe_graphs = replace(moe, machine=replace(moe.machine, graphs=("decode", "verify", "draft")))
 tokens = np.arange(1, 17)
-verify_ms = float(moe.forward_s(K + 1) * 1e3)
-verify_graphs_ms = float(moe_graphs.forward_s(K + 1) * 1e3)
-decode_ms = float(moe_graphs.forward_s(1) * 1e3)
-verify_parts = moe.breakdown(K + 1)
-fig = plots.plot_moe_verify(tokens, moe.parts_ms(tokens), measured_ms=MEASURED_VERIFY_MS)
-plots.savefig(fig, "01_moe_verify_cost", FIGURES_DIR, {"model": "kimi_k2_on_pcie", "gpus": 8})
+verify_ms = 1e3 * float(moe.verify_s(1, K))
+verify_graphs_ms = 1e3 * float(moe_graphs.verify_s(1, K))
+decode_ms = 1e3 * float(moe.decode_s(1))
+verify_parts = moe.parts(1, K)
+parts_ms = {name: 1e3 * v for name, v in moe.forward_parts(tokens, 1, "verify").items() if np.any(v > 0)}
+fig = plots.plot_moe_verify(tokens, parts_ms, measured_ms=MEASURED_VERIFY_MS)
+plots.savefig(fig, "01_moe_verify_cost", FIGURES_DIR, {"model": "kimi_k25_on_pcie", "gpus": moe.machine.gpus})
 display(pd.DataFrame(verify_parts).set_index("part").round(3))
 display(pd.DataFrame({"tokens": tokens,
-                      "distinct experts": perf.distinct_experts_touched(tokens, moe.experts_total, moe.experts_per_token).round(1),
-                      "forward ms (no graphs)": (moe.forward_s(tokens) * 1e3).round(2)}).set_index("tokens").T)
+                      "distinct experts": distinct_experts_touched(tokens, moe.target.experts_total,
+                                                                   moe.target.experts_per_token).round(1),
+                      "forward ms (verify, no graphs)": (moe.forward_s(tokens, 1, "verify") * 1e3).round(2)}
+                     ).set_index("tokens").T)
 
 # %% [markdown]
 # ## 4 · Serving logs
@@ -288,12 +298,14 @@ if loop is not None:
                              model_a.config.to_dict(), engine=SERVING_ENGINE)
 if here is not None and here.rows:
     display(pd.DataFrame(here.rows).set_index("concurrency").round(3))
-    fig = plots.plot_concurrency({"model, calibrated at the ends": load_curve(here.model, K, float(np.mean(here.run.tau)),
+    fig = plots.plot_concurrency({"model at the runs' mean τ, calibrated at the ends": load_curve(here.model, K, float(np.mean(here.run.tau)),
                                                                            np.geomspace(1, max(LOAD_BATCHES), 48))},
                                  float(np.mean(here.run.tau)),
                                  {f"measured in vLLM {LOOP_TAG}": ([r["concurrency"] for r in here.rows],
                                                               [r["measured"] for r in here.rows],
-                                                              [(r["measured_low"], r["measured_high"]) for r in here.rows])},
+                                                              [(r["measured_low"], r["measured_high"]) for r in here.rows]),
+                                  "model at each point's own τ": ([r["concurrency"] for r in here.rows],
+                                                                  [r["model"] for r in here.rows])},
                                  title=f"{Path(OLD_TARGET).name} in {here.status}")
     plots.savefig(fig, "01_concurrency_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "tokens": LOAD_TOKENS, "k": K})
 else:
@@ -325,11 +337,11 @@ findings = f"""
 - **Goals:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {K_CHAIN} that is a
   per-position acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; a measured
   {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {K}.
-- **Verify cost** (the Kimi-K2-on-PCIe cost model, order-of-magnitude inputs [assumed]): a {K + 1}-token verify
-  at {verify_ms:.1f} ms without CUDA graphs (measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}; {verify_graphs_ms:.1f} ms
-  with them) and a graph-captured decode step at {decode_ms:.1f} ms. Of the verify,
-  {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts)}: the largest lever is
-  {verify_parts[0]['lever']}.
+- **Cycle cost** (the serving-cost model of Kimi-K2.5 on {moe.machine.gpus} PCIe GPUs [assumed], calibrated at your
+  point {T['cycle_ms']}): a {K + 1}-token verify at {verify_ms:.1f} ms without CUDA graphs ({verify_graphs_ms:.1f} ms
+  with them; the verify measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}) and a graph-captured decode step at
+  {decode_ms:.1f} ms. Of the cycle, {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts[:4])}:
+  the largest lever is {verify_parts[0]['lever']}.
 - **Logs {logs_tag}:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.

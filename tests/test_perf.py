@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from eaglelab.errors import ParameterError
 from eaglelab.serving import perf
+from eaglelab.serving.load import kimi_k25_on_pcie
+from eaglelab.serving.target_shape import distinct_experts_touched
 
 
 def test_seed_figures():
@@ -43,13 +46,14 @@ def test_tree_bound_is_above_the_chain():
         assert perf.accept_len_tree(a, 3, 4) > perf.accept_len_tree(a, 3, 1)
 
 
-def test_moe_model():
-    assert float(perf.distinct_experts_touched(1, 384, 8)) == pytest.approx(8.0)
-    assert float(perf.distinct_experts_touched(10_000, 384, 8)) == pytest.approx(384, rel=1e-6)
-    m = perf.kimi_k2_on_pcie()
+def test_the_moe_verify_wakes_experts_and_costs_its_launches():
+    assert float(distinct_experts_touched(1, 384, 8)) == pytest.approx(8.0)
+    assert float(distinct_experts_touched(10_000, 384, 8)) == pytest.approx(384, rel=1e-6)
+    m = kimi_k25_on_pcie()
     t = np.array([1, 4, 8])
-    assert np.all(np.diff(m.forward_s(t)) > 0)
-    assert perf.kimi_k2_on_pcie(cuda_graphs=True).forward_s(4) < m.forward_s(4)
+    assert np.all(np.diff(m.forward_s(t, 1, "verify")) > 0)
+    graphs = replace(m, machine=replace(m.machine, graphs=("decode", "verify", "draft")))
+    assert graphs.verify_s(1, 3) < m.verify_s(1, 3)
     c = perf.Cycle(verify_s=0.02, draft_step_s=0.002, k=3, overhead_s=0.004)
     assert c.cycle_s == pytest.approx(0.030) and sum(c.shares().values()) == pytest.approx(1.0)
 

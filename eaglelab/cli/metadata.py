@@ -10,7 +10,9 @@ import sys
 
 from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
-from eaglelab.inputs import printable
+from eaglelab.serving.gpus import GPUS
+from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS
+from eaglelab.serving.target_shape import KV_DTYPE_BYTES
 
 # --------------------------------------------------------------------------- run
 
@@ -31,7 +33,7 @@ def cmd_run(args) -> int:
 # --------------------------------------------------------------------------- perf
 
 def cmd_perf(args) -> int:
-    if args.concurrency or args.plain_log:
+    if args.concurrency or args.plain_log or args.costs:
         return _perf_under_load(args)
     if args.log:
         from eaglelab.serving.logs import by_concurrency, parse_log
@@ -84,10 +86,14 @@ def load_settings(args):
     from eaglelab.jobs.load import LoadSettings
 
     d = LoadSettings.__dataclass_fields__
+    graphs = None if args.cuda_graphs is None else tuple(args.cuda_graphs or d["cuda_graphs"].default or STEP_KINDS)
     return LoadSettings(concurrency=tuple(args.concurrency or d["concurrency"].default),
                         baseline_tps=args.baseline_tps, cycle_ms=args.cycle_ms, accept_len=args.accept_len,
-                        at_concurrency=args.at_concurrency, k=args.k, target_config=args.target_config, gpu=args.gpu,
-                        gpus=args.gpus, context=args.context, log=args.log, plain_log=args.plain_log)
+                        accept_lens=tuple(args.accept_lens) if args.accept_lens else None,
+                        at_concurrency=args.at_concurrency, k=args.k, topk=args.topk, draft_tokens=args.draft_tokens,
+                        target_config=args.target_config, gpu=args.gpu, gpus=args.gpus, link=args.link,
+                        link_gbps=args.link_gbps, kv_dtype=args.kv_dtype, cuda_graphs=graphs, context=args.context,
+                        log=args.log, plain_log=args.plain_log, costs=args.costs)
 
 
 def _perf_under_load(args) -> int:
@@ -114,8 +120,12 @@ def _perf_under_load(args) -> int:
                       f"{r['best_speedup']:.2f}x"] for r in report.rows],
                     ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {report.tau:.2f})",
                      "break-even τ", "best k", "at best k"]))
-        print(f"(the roofline of {printable(args.target_config or f'Kimi-K2.5 on {args.gpus} PCIe GPUs [assumed]')}, "
-              f"{report.calibration.line()})")
+        print(f"({report.source}, {report.calibration.line()})")
+    if len(report.residuals) > 2:
+        print()
+        print(table([[r["concurrency"], r["what"], r["k"] or "-", r["context"] or "-", f"{r['measured_ms']:.2f}",
+                      f"{r['model_ms']:.2f}", f"{100 * r['error']:+.1f}%"] for r in report.residuals],
+                    ["concurrency", "measured", "k", "context", "measured ms", "model ms", "residual"]))
     for line in lines(report):
         print(line)
     return 0
@@ -124,8 +134,6 @@ def _perf_under_load(args) -> int:
 def cmd_plan(args) -> int:
     from eaglelab.planning.decision_table import Scenario, plan
     from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
-    from eaglelab.serving.perf import kimi_k2_on_pcie
-
     given = {name: getattr(args, name) for name in PLAN_FIELDS if getattr(args, name) is not None}
     if args.log and "accept_len" in given:
         from eaglelab.errors import ParameterError
@@ -140,17 +148,13 @@ def cmd_plan(args) -> int:
         from eaglelab.serving.logs import parse_log
 
         scenario = scenario.with_logged_tau(parse_log(args.log).summary()["median_accept_len"])
-    lever = None
-    if args.verify_model == "kimi-k2-pcie":
-        lever = kimi_k2_on_pcie(cuda_graphs=args.cuda_graphs).breakdown(scenario.k + 1)[0]["lever"]
-    load = source = None
-    if args.target_config is not None:
-        from eaglelab.jobs.load import LoadSettings, load_model_for
+    from eaglelab.jobs.load import LoadSettings, load_model_for
 
-        load = load_model_for(LoadSettings(target_config=args.target_config, gpu=args.gpu, gpus=args.gpus,
-                                           context=args.context))
-        source = f"the roofline of {args.target_config} on {args.gpus} x {args.gpu}"
-    result = plan(scenario, args.budgets, lever, load=load, load_source=source)
+    graphs = None if args.cuda_graphs is None else tuple(args.cuda_graphs or STEP_KINDS)
+    load, source = load_model_for(LoadSettings(target_config=args.target_config, gpu=args.gpu, gpus=args.gpus,
+                                               link=args.link, kv_dtype=args.kv_dtype, cuda_graphs=graphs,
+                                               context=args.context, k=scenario.k))
+    result = plan(scenario, args.budgets, load=load, load_source=source, name_lever=args.verify_model != "none")
     if args.json:
         print_json(result.to_json())
         return 0
@@ -225,6 +229,10 @@ def cmd_recipe(args) -> int:
 
     if args.job == "probe":
         return _probe_recipe(args)
+    if args.job == "load":
+        return _load_recipe(args)
+    if args.engine not in ("specforge", "speculators"):
+        raise ParameterError("--engine", f"{args.engine} serves; the warm start trains with specforge or speculators")
     if args.old_target is not None:
         raise ParameterError("--old-target", "is the probe's old target: give it with --job probe")
     settings = RecipeSettings(engine=args.engine, old_drafter=args.old_drafter, new_target=args.new_target,
@@ -244,6 +252,33 @@ def cmd_recipe(args) -> int:
         print(f"  {key}: {value}")
     print("  vocabulary: the whole target vocabulary (no map to keep)" if recipe.vocab_map["full_vocab"] else
           f"  vocabulary map kept: {recipe.vocab_map['draft_slots']} draft slots of {recipe.vocab_map['target_vocab']}")
+    return 0
+
+
+def _load_recipe(args) -> int:
+    from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
+    from eaglelab.errors import ParameterError
+
+    if args.engine not in ("sglang", "vllm"):
+        raise ParameterError("--engine", f"--job load measures a serving engine: sglang or vllm, got {args.engine}")
+    for flag, value in (("--new-target", args.new_target), ("--old-drafter", args.old_drafter)):
+        if value is None:
+            raise ParameterError(flag, "--job load serves the target with a drafter (its quality does not matter: τ is "
+                                       "forced): give both --new-target and --old-drafter")
+    d = LoadRecipeSettings.__dataclass_fields__
+    given = {"concurrency": tuple(args.concurrency) if args.concurrency else None,
+             "accept_lens": tuple(args.accept_lens) if args.accept_lens else None, "topk": args.topk,
+             "draft_tokens": args.draft_tokens, "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens,
+             "repeats": args.repeats, "workdir": args.workdir}
+    settings = LoadRecipeSettings(engine=args.engine, new_target=args.new_target, old_drafter=args.old_drafter,
+                                  gpus=args.gpus, k=args.k,
+                                  **{n: v for n, v in given.items() if v is not None and n in d})
+    recipe = write_load_recipe(settings, args.out, overwrite=args.force)
+    if args.json:
+        print_json(recipe.to_json())
+        return 0
+    print(f"wrote {args.out}/run.sh ({len(recipe.steps)} steps, {settings.engine}): plain decoding and the cycle at "
+          f"forced τ per concurrency into costs.csv, then `eaglelab perf --costs`")
     return 0
 
 
@@ -275,10 +310,26 @@ def _probe_recipe(args) -> int:
     return 0
 
 
+def _machine_flags(p) -> None:
+    """The serving-cost model's target and machine flags, shared by ``perf`` and ``plan``."""
+    p.add_argument("--target-config", help="the target's config.json (or folder, hub id) for the serving-cost model "
+                                           "(default: the founding case's Kimi-K2.5, assumed)")
+    p.add_argument("--gpu", choices=sorted(GPUS), help="the GPU (default: the founding case's rtx-pro-6000, or h100-sxm "
+                                                       "for a --target-config; said so in the output)")
+    p.add_argument("--gpus", type=count, help="GPUs of the tensor-parallel group (default: the founding case's 8, or "
+                                              "the fewest that hold the config's weights)")
+    p.add_argument("--link", choices=sorted(LINK_LATENCY_S), help="the interconnect, when not the GPU's usual one")
+    p.add_argument("--link-gbps", type=positive, help="the all-reduce bus bandwidth measured on your GPUs (nccl-tests "
+                                                      "busbw, GB/s)")
+    p.add_argument("--kv-dtype", choices=sorted(KV_DTYPE_BYTES), default="bf16", help="the KV cache's dtype (default bf16)")
+    p.add_argument("--cuda-graphs", nargs="*", choices=STEP_KINDS, metavar="KIND",
+                   help="the step kinds that run as CUDA graphs: decode, verify, draft (bare: all; default: all, or "
+                        "the founding case's decode and draft)")
+    p.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
+
+
 def add_parsers(sub) -> None:
     """Register the metadata subcommands on the ``eaglelab`` subparsers."""
-    from eaglelab.serving.load import GPUS
-
     r = sub.add_parser("run", help="execute the numbered notebooks (papermill)",
                        description="Execute the workbook's numbered notebooks in order.")
     r.add_argument("--smoke", action="store_true", help="tiny world, SMOKE=True, figures in OUT/figures")
@@ -309,11 +360,13 @@ def add_parsers(sub) -> None:
     f.add_argument("--at-concurrency", type=count, default=1,
                    help="the concurrency --baseline-tps and --cycle-ms were measured at (default 1)")
     f.add_argument("--k", type=count, default=3, help="drafts per cycle (default 3)")
-    f.add_argument("--target-config", help="the target's config.json (or folder, hub id) for its roofline "
-                                           "(default: the founding case's Kimi-K2.5)")
-    f.add_argument("--gpu", choices=sorted(GPUS), default="h100-pcie", help="the GPU, for --target-config")
-    f.add_argument("--gpus", type=count, default=8, help="GPUs of the tensor-parallel group (default 8)")
-    f.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
+    f.add_argument("--accept-lens", type=accept_len, nargs="+", metavar="TAU",
+                   help="τ at each --concurrency, one per value (τ moves with load in published sweeps)")
+    f.add_argument("--costs", help="an engine's cost table (CSV: plain steps and cycles at forced τ, as `eaglelab recipe "
+                                   "--job load` measures): the model is fitted to it and its residuals printed")
+    f.add_argument("--topk", type=count, default=1, help="the drafter's branching per step (default 1: a chain)")
+    f.add_argument("--draft-tokens", type=count, help="tokens verified per request per cycle (a tree; default k + 1)")
+    _machine_flags(f)
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_perf)
 
@@ -341,16 +394,12 @@ def add_parsers(sub) -> None:
     pl.add_argument("--transfer", type=fraction, nargs=2, metavar=("LO", "HI"),
                     help="share of --old-samples a warm start carries over when no --plugin-tau (default 0.1 0.5)")
     pl.add_argument("--budgets", type=positive, nargs="+", help="total new-target samples per trained option")
-    pl.add_argument("--verify-model", choices=["kimi-k2-pcie", "none"], default="kimi-k2-pcie",
-                    help="verify cost model that names the lever when the cycle must shrink")
-    pl.add_argument("--cuda-graphs", action="store_true", help="the verify already runs under CUDA graphs")
+    pl.add_argument("--verify-model", choices=["load", "kimi-k2-pcie", "none"], default="load",
+                    help="name the lever when the cycle must shrink: the load model's largest part of the cycle (load; "
+                         "kimi-k2-pcie is its old name), or none")
     pl.add_argument("--at-concurrency", type=count,
                     help="requests in flight when --baseline-tps and --cycle-ms were measured (default 1)")
-    pl.add_argument("--target-config", help="the target's config.json (or folder, hub id): its roofline says up to "
-                                            "which concurrency each option pays (default: Kimi-K2.5, assumed)")
-    pl.add_argument("--gpu", choices=sorted(GPUS), default="h100-pcie", help="the GPU, for --target-config")
-    pl.add_argument("--gpus", type=count, default=8, help="GPUs of the tensor-parallel group (default 8)")
-    pl.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
+    _machine_flags(pl)
     pl.add_argument("--json", action="store_true", help="machine-readable output")
     pl.set_defaults(func=cmd_plan)
 
@@ -397,8 +446,19 @@ def add_parsers(sub) -> None:
                                     "drafter's layers on the same conversations (SpecForge on SGLang, or vLLM through "
                                     "speculators where the targets are not MLA), then probe the dumps. Reads configs "
                                     "and headers only.")
-    rc.add_argument("--job", choices=["warm-start", "probe"], default="warm-start", help="what the script does")
-    rc.add_argument("--engine", required=True, choices=["specforge", "speculators"])
+    rc.add_argument("--job", choices=["warm-start", "probe", "load"], default="warm-start",
+                    help="what the script does: the warm start, the dump-and-probe, or load: the serving engine's cost "
+                         "table (plain steps and cycles at forced τ per concurrency) for `eaglelab perf --costs`")
+    rc.add_argument("--engine", required=True, choices=["specforge", "speculators", "sglang", "vllm"],
+                    help="specforge / speculators (warm start, probe); sglang / vllm (load)")
+    rc.add_argument("--concurrency", type=count, nargs="+", metavar="B", help="load: concurrencies to measure")
+    rc.add_argument("--accept-lens", type=accept_len, nargs="+", metavar="TAU",
+                    help="load: the τ values to force (default 1 2 3, those up to k + 1)")
+    rc.add_argument("--topk", type=count, help="load: the drafter's branching (default 1: a chain)")
+    rc.add_argument("--draft-tokens", type=count, help="load: tokens verified per request (a tree; default k + 1)")
+    rc.add_argument("--prompt-tokens", type=count, help="load: prompt tokens per request (default 1024)")
+    rc.add_argument("--output-tokens", type=count, help="load: tokens generated per request (default 256)")
+    rc.add_argument("--repeats", type=count, help="load: timed runs per concurrency (default 2)")
     checkpoint(rc, "old-drafter", "the old drafter (folder or hub id)", required=True, old=("--init",))
     checkpoint(rc, "new-target", "the new target (folder, config.json or hub id)", required=True, old=("--target",))
     checkpoint(rc, "old-target", "--job probe: the old target (the drafter was trained on it)", old=("--target-a",))

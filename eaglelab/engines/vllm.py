@@ -9,6 +9,8 @@ target with the drafter in vLLM (greedy, ``speculative_config`` eagle3, k drafts
 time or batched) through :mod:`eaglelab.engines.vllm_worker` in the engine's environment, and
 returns τ, both per-position rates (named), tok/s, whether the outputs equal the target alone, and
 the engine's own ``SpecDecoding metrics`` lines parsed by :mod:`eaglelab.serving.logs`.
+:func:`measure_costs_in_engine` measures a cost table (:mod:`eaglelab.serving.cost_table`): plain
+steps, and speculative cycles with τ forced by vLLM's synthetic rejection sampling.
 
 No torch is imported here unless a SpecForge-layout drafter has to be exported first.
 """
@@ -16,10 +18,12 @@ No torch is imported here unless a SpecForge-layout drafter has to be exported f
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +31,9 @@ from eaglelab.checkpoints.inspection import load_target_config
 from eaglelab.checkpoints.sources import load_checkpoint
 from eaglelab.checkpoints.spec import is_mla_config, is_speculators_config
 from eaglelab.engines.vllm_mla import CPU_MLA_BACKEND, mla_refusal, target_uses_mla, write_vllm_mla_drafter
-from eaglelab.errors import EngineError
+from eaglelab.errors import EngineError, ParameterError, require_whole
 from eaglelab.inputs import loads_json, one_line, read_bytes
+from eaglelab.serving.cost_table import CostTable, Measurement
 
 #: The worker script, run by the engine environment's interpreter.
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -343,7 +348,7 @@ class LoadRun:
 
     def points(self):
         """The measured steps as :class:`eaglelab.serving.load.Point` (decode from alone, cycle from the drafter)."""
-        from eaglelab.serving.load import Point
+        from eaglelab.serving.load_fit import Point
 
         return [Point(c, decode_s=c / a, cycle_s=t * c / d, k=self.k)
                 for c, a, d, t in zip(self.concurrency, self.alone_tps, self.drafter_tps, self.tau)]
@@ -407,6 +412,72 @@ def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: lis
     version = spec.get("vllm_version")
     return LoadRun(concurrency, [r["tokens_per_s"] for r in a], [r["tokens_per_s"] for r in d], [r["tau"] for r in d],
                    int(k), version if isinstance(version, str) else "?", [r["runs"] for r in a], [r["runs"] for r in d])
+
+
+def measure_costs_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
+                            k: int, concurrency: list[int], accept_lens: list[float], dtype: str = "float32",
+                            max_model_len: int = 1024, repeats: int = 3, timeout_s: float = 900.0) -> CostTable:
+    """A cost table measured in vLLM: plain decoding, then the speculative cycle at each forced τ, per concurrency.
+
+    One engine start for plain decoding and one per forced τ (vLLM builds the synthetic acceptance rates
+    into its rejection sampler); in each, the first ``c`` prompts are batched per concurrency ``c``,
+    ``repeats`` times, the concurrencies interleaved. One row per concurrency and repeat (the repeats'
+    scatter is the fit's noise estimate). The drafter drafts and the target verifies for real; only the
+    acceptance is forced. ``accept_len`` holds the τ MEASURED from vLLM's counters in that run: the
+    forcing is a coin per step, so it scatters around the forced τ (the comments list forced beside
+    measured). ``output_tok_s`` is generated tokens over the batched generate's wall time, prefill
+    included (as :func:`measure_load_in_engine`): keep ``max_new_tokens`` large against the prompts for
+    a decode-phase measurement. ``context`` is the batch's mean prompt tokens + ``max_new_tokens / 2``.
+
+    Raises:
+        ParameterError: a concurrency, ``k``, ``repeats``, ``max_new_tokens`` or forced τ out of range,
+            before any engine starts.
+        EngineError: no engine environment, a drafter it cannot run, or a failed run.
+    """
+    k, repeats = require_whole("k", k), require_whole("repeats", repeats)
+    if require_whole("max_new_tokens", max_new_tokens) < 2:
+        raise ParameterError("max_new_tokens", "must be >= 2: the first token comes from prefill, cycles after it")
+    concurrency = [require_whole("concurrency", c) for c in concurrency]
+    if not concurrency or max(concurrency) > len(prompts):
+        raise ParameterError("concurrency", f"{concurrency} needs one prompt per request, got {len(prompts)} prompts")
+    taus = list(accept_lens)
+    bad = [t for t in taus if isinstance(t, bool) or not isinstance(t, (int, float)) or not 1 <= t <= k + 1]
+    if not taus or bad:
+        raise ParameterError("accept_lens", f"each forced τ must be a number in [1, k + 1] = [1, {k + 1}] (the bonus "
+                                            f"token included), got {bad[0] if bad else 'none'!r:.40}")
+    base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
+            "max_new_tokens": int(max_new_tokens), "batch": "all", "dtype": dtype, "max_model_len": int(max_model_len),
+            "seed": 0, "groups": concurrency, "repeats": repeats, **attention_backends(target, drafter)}
+    context = {c: round(sum(map(len, prompts[:c])) / c + max_new_tokens / 2) for c in concurrency}
+    plain = _groups_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), concurrency, 0, repeats)
+    rows = [Measurement(g["concurrency"], 0, 1, 1, 1.0, context[g["concurrency"]], tps) for g in plain for tps in g["runs"]]
+    forced, version, sampler = [], "?", "?"
+    with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
+        folder = str(engine_drafter(drafter, target, Path(tmp), k))
+        for tau in map(float, taus):
+            result = run_worker({**base, "drafter": folder, "k": k, "forced_accept_len": tau}, timeout_s)
+            version, sampler = str(result.get("vllm_version"))[:40], str(result.get("synthetic_sampler"))[:40]
+            for g, raw in zip(_groups_from_result(result, concurrency, k, repeats), result["groups"]):
+                measured = _measured_taus(raw, k, repeats)
+                rows += [Measurement(g["concurrency"], k, k + 1, 1, t, context[g["concurrency"]], tps)
+                         for t, tps in zip(measured, g["runs"])]
+                forced.append(f"{tau:g} -> {', '.join(f'{t:.3f}' for t in measured)} (c {g['concurrency']})")
+    comments = [f"engine: vllm {version}", f"synthetic_sampler: {sampler} (vllm: its own kernel)",
+                f"target: {Path(target).resolve()}", f"drafter: {Path(drafter).resolve()}", f"dtype: {dtype}",
+                f"k: {k}", f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+                f"repeats: {repeats} (one row each); output_tok_s includes prefill ({max_new_tokens} new tokens a request)",
+                "accept_len: the tau measured per run (forced -> measured): " + "; ".join(forced)]
+    return CostTable(tuple(rows), tuple(one_line(c) for c in comments))
+
+
+def _measured_taus(group: dict[str, Any], k: int, repeats: int) -> list[float]:
+    """A forced group's per-run measured τ (``tau_runs``), each in [1, k + 1]; a run with no drafting step is an error."""
+    runs = group.get("tau_runs")
+    if not isinstance(runs, list) or len(runs) != repeats or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and 1 <= t <= k + 1 for t in runs):
+        raise EngineError("vllm worker result", f"field 'tau_runs' must hold one τ in [1, {k + 1}] per repeat ({repeats}): "
+                                                "every run needs drafting steps")
+    return [float(t) for t in runs]
 
 
 def compare_with_workbook(workbook: dict[str, Any], engine: EngineMeasurement) -> dict[str, Any]:

@@ -37,6 +37,18 @@ Request (JSON object)::
                     after an untimed warm-up; the result's "groups" holds one entry per c
     repeats         with groups: time each group this many times, the concurrencies interleaved
                     (a drifting machine then shifts all of them alike); default 1
+    forced_accept_len  with a drafter: force the mean acceptance length τ (bonus included), a number
+                    in [1, k + 1], with vLLM's synthetic rejection sampling (speculative_config
+                    rejection_sample_method "synthetic", synthetic_acceptance_length). The drafter
+                    still drafts k tokens per step and the target still verifies them (the cycle
+                    costs what it costs), but draft i is accepted by a coin with vLLM's
+                    minimum-variance schedule (unconditional rates [1]*floor(τ-1) + [frac(τ-1)] +
+                    [0]*...), whatever the tokens: the outputs are not the target's greedy ones, and
+                    the measured τ scatters around the forced one (frac(τ-1) is a Bernoulli draw per
+                    step; padded drafts are rejected). Default null: standard rejection sampling.
+                    vLLM's CPU build has no synthetic kernel (its C++ rejection kernels assert
+                    SYNTHETIC_MODE off): there the worker supplies a port of the Triton greedy
+                    kernel's synthetic branch (_synthetic_sampler; greedy requests only)
 
 Result (JSON object)::
 
@@ -69,10 +81,14 @@ Result (JSON object)::
     warnings                distinct engine log lines at WARNING / ERROR level (at most 60)
     env                     the VLLM_* / OMP / LD_PRELOAD settings the engine ran with
     log_file                only when the request gave one
+    forced_accept_len       the request's forced τ (null when not forced); spec.tau beside it is
+                            the τ measured from the counters
+    synthetic_sampler       with forced_accept_len: "vllm" (its own kernel) or "eaglelab-cpu-port"
     groups                  with a groups request: [{"concurrency", "wall_s", "generated_tokens",
                             "tokens_per_s", "tokens_per_s_runs", "spec"}, ...]: tokens_per_s the
                             median over the repeats, tokens_per_s_runs each one, spec as above with
-                            its counters summed over that group's runs
+                            its counters summed over that group's runs; with a drafter also
+                            "tau_runs": the measured τ of each run (null where no step drafted)
 
 Errors: ``{"error": "...", "log_tail": [...]}`` and exit code 2.
 
@@ -173,6 +189,7 @@ def _validate(req: dict) -> dict:
     repeats = req.get("repeats", 1)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
         raise RequestError("repeats must be a whole number in [1, 100]")
+    forced = _forced_accept_len(req.get("forced_accept_len"), drafter, k)
     backends = {key: req.get(key) for key in ("attention_backend", "draft_attention_backend")}
     for key, value in backends.items():
         if value is not None and (not isinstance(value, str) or not value.replace("_", "").isalnum()):
@@ -182,7 +199,21 @@ def _validate(req: dict) -> dict:
             "seed": int(seed), "kv_cache_gib": req.get("kv_cache_gib", 1),
             "threads_bind": req.get("threads_bind", "nobind"), "log_file": req.get("log_file"),
             "llm_kwargs": extra, "stop_token_ids": stops, "groups": groups,
-            "repeats": repeats, **backends}
+            "repeats": repeats, "forced_accept_len": forced, **backends}
+
+
+def _forced_accept_len(value, drafter, k: int) -> float | None:
+    """The request's forced τ, checked: a finite number in [1, k + 1], and only with a drafter."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise RequestError(f"forced_accept_len must be null or a number in [1, k + 1], got {value!r:.40}")
+    if drafter is None:
+        raise RequestError("forced_accept_len needs a drafter (it forces the speculative cycle's acceptance)")
+    if not 1.0 <= value <= k + 1:
+        raise RequestError(f"forced_accept_len {value!r:.40} is not in [1, k + 1] = [1, {k + 1}] "
+                           "(τ counts the bonus token)")
+    return float(value)
 
 
 def _spec_counters(metrics) -> dict:
@@ -232,6 +263,53 @@ def _per_request(outputs) -> list | None:
     return rows
 
 
+def _synthetic_sampler() -> str:
+    """Which synthetic rejection sampler the engine will run: vLLM's own, or a port where its build has none.
+
+    vLLM 0.32's CPU build (no Triton CPU backend) registers C++ rejection kernels that assert synthetic mode
+    is off. The platform registers them at engine start, reading ``vllm.utils.cpu_triton_utils``; the greedy
+    one is replaced there first by a port of the Triton kernel's synthetic branch (``rejection_sampler.
+    rejection_greedy_sample_kernel``): per request, draft ``i`` is accepted when ``uniform_probs[i] <
+    conditional_rate[i]`` and it is not padding (-1); the first rejected position takes the target's argmax;
+    a step accepting every draft appends the bonus token. Outside synthetic mode the C++ kernel runs as before.
+    """
+    import torch
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import HAS_TRITON
+
+    if not current_platform.is_cpu() or HAS_TRITON:
+        return "vllm"
+    from vllm.utils import cpu_triton_utils
+
+    native = cpu_triton_utils._rejection_greedy_sample_kernel_impl
+
+    def greedy_kernel(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
+                      is_greedy, max_spec_len, uniform_probs=None, synthetic_conditional_rates=None,
+                      SYNTHETIC_MODE=False):  # noqa: N803 - the kernel's own argument name
+        if not SYNTHETIC_MODE:
+            return native(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
+                          is_greedy, max_spec_len)
+        drafts, argmax, coins = draft_token_ids.tolist(), target_argmax.tolist(), uniform_probs.tolist()
+        rates, bonus = synthetic_conditional_rates.tolist(), bonus_token_ids.reshape(-1).tolist()
+        greedy = None if is_greedy is None else is_greedy.tolist()
+        start = 0
+        for r, end in enumerate(cu_num_draft_tokens.tolist()):
+            if greedy is None or greedy[r]:
+                row = []
+                for i in range(start, end):
+                    accepted = coins[i] < rates[i - start] and drafts[i] >= 0
+                    row.append(drafts[i] if accepted else argmax[i])
+                    if not accepted:
+                        break
+                else:
+                    row.append(bonus[r])
+                output_token_ids[r, :len(row)] = torch.tensor(row, dtype=output_token_ids.dtype)
+            start = end
+
+    cpu_triton_utils._rejection_greedy_sample_kernel_impl = greedy_kernel
+    return "eaglelab-cpu-port"
+
+
 def run(req: dict, log_path: str) -> dict:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(req["kv_cache_gib"]))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(req["threads_bind"]))
@@ -257,6 +335,10 @@ def run(req: dict, log_path: str) -> dict:
         kwargs["speculative_config"] = {"method": "eagle3", "model": req["drafter"], "num_speculative_tokens": k}
         if req["draft_attention_backend"]:
             kwargs["speculative_config"]["attention_backend"] = req["draft_attention_backend"]
+        if req["forced_accept_len"] is not None:  # synthetic rates are built into the engine's rejection sampler
+            kwargs["speculative_config"].update(rejection_sample_method="synthetic",
+                                                synthetic_acceptance_length=req["forced_accept_len"])
+            req["synthetic_sampler"] = _synthetic_sampler()
         kwargs["per_request_spec_decode_metrics"] = "summary"
     kwargs.update(req["llm_kwargs"])
 
@@ -301,6 +383,7 @@ def run(req: dict, log_path: str) -> dict:
               "batch": req["batch"], "dtype": req["dtype"], "max_new_tokens": req["max_new_tokens"],
               "outputs": outputs, "engine_start_s": engine_start, "wall_s": wall, "generated_tokens": n_tok,
               "tokens_per_s": n_tok / wall if wall > 0 else None, "spec": spec,
+              "forced_accept_len": req["forced_accept_len"], "synthetic_sampler": req.get("synthetic_sampler"),
               "env": {key: os.environ.get(key) for key in ENV_KEYS}}
     del llm
     return result
@@ -315,6 +398,7 @@ def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version:
     warm = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False, seed=req["seed"])
     llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call allocations out of the timings
     timed = {c: [] for c in req["groups"]}  # (tokens, seconds) per run
+    taus = {c: [] for c in req["groups"]}  # measured τ per run
     counted = {c: {} for c in req["groups"]}  # spec counters summed over the group's runs
     for _ in range(req["repeats"]):
         for c in req["groups"]:
@@ -325,6 +409,7 @@ def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version:
             after = _spec_counters(llm.get_metrics())
             timed[c].append((sum(len(o.outputs[0].token_ids) for o in outs), wall))
             delta = _spec_summary(before, after, req["k"])
+            taus[c].append(delta["tau"])
             acc = counted[c]
             for key in SPEC_METRICS.values():
                 acc[key] = acc.get(key, 0) + delta[key]
@@ -337,9 +422,12 @@ def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version:
         groups.append({"concurrency": c, "wall_s": sum(w for _, w in timed[c]), "generated_tokens": timed[c][-1][0],
                        "tokens_per_s": statistics.median(rates) if rates else None, "tokens_per_s_runs": runs,
                        "spec": _spec_summary({}, counted[c], req["k"]) if req["drafter"] is not None else None})
+        if req["drafter"] is not None:
+            groups[-1]["tau_runs"] = taus[c]
     result = {"vllm_version": version, "target": req["target"], "drafter": req["drafter"], "k": req["k"],
               "batch": "all", "dtype": req["dtype"], "max_new_tokens": req["max_new_tokens"], "outputs": [],
-              "engine_start_s": engine_start, "groups": groups,
+              "engine_start_s": engine_start, "groups": groups, "forced_accept_len": req["forced_accept_len"],
+              "synthetic_sampler": req.get("synthetic_sampler"),
               "env": {key: os.environ.get(key) for key in ENV_KEYS}}
     del llm
     return result

@@ -1,23 +1,45 @@
-"""Does speculation pay at your load? One job: speedup and break-even τ against concurrency, model and logs.
+"""Does speculation pay at your load? One job: speedup and break-even τ against concurrency, model and measurements.
 
-``eaglelab perf --concurrency`` / ``--log``, ``eaglelab plan`` and notebook 01 call
-:func:`speculation_under_load` on a :class:`LoadSettings`. The model is
-:class:`eaglelab.serving.load.LoadModel`: a roofline of the target (its config, or the founding case's
-Kimi-K2.5) on the machine, calibrated by what was measured — the plain tok/s and cycle at one
-concurrency, and, from serving logs, every concurrency they hold. Numbers only: no torch.
+``eaglelab perf --concurrency`` / ``--log`` / ``--costs``, ``eaglelab plan`` and notebook 01 call
+:func:`speculation_under_load` on a :class:`LoadSettings`. The model is the one serving-cost model,
+:class:`eaglelab.serving.load.LoadModel` (the target's config, or the founding case's Kimi-K2.5, on the
+GPUs), calibrated by what was measured: the plain tok/s and cycle at one concurrency, the serving logs'
+groups per concurrency, or an engine's cost table (:mod:`eaglelab.serving.cost_table`, measured by
+``eaglelab recipe --job load``). Numbers only: no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from eaglelab.checkpoints.inspection import load_target_config
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable
+from eaglelab.serving.cost_table import CostTable, read_cost_table
+from eaglelab.serving.load import (
+    CPU,
+    FOUNDING_GPU,
+    FOUNDING_GPUS,
+    FOUNDING_GRAPHS,
+    KIMI_K25_CONFIG,
+    MEMORY_FRACTION,
+    STEP_KINDS,
+    LoadModel,
+    by_concurrency,
+    machine,
+)
 from eaglelab.serving.load_checks import calibration_of
+from eaglelab.serving.load_fit import Point, calibrate
+from eaglelab.serving.logs import by_concurrency as log_groups
+from eaglelab.serving.logs import parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
+from eaglelab.serving.target_shape import KV_DTYPE_BYTES, shape_from_config
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
+#: The GPU a user's target config is costed on when ``--gpu`` is not given (said so in the output).
+DEFAULT_GPU = "h100-sxm"
 
 
 @dataclass(frozen=True)
@@ -27,59 +49,93 @@ class LoadSettings:
     Attributes:
         concurrency: the concurrencies to answer for (requests in flight).
         baseline_tps, cycle_ms, accept_len: the measured point: plain tok/s per request, the speculative
-            cycle and τ at ``at_concurrency`` (None: from the logs only).
+            cycle and τ at ``at_concurrency`` (None: from the logs or the cost table only).
+        accept_lens: τ at each of ``concurrency`` (published sweeps show it moving with load); None: ``accept_len``.
         at_concurrency: the concurrency the measured point was taken at.
         k: drafts per cycle.
-        target_config: a target's config.json for its roofline (None: the founding case's Kimi-K2.5).
-        gpu, gpus: the machine (``eaglelab.serving.load.GPUS``) for ``target_config``.
+        topk, draft_tokens: a tree's branching and tokens verified per request (1 and None: a chain of k + 1).
+        target_config: a target's config.json (None: the founding case's Kimi-K2.5).
+        gpu: the GPU (:data:`eaglelab.serving.gpus.GPUS`; None: the founding case's, or h100-sxm for a config).
+        gpus: GPUs of the tensor-parallel group (None: the founding case's 8, or the fewest powers of two that hold
+            the config's weights).
+        link, link_gbps: the interconnect when not the GPU's usual one, and its measured all-reduce bus bandwidth.
+        kv_dtype: the KV cache's element type (``bf16``, ``fp8``...).
+        cuda_graphs: the step kinds that run as CUDA graphs (None: all; the founding case: decode and draft).
         context: mean context tokens per request (its KV cache is read every step).
         log: a speculative server's log (SGLang / vLLM): τ and tok/s per concurrency.
         plain_log: the same server's log without speculation: the measured speedup per concurrency.
+        costs: an engine's cost table (plain steps and cycles at forced τ): the model is fitted to it.
     """
 
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     baseline_tps: float | None = None
     cycle_ms: float | None = None
     accept_len: float | None = None
+    accept_lens: tuple[float, ...] | None = None
     at_concurrency: int = 1
     k: int = 3
+    topk: int = 1
+    draft_tokens: int | None = None
     target_config: str | None = None
-    gpu: str = "h100-pcie"
-    gpus: int = 8
+    gpu: str | None = None
+    gpus: int | None = None
+    link: str | None = None
+    link_gbps: float | None = None
+    kv_dtype: str = "bf16"
+    cuda_graphs: tuple[str, ...] | None = None
     context: int = 2048
     log: str | None = None
     plain_log: str | None = None
+    costs: str | None = None
 
     def __post_init__(self):
-        import math
-
         if not self.concurrency or not all(is_whole(c) for c in self.concurrency):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {list(self.concurrency)}")
-        for name in ("at_concurrency", "k", "gpus", "context"):
+        for name in ("at_concurrency", "k", "topk", "context"):
             require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
-        for name in ("baseline_tps", "cycle_ms", "accept_len"):
+        for name in ("gpus", "draft_tokens"):
+            if getattr(self, name) is not None:
+                require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
+        for name in ("baseline_tps", "cycle_ms", "accept_len", "link_gbps"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ParameterError(f"--{name.replace('_', '-')}", f"must be a positive finite number, got {value!r}")
         if self.accept_len is not None:
             require_reachable(self.accept_len, self.k, "--accept-len")
+        if self.accept_lens is not None:
+            if len(self.accept_lens) != len(self.concurrency):
+                raise ParameterError("--accept-lens", f"needs one τ per --concurrency ({len(self.concurrency)}), got "
+                                                      f"{len(self.accept_lens)}")
+            for tau in self.accept_lens:
+                require_reachable(tau, self.k, "--accept-lens")
+        if self.draft_tokens is not None and self.topk == 1 and self.draft_tokens != self.k + 1:
+            raise ParameterError("--draft-tokens", f"a chain (--topk 1) of k = {self.k} verifies k + 1 = {self.k + 1} "
+                                                   f"tokens per request, got {self.draft_tokens}")
+        if self.kv_dtype not in KV_DTYPE_BYTES:
+            raise ParameterError("--kv-dtype", f"unknown KV dtype {self.kv_dtype!r}; choose one of {', '.join(KV_DTYPE_BYTES)}")
+        if self.cuda_graphs is not None and set(self.cuda_graphs) - set(STEP_KINDS):
+            raise ParameterError("--cuda-graphs", f"unknown step kinds {sorted(set(self.cuda_graphs) - set(STEP_KINDS))}; "
+                                                  f"choose from {', '.join(STEP_KINDS)}")
         if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
             require_one_setup(self.cycle_ms, self.baseline_tps)
 
 
 @dataclass
 class LoadReport:
-    """The answer per concurrency: the model's rows, the logs' rows, and up to which concurrency it pays.
+    """The answer per concurrency: the model's rows, the measurements' rows, and up to which concurrency it pays.
 
     Attributes:
         rows: the calibrated model at each concurrency (:func:`eaglelab.serving.load.by_concurrency`).
         log_rows: the speculative log grouped by concurrency (:func:`eaglelab.serving.logs.by_concurrency`).
         tau: the τ the model's rows use (the entered one, else the logs' median).
         pays_up_to: from ``at_concurrency`` up, the largest concurrency (then powers of two to 1024) up to
-            which speculation pays at ``tau``; None when it does not pay at ``at_concurrency`` itself.
-        model: the calibrated model (its parameters), and ``calibrated_on``: the points that fixed it.
+            which speculation pays at ``tau`` with the KV cache fitting; None when it does not pay at
+            ``at_concurrency`` itself.
+        model: the calibrated model, ``source``: what it is of, in words, ``calibrated_on``: the points that fixed it.
         calibration: how the model reproduces those points
             (:class:`~eaglelab.serving.load_checks.Calibration`); the table is called calibrated only where it does.
+        residuals: each measured step beside the model's (measured and model ms, relative error).
+        why: the reasons at the crossover, in words (the cycle's largest parts there).
     """
 
     settings: LoadSettings
@@ -87,22 +143,26 @@ class LoadReport:
     log_rows: list[dict]
     tau: float | None
     pays_up_to: int | None
-    model: Any = None
+    model: LoadModel | None = None
     calibrated_on: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     calibration: Any = None
+    source: str = ""
+    residuals: list[dict] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"by_concurrency": self.rows, "log_by_concurrency": self.log_rows, "accept_len": self.tau,
-                "k": self.settings.k, "pays_up_to": self.pays_up_to,
+                "k": self.settings.k, "pays_up_to": self.pays_up_to, "source": self.source,
                 "model": self.model.to_json() if self.model is not None else None,
-                "calibrated_on": self.calibrated_on, "notes": self.notes,
+                "parameters": self.model.parameters() if self.model is not None else [],
+                "calibrated_on": self.calibrated_on, "residuals": self.residuals, "notes": self.notes, "why": self.why,
                 "calibration": self.calibration.to_json() if self.calibration is not None else None}
 
     def crossover(self) -> str:
         """One line: up to which concurrency speculation pays, per the model at τ."""
         if self.model is None or self.tau is None:
-            return "no model: give a measured point (--baseline-tps, --cycle-ms) or a plain log"
+            return "no model: give a measured point (--baseline-tps, --cycle-ms), a plain log or a cost table"
         at = self.settings.at_concurrency
         per = "" if self.calibration is None or self.calibration.calibrated else \
             " (per a model fitted to, not calibrated on, the points measured)"
@@ -113,47 +173,89 @@ class LoadReport:
         return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
 
 
-def load_model_for(settings: LoadSettings):
-    """The uncalibrated roofline: the target's config on ``gpus`` x ``gpu``, else the founding case's Kimi-K2.5."""
-    from eaglelab.serving.load import LoadModel, kimi_k25_on_pcie, machine, shape_from_config
+def _gpus_for(shape, gpu: str) -> int:
+    """The fewest GPUs (a power of two, at most 64) whose memory holds the weights with room to spare."""
+    per_gpu = machine(gpu, 1).memory_bytes * MEMORY_FRACTION
+    g = 1
+    while g < 64 and shape.total_bytes / g > 0.8 * per_gpu:
+        g *= 2
+    return g
 
-    if settings.target_config is None:
-        return kimi_k25_on_pcie(settings.gpus, context=settings.context)
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.target_config import text_config
 
-    cfg = load_target_config(settings.target_config)
-    text = text_config(cfg)
-    shape = shape_from_config(cfg, where=settings.target_config)
-    m = machine(settings.gpu, settings.gpus, hidden_size=int(text.get("hidden_size") or 0),
-                layers=int(text.get("num_hidden_layers") or 0))
-    return LoadModel(shape, m, context=settings.context)
+def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
+    """The uncalibrated model and what it is of, in words: the target's config on the GPUs, else the founding case."""
+    s = settings
+    if s.target_config is None:
+        config, where, what = KIMI_K25_CONFIG, "Kimi-K2.5", "Kimi-K2.5 (the founding case) [assumed]"
+        gpu, gpus = s.gpu or FOUNDING_GPU, s.gpus or FOUNDING_GPUS
+        graphs = s.cuda_graphs if s.cuda_graphs is not None else FOUNDING_GRAPHS
+    else:
+        config, where, what = load_target_config(s.target_config), s.target_config, printable(s.target_config)
+        gpu = s.gpu or DEFAULT_GPU
+        graphs = s.cuda_graphs if s.cuda_graphs is not None else STEP_KINDS
+        gpus = None
+    shape = shape_from_config(config, kv_dtype=s.kv_dtype, where=where)
+    gpus = s.gpus or gpus or _gpus_for(shape, gpu)
+    m = machine(gpu, gpus, link=s.link, graphs=graphs, link_bytes_s=None if s.link_gbps is None else s.link_gbps * 1e9)
+    assumed = [] if s.gpu else [f"--gpu {gpu} [assumed]"]
+    assumed += [] if s.gpus else [f"--gpus {gpus} [{'assumed' if s.target_config is None else 'the fewest that hold it'}]"]
+    source = f"the serving-cost model of {what} on {m.name}" + (f" ({', '.join(assumed)})" if assumed else "")
+    return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens), source
+
+
+def _cost_points(table: CostTable, s: LoadSettings) -> list[Point]:
+    """A cost table's rows as measured points (plain steps and cycles at their own context)."""
+    for r in table.cycles:
+        if r.topk != s.topk or r.draft_tokens != (s.draft_tokens or r.k + 1):
+            raise ParameterError("--costs", f"{table.path}: a row measured with topk {r.topk} and {r.draft_tokens} draft "
+                                            f"tokens, but the question is asked for topk {s.topk} and "
+                                            f"{s.draft_tokens or 'k + 1'}: give --topk / --draft-tokens as measured")
+    return [Point(r.concurrency, decode_s=r.step_s, context=r.context) if r.plain else
+            Point(r.concurrency, cycle_s=r.step_s, k=r.k, context=r.context) for r in table.rows]
+
+
+def _residuals(model: LoadModel, points: list[Point]) -> list[dict]:
+    out = []
+    for p in points:
+        at = replace(model, context=p.context or model.context)
+        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
+            if value is None:
+                continue
+            got = float(at.decode_s(p.concurrency) if what == "plain step" else at.cycle_s(p.concurrency, p.k))
+            out.append({"concurrency": p.concurrency, "what": what, "k": p.k, "context": p.context,
+                        "measured_ms": 1e3 * value, "model_ms": 1e3 * got, "error": got / value - 1.0})
+    return out
+
+
+def _why(model: LoadModel, b: int, k: int) -> list[str]:
+    """What a cycle at ``b`` requests is made of, its two largest parts, with their levers."""
+    parts = model.parts(b, k)
+    cycle = sum(p["ms"] for p in parts)
+    requests = f"{b} request{'s' if b != 1 else ''}"
+    return [f"at {requests} the cycle is {cycle:.1f} ms against a plain step of {1e3 * float(model.decode_s(b)):.1f} ms; "
+            "its largest parts: " + "; ".join(f"{p['part']} {p['ms']:.1f} ms ({100 * p['share']:.0f}%; lever: {p['lever']})"
+                                              for p in parts[:2])]
 
 
 def speculation_under_load(settings: LoadSettings) -> LoadReport:
     """Speedup and break-even τ against concurrency: the model calibrated on what was measured, and the logs.
 
     Raises:
-        ParameterError: neither a measured point nor a log; a point without its cycle.
-        LogFormatError: a log that cannot be read.
+        ParameterError: no measured point, log or cost table; a point without its cycle.
+        LogFormatError: a log that cannot be read; CostTableError: a cost table that cannot be read.
     """
-    from eaglelab.serving.load import Point, by_concurrency, calibrate
-    from eaglelab.serving.logs import by_concurrency as log_groups
-    from eaglelab.serving.logs import parse_log, parse_plain_log
-
     s = settings
     point = [s.baseline_tps, s.cycle_ms]
     if None in point and any(v is not None for v in point):
         raise ParameterError("perf", "a measured point needs both --baseline-tps and --cycle-ms (and --accept-len)")
-    if s.log is None and None in point:
-        raise ParameterError("perf", "give a measured point (--baseline-tps, --cycle-ms, --accept-len) or --log")
+    if s.log is None and s.costs is None and None in point:
+        raise ParameterError("perf", "give a measured point (--baseline-tps, --cycle-ms, --accept-len), --log or --costs")
     spec = parse_log(s.log) if s.log else None
     plain = parse_plain_log(s.plain_log) if s.plain_log else None
     log_rows = log_groups(spec, plain) if spec is not None else []
     points, notes = [], []
     if s.baseline_tps is not None:
-        points.append(Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps,
-                            cycle_s=s.cycle_ms / 1e3, k=s.k))
+        points.append(Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps, cycle_s=s.cycle_ms / 1e3, k=s.k))
     for row in log_rows:
         c, tps = row["concurrency"], row["throughput"]
         if tps:
@@ -166,33 +268,47 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
                              f"step ({1e3 * decode:.4g} ms): are both logs from one server?")
                 continue
             points.append(Point(c, decode_s=decode, cycle_s=cycle, k=s.k))
+    table = read_cost_table(s.costs) if s.costs else None
+    if table is not None:
+        points += _cost_points(table, s)
     tau = s.accept_len if s.accept_len is not None else (spec.summary()["median_accept_len"] if spec is not None else None)
+    if tau is None and s.accept_lens is not None:
+        tau = s.accept_lens[0]
     if tau is None:
         raise ParameterError("--accept-len", "the τ of the drafter served now is needed (or a --log that holds it)")
     require_reachable(tau, s.k, "--accept-len" if s.accept_len is not None else "--log")
     model = calibration = None
+    start, source = load_model_for(s)
+    if not start.weights_fit():
+        notes.append(f"the weights ({start.target.total_bytes / 1e9:.0f} GB) do not fit in {start.machine.name} with "
+                     f"room for a KV cache: give --gpus or --gpu as deployed")
     if any(p.decode_s is not None for p in points):
-        start = load_model_for(s)
         model = calibrate(start, points)
         calibration = calibration_of(start, model, points)
         if len(points) == 1 or calibration.broken:  # one point is reproduced, or refused; no table of non-times
-            calibration.require(_source(s), None if s.baseline_tps is not None else "--log")
+            calibration.require(source, None if s.baseline_tps is not None else "--log" if s.log else "--costs")
         notes += [n for n in [calibration.note()] if n]
+        if len(points) == 1:
+            notes.append(f"calibrated on one point (concurrency {points[0].concurrency}): the other concurrencies are the "
+                         "model's shape; a cost table (eaglelab recipe --job load) measures them")
     elif log_rows:
-        notes.append("no plain decoding step measured (--baseline-tps or --plain-log): the logs' groups are shown, "
+        notes.append("no plain decoding step measured (--baseline-tps, --plain-log or --costs): the logs' groups are shown, "
                      "the model is not calibrated")
-    rows = by_concurrency(model, list(s.concurrency), s.k, tau) if model is not None else []
-    pays = model.pays_up_to(s.k, tau, start=s.at_concurrency) if model is not None else None
+    taus = dict(zip(s.concurrency, s.accept_lens)) if s.accept_lens is not None else {}
+    rows = by_concurrency(model, list(s.concurrency), s.k, tau, s.accept_lens) if model is not None else []
+    pays = model.pays_up_to(s.k, lambda b: taus.get(b, tau), start=s.at_concurrency) if model is not None else None
+    why = []
+    if model is not None:
+        beyond = next((r["concurrency"] for r in rows if not r["pays"]), None)
+        if beyond is not None and not bool(model.kv_fits(beyond, s.k)):
+            why.append(f"at {beyond} requests the KV cache ({beyond} x {s.context + model.verify_tokens(s.k)} tokens) does "
+                       f"not fit beside the weights: {model.kv_capacity_tokens():,.0f} tokens fit")
+        elif beyond is not None:
+            why += _why(model, beyond, s.k)
     used = [{"concurrency": p.concurrency, "decode_ms": None if p.decode_s is None else 1e3 * p.decode_s,
-             "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s} for p in points]
-    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration)
-
-
-def _source(s: LoadSettings) -> str:
-    """The uncalibrated model in words, for a refusal."""
-    if s.target_config is None:
-        return f"the roofline of Kimi-K2.5 on {s.gpus} PCIe GPUs [assumed]"
-    return f"the roofline of {printable(s.target_config)} on {s.gpus} x {s.gpu}"
+             "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s, "context": p.context} for p in points]
+    residuals = _residuals(model, points) if model is not None else []
+    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, residuals, why)
 
 
 def lines(report: LoadReport) -> list[str]:
@@ -200,14 +316,14 @@ def lines(report: LoadReport) -> list[str]:
     other = [r for r in report.rows if not r["pays"] and r["best_speedup"] >= 1.0]
     hint = [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
             f"request{'s' if r['concurrency'] != 1 else ''} in flight: {r['best_speedup']:.2f}x" for r in other[:1]]
-    return [report.crossover(), *hint, *report.notes]
+    return [report.crossover(), *report.why, *hint, *report.notes]
 
 
 @dataclass
 class EngineLoadCheck:
     """The load model against a real engine: vLLM batched at several concurrencies, on this machine.
 
-    The model (the target's roofline on a CPU, :data:`eaglelab.serving.load.CPU`) is calibrated on the
+    The model (the target's serving cost on a CPU, :data:`eaglelab.serving.load.CPU`) is calibrated on the
     smallest and the largest concurrency measured; the ones between are held out, and every row
     says how far the model's speedup is from the measured one, and whether it lies inside the
     range the repeated runs allow (``within_noise``): a gap inside the noise is not the model's.
@@ -240,7 +356,6 @@ def engine_load_check(target: str, drafter: str, prompts: list[list[int]], max_n
         rows and the reason.
     """
     from eaglelab.engines.vllm import engine_status, measure_load_in_engine
-    from eaglelab.serving.load import CPU, LoadModel, calibrate, shape_from_config
 
     if engine is None:
         return EngineLoadCheck(None, None, [], "SERVING_ENGINE = None")

@@ -21,8 +21,9 @@ from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
-from eaglelab.serving.load import Point, calibrate, kimi_k25_on_pcie
+from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
 from eaglelab.serving.load_checks import calibration_of
+from eaglelab.serving.load_fit import Point, calibrate
 
 #: Default range of the data exponent b (the per-position miss rate falls as N^-b) when the user
 #: has not measured it: an assumption, wide on purpose; a warm-start sweep on their data narrows it.
@@ -292,13 +293,14 @@ def warm_band(s: Scenario, scratch: LawBand) -> tuple[LawBand | None, str]:
 
 
 def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None = None, load=None,
-         load_source: str | None = None) -> Plan:
+         load_source: str | None = None, name_lever: bool = True) -> Plan:
     """Build the decision table for scenario ``s``.
 
     Args:
         s: the scenario and the evidence.
         budgets: total new-target samples per trained option (default :func:`default_budgets`).
-        lever: what would shrink the cycle, from a verify cost model (quoted when no option reaches the goal).
+        lever: what would shrink the cycle (quoted when no option reaches the goal); None: the largest part of the
+            calibrated load model's cycle at the scenario's concurrency names it, unless ``name_lever`` is False.
         load: an uncalibrated :class:`eaglelab.serving.load.LoadModel` of the user's target and machine
             (default: the founding case's Kimi-K2.5 on 8 PCIe GPUs, an assumption), calibrated here at the
             scenario's point; it says up to which concurrency each option pays.
@@ -338,9 +340,11 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
             got = band.samples_for(tau)
             to_gen = tuple(max(v - s.samples, 0.0) for v in got)
             needs.append(Need(start, goal, tau, got, tuple(s.generation_hours(v) for v in to_gen)))
+    model, source = _load_model(s, load, load_source)
+    if lever is None and name_lever:
+        lever = model.parts(s.at_concurrency, s.k)[0]["lever"]
     action, text, cycle_needed = _decide(s, rows, lever)
     bands = {"scratch": scratch.kind, **({"warm start": warm.kind} if warm is not None else {})}
-    model, source = _load_model(s, load, load_source)
     rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency)) for r in rows]
     return Plan(s, rows, needs, action, text, cycle_needed, lever, bands,
                 {"source": source, "at_concurrency": s.at_concurrency, "model": model.to_json()})
@@ -353,7 +357,7 @@ def _load_model(s: Scenario, load, source: str | None):
         ParameterError: the model cannot reproduce that point (:meth:`~eaglelab.serving.load_checks.Calibration.require`).
     """
     if load is None:
-        load, source = kimi_k25_on_pcie(), "the roofline of Kimi-K2.5 on 8 PCIe GPUs [assumed]"
+        load, source = kimi_k25_on_pcie(), f"the serving-cost model of {FOUNDING_DEPLOYMENT} [assumed]"
     point = Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps, cycle_s=s.cycle_ms / 1e3, k=s.k)
     model = calibrate(load, [point])
     calibration = calibration_of(load, model, [point])
@@ -393,7 +397,7 @@ def _decide(s: Scenario, rows: list[Row], lever: str | None) -> tuple[str, str, 
     lines.append(f"The goal needs the cycle to shrink from {s.cycle_ms:g} ms to {cycle_needed:.1f} ms at τ {best.tau:.2f}"
                  + (f" (or to {1e3 * (s.k + 1) / s.goal_tps:.1f} ms if every draft were accepted, τ {s.k + 1})"
                     if s.goal_tau > s.k + 1 else "")
-                 + (f"; the verify cost model's largest lever: {lever} [assumed]." if lever else "."))
+                 + (f"; the load model's largest lever at this load: {lever} [assumed]." if lever else "."))
     pays = sorted((r for r in rows if r.tau >= s.break_even_tau), key=cost)
     if pays:
         r = pays[0]

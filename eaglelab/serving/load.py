@@ -1,483 +1,483 @@
-"""Speculation under load: decode and verify step times against concurrency, from a roofline of the target.
+"""One serving-cost model: the step time of the target and the drafter, decode and speculative cycle, at any load.
 
-At small batch a step is bound by the bytes it reads (the weights, the KV cache), so a verify of
-k + 1 tokens per request costs about what a decode step costs; as the batch grows the step becomes
-compute-bound (and a MoE touches more of its experts), so the verify's ``B (k + 1)`` tokens cost up
-to ``k + 1`` decode steps while τ stays what it was. Speculation that pays with one request in
-flight can lose at 128.
+Every question about speed under load (``eaglelab perf``, ``plan``, notebook 01, the game plan) is
+answered by this one model of a forward over ``t`` new tokens of ``B`` requests, each with ``context``
+tokens of KV cache, on a tensor-parallel group of ``g`` GPUs (:meth:`LoadModel.forward_parts`)::
 
-One forward of ``t`` tokens for ``B`` requests costs (:meth:`LoadModel.forward_s`)::
+    overhead  = step_overhead + B · request_overhead            scheduling, sampling
+    launch    = kernels · launch_s, unless the step kind runs as a CUDA graph
+    memory    = (weights(t) / g + B · context · kv_bytes / kv_ways) / bandwidth
+    compute   = t · (2 · active_params + attention_flops · context) / g / peak
+    comm      = 2 · layers · (link_latency + t · hidden · 2 B · 2 (g-1)/g / link_bandwidth)     (g > 1)
 
-    overhead + max(bytes(t, B) / bandwidth, flops(t) / peak) + comm(t)
+    step = overhead + launch + memory + compute + comm          (summed: measured engines do not overlap them)
 
-(on a CPU, whose step streams the weights and then computes, the sum of the two instead of the larger:
-:attr:`Machine.overlap`)
+The sum, not the larger of memory and compute, is what measured engines do: a published fit of SGLang's
+step for Llama-3.1-8B on an H100 is about 5.9 ms + 21 µs per token in the forward + 39 ns per KV
+token (the weights at 0.8 of the HBM bandwidth, two FLOPs per parameter per token at 0.75 of the dense
+peak, the KV at the bandwidth), so every verify token costs time from the first request on
+(:data:`MEMORY_EFFICIENCY`, :data:`COMPUTE_EFFICIENCY`). ``weights(t)`` is the dense weights plus, per
+MoE layer, the experts its tokens route to (:func:`~eaglelab.serving.target_shape.distinct_experts_touched`,
+a verify's drafts counted at :data:`EXPERT_NOVELTY` of a fresh token each); their bytes follow
+the quantization and its ignore list (:func:`~eaglelab.serving.target_shape.shape_from_config`: a Kimi
+checkpoint's attention, shared experts, dense MLP and ``lm_head`` stay bf16, only the routed experts are int4).
 
-with ``bytes`` the weights a forward touches (dense weights, plus each MoE layer's expected distinct
-experts, :func:`eaglelab.serving.perf.distinct_experts_touched`) and the requests' KV caches, ``flops``
-two per active parameter per token, ``comm`` the tensor-parallel all-reduces. A decode step is a
-forward of ``B`` tokens; a verify, of ``B (k + 1)`` tokens over the same KV; a cycle, a verify plus
-``k`` drafter steps plus an overhead. Speedup at ``B`` is ``τ · decode(B) / cycle(B)``; the τ at
-which it only breaks even, ``cycle(B) / decode(B)``.
+A plain decoding step is a forward of ``B`` tokens; a speculative cycle is a verify of ``B · v`` tokens
+(``v = k + 1`` for a chain, ``draft_tokens`` for a tree), ``k`` drafter steps (the first over the
+verified tokens, the rest over ``B · topk``: the drafter's cost grows with the batch) and a cycle
+overhead. Speedup at ``B`` is ``τ(B) · decode(B) / cycle(B)``, with ``τ`` per concurrency where it was
+measured so. A concurrency whose KV cache does not fit beside the weights (:meth:`LoadModel.kv_fits`)
+is marked so and never said to pay.
 
-The inputs of a roofline are order-of-magnitude; what the user measured fixes the rest
-(:func:`calibrate`): one point (the founding case's 82 tok/s and 30 ms cycle) scales the machine so
-the model reproduces it exactly there; points at several concurrencies (per-concurrency groups of
-serving logs, or engine runs at several batch sizes) fit the roofline's bandwidth and peak, the step's
-fixed and per-request overheads and the drafter's step, decode steps and cycles together. For a MoE
-target the speedup need not fall monotonically: a verify's extra tokens wake experts a small batch's
-decode step does not read, until the batch's decode already reads nearly all of them. Only numpy:
-``eaglelab perf`` and ``plan`` stay metadata commands.
+What the user measured fixes what a datasheet cannot: one point (plain tok/s, cycle and τ at one
+concurrency) moves the forward's terms, each within its prior, so the model reproduces it
+(:func:`eaglelab.serving.load_fit.calibrate`); a cost
+table (:mod:`eaglelab.serving.cost_table`) or logs at several concurrencies fit each term's multiplier
+by non-negative least squares, held near the datasheet where the points do not decide
+(:func:`eaglelab.serving.load_fit.fit`), and say how far they land from each point. Only numpy: ``perf`` and ``plan`` stay
+metadata commands.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
 from eaglelab.errors import ParameterError, is_whole, require_whole
-from eaglelab.serving.load_checks import SCALE_LIMIT, check_target_config, config_bits
-from eaglelab.serving.perf import accept_len_constant_rate, distinct_experts_touched, rate_for_accept_len
+from eaglelab.serving.gpus import LINK_SOURCES, LINKS, link_key
+from eaglelab.serving.gpus import gpu as gpu_named
+from eaglelab.serving.perf import accept_len_constant_rate, rate_for_accept_len
+from eaglelab.serving.target_shape import KERNELS_PER_LAYER, TargetShape, shape_from_config
 
 #: Concurrencies scanned for "up to which concurrency does it pay" (the answer is the largest that pays).
 CONCURRENCY_GRID = tuple(2 ** i for i in range(11))  # 1 .. 1024
 #: Drafts per cycle considered for the best k at each concurrency.
 K_RANGE = range(1, 9)
+#: Step kinds; a deployment runs each as a CUDA graph or not (the founding case: decode yes, verify no).
+STEP_KINDS = ("decode", "verify", "draft")
+
+#: Of the datasheet's memory bandwidth a step's weight and KV reads reach (the SGLang fit above: 16 GB of
+#: Llama-3.1-8B weights in 5.9 ms on 3.35 TB/s).
+MEMORY_EFFICIENCY = 0.8
+#: Of the datasheet's dense peak a forward's GEMMs reach at serving batch sizes (the same fit: 16 GFLOP per
+#: token in 21 µs on 989 TFLOP/s).
+COMPUTE_EFFICIENCY = 0.75
+#: One kernel launch from the host, when a step is not a CUDA graph (a few µs each).
+LAUNCH_S = 5e-6
+#: A step's fixed scheduling cost and what each request adds to it (sampling, bookkeeping), on a GPU engine.
+STEP_OVERHEAD_S = 3e-4
+REQUEST_OVERHEAD_S = 2e-6
+#: One all-reduce's latency by link (small messages; an engine's custom all-reduce over NVLink is near the
+#: low end, NCCL over PCIe near the high one). Order of magnitude; a calibration rescales it.
+LINK_LATENCY_S = {"nvlink": 10e-6, "nvlink-c2c": 10e-6, "xgmi": 15e-6, "pcie": 40e-6}
+#: Of each GPU's memory an engine gives the weights and the KV cache (SGLang's mem_fraction_static,
+#: vLLM's gpu_memory_utilization are about 0.85-0.9); the rest holds activations and graphs.
+MEMORY_FRACTION = 0.88
+#: Of a request's further tokens in one forward (a verify's drafts), the share whose experts count as independent
+#: draws: consecutive tokens of one text route to overlapping experts, so a verify wakes fewer new experts than
+#: as many unrelated tokens would. A round value set on the published MoE sweeps (docs/MEASURED.md: with 1, every
+#: draft an independent draw, the Kimi sweep's median error is 13% and the model loses at 8 requests where the
+#: sweep pays; with 0.5, 9% and the crossover within one step); sweeps held back will test it.
+EXPERT_NOVELTY = 0.5
+
+
+# --------------------------------------------------------------------------- what it runs on
 
 
 @dataclass(frozen=True)
 class Machine:
-    """What one step of the target runs on: every GPU of the tensor-parallel group together.
+    """One tensor-parallel group of GPUs (or a CPU) as a step sees it: per-device rates, achievable ones.
 
     Attributes:
         name: a label for tables.
-        bandwidth_bytes_s: memory bandwidth, all GPUs together (bytes/s).
-        flops_s: dense peak at the compute dtype, all GPUs together (FLOP/s).
-        step_overhead_s: fixed cost of one forward (launches, scheduling).
-        request_overhead_s: what each request in the batch adds to a forward (its scheduling, sampling,
-            attention launch): on a GPU small, on a CPU engine often what grows a step with the batch.
-        comm_latency_s: fixed cost of the all-reduces of one forward (0 on one device).
-        comm_s_per_token: the all-reduces' cost per token in the forward.
-        overlap: whether a step's memory traffic and its compute overlap (a GPU kernel's pipeline: the step
-            costs the larger of the two) or run one after the other (a CPU engine: their sum).
+        gpus: devices of the tensor-parallel group.
+        memory_bytes: memory of one device.
+        bandwidth_bytes_s: memory bandwidth of one device a step reaches (datasheet x :data:`MEMORY_EFFICIENCY`).
+        flops_s: dense peak of one device a forward reaches (datasheet x :data:`COMPUTE_EFFICIENCY`).
+        link: the interconnect (``nvlink``, ``pcie``, ``xgmi``) the all-reduces cross.
+        link_bytes_s: the all-reduce's bus bandwidth per device.
+        link_latency_s: one all-reduce's latency.
+        launch_s: one kernel launch from the host (paid per kernel by a step that is not a CUDA graph).
+        step_overhead_s, request_overhead_s: a step's fixed scheduling cost, and what each request adds.
+        graphs: the step kinds (:data:`STEP_KINDS`) that run as CUDA graphs.
+        overlap: whether memory and compute overlap (the larger of the two) instead of adding up.
+        source: where the figures come from, in words.
     """
 
     name: str
     bandwidth_bytes_s: float
     flops_s: float
+    gpus: int = 1
+    memory_bytes: float = math.inf
+    link: str = "none"
+    link_bytes_s: float = math.inf
+    link_latency_s: float = 0.0
+    launch_s: float = 0.0
     step_overhead_s: float = 0.0
     request_overhead_s: float = 0.0
-    comm_latency_s: float = 0.0
-    comm_s_per_token: float = 0.0
-    overlap: bool = True
+    graphs: tuple[str, ...] = STEP_KINDS
+    overlap: bool = False
+    source: str = ""
 
     def __post_init__(self):
-        """A positive finite bandwidth and peak, every overhead finite and >= 0: no step costs less than nothing."""
+        """Positive finite rates, overheads finite and >= 0, known step kinds: no step costs less than nothing."""
         rates = (self.bandwidth_bytes_s, self.flops_s)
-        costs = (self.step_overhead_s, self.request_overhead_s, self.comm_latency_s, self.comm_s_per_token)
-        if not (all(0 < v < math.inf for v in rates) and all(0 <= v < math.inf for v in costs)):
-            raise ParameterError(f"machine {self.name}", "needs a positive finite bandwidth and peak and overheads >= 0, "
-                                                         f"got {rates} and {costs}")
-
-    def scaled(self, bandwidth: float = 1.0, flops: float = 1.0) -> Machine:
-        return replace(self, bandwidth_bytes_s=self.bandwidth_bytes_s * bandwidth, flops_s=self.flops_s * flops)
-
-
-#: Per-GPU figures of common accelerators: (HBM bytes/s, dense bf16 FLOP/s, interconnect all-reduce bytes/s).
-GPUS = {
-    "h100-pcie": (2.0e12, 756e12, 12e9),
-    "h100-sxm": (3.35e12, 989e12, 300e9),
-    "h200": (4.8e12, 989e12, 300e9),
-    "a100-80g": (2.0e12, 312e12, 200e9),
-    "l40s": (0.86e12, 362e12, 12e9),
-}
+        costs = (self.link_latency_s, self.launch_s, self.step_overhead_s, self.request_overhead_s)
+        if not (all(0 < v < math.inf for v in rates) and all(0 <= v < math.inf for v in costs)
+                and self.link_bytes_s > 0 and self.memory_bytes > 0 and is_whole(self.gpus)):
+            raise ParameterError(f"machine {self.name}", "needs positive finite rates, memory and GPUs, and overheads "
+                                                         f">= 0, got {rates}, {costs}")
+        unknown = set(self.graphs) - set(STEP_KINDS)
+        if unknown:
+            raise ParameterError("--cuda-graphs", f"unknown step kinds {sorted(unknown)}; choose from {', '.join(STEP_KINDS)}")
 
 
-def machine(gpu: str, gpus: int = 1, efficiency: float = 0.6, step_overhead_s: float = 0.0,
-            hidden_size: int = 0, layers: int = 0) -> Machine:
-    """A :class:`Machine` of ``gpus`` x ``gpu`` at ``efficiency`` of the datasheet's bandwidth and peak.
+#: A link's all-reduce bus bandwidth when ``--link`` names another interconnect than the GPU's usual one.
+LINK_DEFAULT = {"nvlink": "nvlink-450", "nvlink-c2c": "nvlink-900", "pcie": "pcie-64", "xgmi": "xgmi-448"}
 
-    With ``hidden_size`` and ``layers``, the tensor-parallel all-reduces (two per layer, ring) are costed too.
+
+def machine(gpu: str, gpus: int = 1, link: str | None = None, graphs: Sequence[str] = STEP_KINDS,
+            link_bytes_s: float | None = None) -> Machine:
+    """``gpus`` x ``gpu`` from the GPU table (:mod:`eaglelab.serving.gpus`), at the achievable efficiencies.
+
+    Args:
+        link: the interconnect, when not the GPU's usual one (an H100 PCIe pair over an NVLink bridge, say).
+        graphs: the step kinds that run as CUDA graphs.
+        link_bytes_s: the all-reduce bus bandwidth measured on the user's machine (nccl-tests busbw), if known.
     """
-    if gpu not in GPUS:
-        raise ParameterError("--gpu", f"unknown GPU {gpu!r}; choose one of {', '.join(GPUS)}")
-    if gpus < 1:
-        raise ParameterError("--gpus", f"must be at least 1, got {gpus}")
-    bw, peak, link = GPUS[gpu]
-    comm_lat = comm_tok = 0.0
-    if gpus > 1 and hidden_size and layers:
-        comm_lat = layers * 2 * 15e-6
-        comm_tok = layers * 2 * hidden_size * 2 * 2 * (gpus - 1) / gpus / link
-    return Machine(f"{gpus} x {gpu}", bw * gpus * efficiency, peak * gpus * efficiency, step_overhead_s,
-                   comm_latency_s=comm_lat, comm_s_per_token=comm_tok)
+    require_whole("--gpus", gpus)
+    g = gpu_named(gpu)
+    kind = link or g.link
+    if kind not in LINK_LATENCY_S:
+        raise ParameterError("--link", f"unknown link {kind!r}; choose one of {', '.join(LINK_LATENCY_S)}")
+    key = link_key(g) if kind == g.link else LINK_DEFAULT[kind]
+    bus = link_bytes_s if link_bytes_s is not None else LINKS[key]
+    if not 0 < bus < math.inf:
+        raise ParameterError("--link-gbps", f"must be a positive finite bandwidth, got {bus!r}")
+    return Machine(f"{gpus} x {g.name}" + (f" over {kind}" if link else ""), g.bandwidth_bytes_s * MEMORY_EFFICIENCY,
+                   g.bf16_flops_s * COMPUTE_EFFICIENCY, gpus=gpus, memory_bytes=g.memory_bytes, link=kind,
+                   link_bytes_s=bus, link_latency_s=LINK_LATENCY_S[kind], launch_s=LAUNCH_S,
+                   step_overhead_s=STEP_OVERHEAD_S, request_overhead_s=REQUEST_OVERHEAD_S, graphs=tuple(graphs),
+                   source=f"{g.name} datasheet at {MEMORY_EFFICIENCY:g} of its bandwidth and {COMPUTE_EFFICIENCY:g} "
+                          f"of its dense bf16 peak; {kind} all-reduce {bus / 1e9:.0f} GB/s "
+                          f"({'measured' if link_bytes_s is not None else LINK_SOURCES.get(key, key)[:60]})")
 
 
-#: A CPU as the workbook's engine sees it (one thread of torch under vLLM's CPU build): a starting
-#: point that :func:`calibrate` moves to what the machine measures. Its steps stream the weights and
-#: then compute (no overlap): on the demo world's vLLM runs the additive step's worst held-out error
-#: was 9.4%, the larger-of-the-two's 15.6% (docs/MEASURED.md).
+#: A CPU as the workbook's engine sees it (one thread of torch under vLLM's CPU build): a starting point that
+#: :func:`calibrate` moves to what the machine measures. Its steps stream the weights and then compute.
 CPU = Machine("cpu", bandwidth_bytes_s=10e9, flops_s=30e9, step_overhead_s=5e-3, request_overhead_s=0.5e-3,
-              overlap=False)
+              source="a CPU core, order of magnitude")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+#: The model's terms; each carries a multiplier a calibration or a fit sets (1: the datasheet's value).
+TERMS = ("overhead", "launch", "memory", "compute", "comm", "draft", "cycle")
+#: What each term is, in words (tables, the closing of a fit).
+TERM_MEANING = {
+    "overhead": "a step's scheduling and per-request cost",
+    "launch": "kernel launches of steps that are not CUDA graphs",
+    "memory": "weights and KV cache read at the achievable bandwidth",
+    "compute": "FLOPs per token at the achievable peak (every verify token)",
+    "comm": "tensor-parallel all-reduces",
+    "draft": "the drafter's steps",
+    "cycle": "a cycle's own cost per request (acceptance, KV and tree bookkeeping)",
+}
+#: A cycle's own cost per request beyond verify and drafts, before calibration: acceptance, the drafts' and
+#: the accepted tokens' bookkeeping, much of it on the host and not overlapped with the GPU in the engines'
+#: speculative paths (tens of µs per request per cycle; the EAGLE-3 paper's SGLang batch sweep implies 50-90).
+CYCLE_S_PER_REQUEST = 40e-6
 
 
 @dataclass(frozen=True)
-class TargetShape:
-    """What one forward of the target reads and computes.
+class Scales:
+    """Each term's multiplier: measured over the datasheet's. 1 everywhere is the uncalibrated model."""
 
-    Attributes:
-        dense_bytes: weights every token reads (attention, embeddings, dense MLPs, shared experts).
-        active_params: parameters a token computes with (two FLOPs each).
-        kv_bytes_per_token: KV-cache bytes of one context token, all layers.
-        moe_layers, experts_total, experts_per_token, expert_bytes: the routed experts (0 for a dense model).
-    """
+    overhead: float = 1.0
+    launch: float = 1.0
+    memory: float = 1.0
+    compute: float = 1.0
+    comm: float = 1.0
+    draft: float = 1.0
+    cycle: float = 1.0
 
-    dense_bytes: float
-    active_params: float
-    kv_bytes_per_token: float = 0.0
-    moe_layers: int = 0
-    experts_total: int = 0
-    experts_per_token: int = 0
-    expert_bytes: float = 0.0
-
-    def __post_init__(self):
-        """Every byte and FLOP term finite and >= 0, and a token's experts among the layer's: else a forward could
-        read negative bytes, or a verify cost less than a decode step."""
-        bad = [f"{k} {v!r}" for k, v in asdict(self).items() if not (isinstance(v, (int, float)) and 0 <= v < math.inf)]
-        if self.moe_layers and not 1 <= self.experts_per_token <= self.experts_total:
-            bad.append(f"experts_per_token {self.experts_per_token!r} of experts_total {self.experts_total!r}")
-        if bad:
-            raise ParameterError("target shape", "every byte and FLOP term must be a finite number >= 0: " + ", ".join(bad))
-
-    def weight_bytes(self, tokens) -> np.ndarray:
-        t = np.asarray(tokens, dtype=float)
-        if not self.moe_layers:
-            return np.zeros_like(t) + self.dense_bytes
-        experts = distinct_experts_touched(t, self.experts_total, self.experts_per_token)
-        return self.dense_bytes + self.moe_layers * experts * self.expert_bytes
-
-
-def shape_from_config(cfg: dict, weight_bits: float | None = None, where: str = "config.json") -> TargetShape:
-    """A :class:`TargetShape` from a transformers config (dense, GQA / MLA attention, routed experts).
-
-    ``weight_bits``: bits per weight (default: from ``quantization_config`` when it names them, else the
-    ``torch_dtype``'s). Embeddings are counted once (read by the tokens' rows only, so they are left out of
-    the per-token bytes), ``lm_head`` fully.
-    """
-    from eaglelab.checkpoints.config_types import check_config_types
-    from eaglelab.checkpoints.target_config import text_config
-
-    text = text_config(cfg)
-    check_config_types(text, where)
-    check_target_config(text, where)
-    try:
-        H, L, V = int(text["hidden_size"]), int(text["num_hidden_layers"]), int(text["vocab_size"])
-    except (KeyError, TypeError, ValueError):
-        raise ParameterError(where, "a target config needs hidden_size, num_hidden_layers and vocab_size") from None
-    heads = int(text.get("num_attention_heads") or 1)
-    bits = weight_bits or config_bits(cfg, where)
-    per = bits / 8
-    if text.get("kv_lora_rank"):  # MLA (DeepSeek-V3, Kimi-K2): a compressed latent per token and layer
-        q_rank, kv_rank = int(text.get("q_lora_rank") or 0), int(text["kv_lora_rank"])
-        rope, nope = int(text.get("qk_rope_head_dim") or 64), int(text.get("qk_nope_head_dim") or 128)
-        v_dim = int(text.get("v_head_dim") or 128)
-        attn = (H * q_rank + q_rank * heads * (nope + rope) if q_rank else H * heads * (nope + rope)) \
-            + H * (kv_rank + rope) + kv_rank * heads * (nope + v_dim) + heads * v_dim * H
-        kv = L * (kv_rank + rope) * 2
-    else:
-        head_dim = int(text.get("head_dim") or H // heads)
-        kv_heads = int(text.get("num_key_value_heads") or heads)
-        attn = H * heads * head_dim * 2 + H * kv_heads * head_dim * 2
-        kv = L * 2 * kv_heads * head_dim * 2
-    inter = int(text.get("intermediate_size") or 4 * H)
-    experts = int(text.get("n_routed_experts") or text.get("num_experts") or text.get("num_local_experts") or 0)
-    if experts:
-        top = int(text.get("num_experts_per_tok") or 1)
-        moe_inter = int(text.get("moe_intermediate_size") or inter)
-        dense_layers = int(text.get("first_k_dense_replace") or 0)
-        shared = int(text.get("n_shared_experts") or 0) * 3 * H * moe_inter
-        moe_layers = L - dense_layers
-        dense_params = L * attn + dense_layers * 3 * H * inter + moe_layers * shared + V * H
-        expert = 3 * H * moe_inter
-        active = dense_params + moe_layers * top * expert
-        return TargetShape(dense_params * per, active, kv, moe_layers, experts, top, expert * per)
-    dense_params = L * (attn + 3 * H * inter) + V * H
-    return TargetShape(dense_params * per, dense_params, kv)
+    def forward(self, s: float) -> Scales:
+        """Every target term scaled by ``s`` (one measured step says how far the whole forward is off)."""
+        return replace(self, **{t: getattr(self, t) * s for t in ("overhead", "launch", "memory", "compute", "comm")})
 
 
 @dataclass(frozen=True)
 class LoadModel:
-    """The roofline of a target on a machine, with a drafter and the requests' context.
+    """The serving cost of a target and its drafter on a machine, at a mean context, with a deployment's settings.
 
     Attributes:
-        target: what a target forward reads and computes.
+        target: what a forward reads and computes.
         machine: what it runs on.
         context: mean context tokens per request (its KV cache is read every step).
-        draft_step_s: one drafter step at one request (its weights are small: a fixed latency).
-        draft_s_per_request: what each more request adds to a drafter step.
-        cycle_overhead_s: a cycle's fixed cost beyond verify and drafts (sampling, acceptance, KV moves).
+        topk: the drafter's branching per step (1: a chain).
+        draft_tokens: tokens verified per request per cycle (None: ``k + 1``, a chain).
+        scales: each term's multiplier (:class:`Scales`), set by :func:`calibrate` or :func:`fit`.
     """
 
     target: TargetShape
     machine: Machine
     context: int = 2048
-    draft_step_s: float = 1e-3
-    draft_s_per_request: float = 0.0
-    cycle_overhead_s: float = 0.0
+    topk: int = 1
+    draft_tokens: int | None = None
+    scales: Scales = field(default_factory=Scales)
 
-    def roofline_s(self, tokens, requests) -> tuple[np.ndarray, np.ndarray]:
-        """The memory and compute times of one forward over ``tokens`` tokens of ``requests`` requests, seconds."""
-        t, b = np.asarray(tokens, dtype=float), np.asarray(requests, dtype=float)
-        m = self.machine
-        bytes_read = self.target.weight_bytes(t) + b * self.context * self.target.kv_bytes_per_token
-        return bytes_read / m.bandwidth_bytes_s, 2.0 * self.target.active_params * t / m.flops_s
+    # ---- one forward
 
-    def forward_s(self, tokens, requests) -> np.ndarray:
-        """One target forward over ``tokens`` tokens of ``requests`` requests, seconds."""
+    def forward_parts(self, tokens, requests, kind: str = "decode") -> dict[str, np.ndarray]:
+        """The target's forward over ``tokens`` tokens of ``requests`` requests, term by term (seconds, scaled)."""
         t, b = np.asarray(tokens, dtype=float), np.asarray(requests, dtype=float)
-        m = self.machine
-        memory, compute = self.roofline_s(t, b)
-        roof = np.maximum(memory, compute) if m.overlap else memory + compute
-        return m.step_overhead_s + b * m.request_overhead_s + roof + m.comm_latency_s + t * m.comm_s_per_token
+        m, x, s = self.machine, self.target, self.scales
+        g = m.gpus
+        kv_ways = max(1, min(g, x.kv_ways))
+        routed = b + (t - b) * EXPERT_NOVELTY  # a request's later tokens route much like its first
+        memory = (x.weight_bytes(routed) / g + b * self.context * x.kv_bytes_per_token / kv_ways) / m.bandwidth_bytes_s
+        compute = t * (2.0 * x.active_params + x.attention_flops_per_context * self.context) / g / m.flops_s
+        if m.overlap:
+            memory, compute = np.maximum(memory, compute), np.zeros_like(compute)
+        comm = np.zeros_like(t)
+        if g > 1:
+            comm = comm + 2 * x.layers * (m.link_latency_s + t * x.hidden_size * 2.0 * 2 * (g - 1) / g / m.link_bytes_s)
+        launch = np.zeros_like(t) + (0.0 if kind in m.graphs else x.kernels * m.launch_s)
+        overhead = m.step_overhead_s + b * m.request_overhead_s
+        parts = np.broadcast_arrays(s.overhead * overhead, s.launch * launch, s.memory * memory, s.compute * compute,
+                                    s.comm * comm)
+        return dict(zip(TERMS[:5], (np.array(p, dtype=float) for p in parts)))
+
+    def forward_s(self, tokens, requests, kind: str = "decode") -> np.ndarray:
+        """One target forward, seconds."""
+        return sum(self.forward_parts(tokens, requests, kind).values())
+
+    def draft_forward_s(self, tokens) -> np.ndarray:
+        """One drafter forward over ``tokens`` tokens (its weights are read once; every token computes)."""
+        t = np.asarray(tokens, dtype=float)
+        m, x = self.machine, self.target
+        g = m.gpus
+        launch = 0.0 if "draft" in m.graphs else KERNELS_PER_LAYER["dense"] * m.launch_s
+        comm = 0.0
+        if g > 1:  # the layer's two all-reduces and the logits' all-gather
+            per_token = (2 * x.hidden_size * 2.0 * 2 + x.draft_vocab * 2.0) * (g - 1) / g
+            comm = 3 * m.link_latency_s + t * per_token / m.link_bytes_s
+        raw = m.step_overhead_s + launch + comm + x.draft_bytes / g / m.bandwidth_bytes_s \
+            + t * 2.0 * x.draft_params / g / m.flops_s
+        return self.scales.draft * raw
+
+    # ---- decode, verify, cycle
+
+    def verify_tokens(self, k: int) -> int:
+        return self.draft_tokens if self.draft_tokens is not None else k + 1
 
     def decode_s(self, concurrency) -> np.ndarray:
         """A plain decoding step with ``concurrency`` requests in flight (one token each)."""
-        return self.forward_s(concurrency, concurrency)
+        return self.forward_s(concurrency, concurrency, "decode")
 
     def verify_s(self, concurrency, k: int) -> np.ndarray:
-        """The verify of ``k + 1`` tokens per request over the same KV caches."""
+        """The verify of ``k + 1`` tokens (or ``draft_tokens``) per request over the same KV caches."""
         b = np.asarray(concurrency, dtype=float)
-        return self.forward_s(b * (k + 1), b)
+        return self.forward_s(b * self.verify_tokens(k), b, "verify")
 
-    def draft_s(self, concurrency) -> np.ndarray:
+    def draft_s(self, concurrency, k: int) -> np.ndarray:
+        """The ``k`` drafter steps of a cycle: the first over the verified tokens, the rest over ``topk`` per request."""
         b = np.asarray(concurrency, dtype=float)
-        return self.draft_step_s + self.draft_s_per_request * (b - 1)
+        return self.draft_forward_s(b * self.verify_tokens(k)) + (k - 1) * self.draft_forward_s(b * self.topk)
+
+    def cycle_overhead_s(self, concurrency) -> np.ndarray:
+        return self.scales.cycle * CYCLE_S_PER_REQUEST * np.asarray(concurrency, dtype=float)
 
     def cycle_s(self, concurrency, k: int) -> np.ndarray:
-        return self.verify_s(concurrency, k) + k * self.draft_s(concurrency) + self.cycle_overhead_s
+        return self.verify_s(concurrency, k) + self.draft_s(concurrency, k) + self.cycle_overhead_s(concurrency)
 
-    def speedup(self, concurrency, k: int, tau: float) -> np.ndarray:
-        """Speculative over plain tok/s per request: ``τ · decode / cycle``."""
-        return tau * self.decode_s(concurrency) / self.cycle_s(concurrency, k)
+    def speedup(self, concurrency, k: int, tau) -> np.ndarray:
+        """Speculative over plain tok/s per request: ``τ · decode / cycle`` (``tau`` one value or one per concurrency)."""
+        return np.asarray(tau, dtype=float) * self.decode_s(concurrency) / self.cycle_s(concurrency, k)
 
     def break_even_tau(self, concurrency, k: int) -> np.ndarray:
         return self.cycle_s(concurrency, k) / self.decode_s(concurrency)
 
-    def pays_up_to(self, k: int, tau: float, start: int = 1, grid: Sequence[int] = CONCURRENCY_GRID) -> int | None:
-        """How far the load can grow from ``start`` requests with speculation still paying.
+    # ---- memory
+
+    def kv_capacity_tokens(self) -> float:
+        """Context tokens the KV cache holds beside the weights (inf on a machine of unknown memory)."""
+        m, x = self.machine, self.target
+        free = m.memory_bytes * MEMORY_FRACTION - x.total_bytes / m.gpus
+        per_token = x.kv_bytes_per_token / max(1, min(m.gpus, x.kv_ways))
+        if not math.isfinite(free):
+            return math.inf
+        return max(free, 0.0) / per_token if per_token else math.inf
+
+    def kv_fits(self, concurrency, k: int = 0) -> np.ndarray:
+        """Whether ``concurrency`` requests' KV caches (context plus a cycle's tokens) fit beside the weights."""
+        b = np.asarray(concurrency, dtype=float)
+        return b * (self.context + self.verify_tokens(k)) <= self.kv_capacity_tokens()
+
+    def weights_fit(self) -> bool:
+        m = self.machine
+        return self.target.total_bytes / m.gpus <= m.memory_bytes * MEMORY_FRACTION
+
+    # ---- answers
+
+    def pays_up_to(self, k: int, tau, start: int = 1, grid: Sequence[int] = CONCURRENCY_GRID) -> int | None:
+        """How far the load can grow from ``start`` requests with speculation still paying (and the KV fitting).
+
+        Args:
+            tau: one τ, or a callable giving τ at a concurrency.
 
         Returns:
-            the largest concurrency, of ``start`` and the larger ones of ``grid``, up to which the speedup stays
-            at least 1 at every one; None when it does not pay at ``start`` itself.
+            the largest concurrency, of ``start`` and the larger ones of ``grid``, up to which the speedup stays at
+            least 1 and the KV cache fits at every one; None when it does not pay at ``start`` itself.
         """
         best = None
         for b in [start, *(g for g in grid if g > start)]:
-            if float(self.speedup(b, k, tau)) < 1.0:
+            t = tau(b) if callable(tau) else tau
+            if not bool(self.kv_fits(b, k)) or float(self.speedup(b, k, t)) < 1.0:
                 break
             best = b
         return best
 
     def best_k(self, concurrency: int, tau: float, k: int) -> tuple[int, float]:
-        """The k that maximises the speedup at ``concurrency``, the drafter's per-draft rate kept (from τ at ``k``)."""
+        """The k that maximises the speedup at ``concurrency``, the drafter's per-draft rate kept (from τ at ``k``).
+
+        A tree (``draft_tokens`` set) keeps its k: its verify size is the deployment's, not k's.
+        """
+        if self.draft_tokens is not None:
+            return k, float(self.speedup(concurrency, k, tau))
         alpha = rate_for_accept_len(tau, k)
         scores = {kk: float(self.speedup(concurrency, kk, accept_len_constant_rate(alpha, kk))) for kk in K_RANGE}
         kk = max(scores, key=scores.get)
         return kk, scores[kk]
 
+    def parts(self, concurrency: int, k: int) -> list[dict]:
+        """A cycle at ``concurrency`` term by term, largest first: ``part``, ``ms``, ``share``, ``lever``."""
+        b = float(concurrency)
+        verify = self.forward_parts(b * self.verify_tokens(k), b, "verify")
+        ms = {f"verify: {TERM_MEANING[name]}": 1e3 * float(v) for name, v in verify.items()}
+        ms["drafter steps"] = 1e3 * float(self.draft_s(b, k))
+        ms["cycle bookkeeping"] = 1e3 * float(self.cycle_overhead_s(b))
+        total = sum(ms.values())
+        rows = [{"part": name, "ms": v, "share": v / total if total else 0.0, "lever": LEVERS[name.split(": ")[-1]]}
+                for name, v in ms.items() if v > 0]
+        return sorted(rows, key=lambda r: -r["ms"])
+
+    def parameters(self) -> list[dict]:
+        """The model's parameters: name, value, unit, what it is and where it comes from."""
+        m, x, s = self.machine, self.target, self.scales
+        src = m.source or "given"
+        fitted = {t: getattr(s, t) for t in TERMS if getattr(s, t) != 1.0}
+        rows = [
+            ("GPUs (tensor parallel)", m.gpus, "", "the group one step runs on", "--gpus"),
+            ("memory bandwidth", m.bandwidth_bytes_s / 1e12, "TB/s per GPU", "weights and KV reads", src),
+            ("dense peak", m.flops_s / 1e12, "TFLOP/s per GPU", "per-token compute", src),
+            ("all-reduce bandwidth", m.link_bytes_s / 1e9, "GB/s", f"{m.link} bus bandwidth", "the link table"),
+            ("all-reduce latency", m.link_latency_s * 1e6, "µs", "per all-reduce, two per layer", "assumed by link"),
+            ("kernel launch", m.launch_s * 1e6, "µs", f"per kernel of steps not in {', '.join(m.graphs) or 'no'} graphs",
+             "assumed"),
+            ("dense weights", x.dense_bytes / 1e9, "GB", "read by every forward", "the config and its quantization"),
+            ("expert", x.expert_bytes / 1e6, "MB", f"{x.experts_total} per MoE layer, {x.experts_per_token} per token",
+             "the config"),
+            ("KV per token", x.kv_bytes_per_token / 1e3, "KB", "all layers", "the config and --kv-dtype"),
+            ("context", self.context, "tokens", "mean per request", "--context"),
+        ]
+        out = [{"parameter": n, "value": v, "unit": u, "what": w, "source": so} for n, v, u, w, so in rows]
+        out += [{"parameter": f"{t} multiplier", "value": v, "unit": "x", "what": TERM_MEANING[t],
+                 "source": "fitted to what was measured"} for t, v in fitted.items()]
+        return out
+
     def to_json(self) -> dict:
         return {"target": asdict(self.target), "machine": asdict(self.machine), "context": self.context,
-                "draft_step_s": self.draft_step_s, "draft_s_per_request": self.draft_s_per_request,
-                "cycle_overhead_s": self.cycle_overhead_s}
+                "topk": self.topk, "draft_tokens": self.draft_tokens, "scales": asdict(self.scales),
+                "kv_capacity_tokens": self.kv_capacity_tokens()}
 
 
-def kimi_k25_on_pcie(gpus: int = 8, context: int = 2048, cuda_graphs: bool = False) -> LoadModel:
-    """The founding case's target (Kimi-K2.5: DeepSeek-V3 shape, INT4 experts) on ``gpus`` H100-PCIe-class GPUs.
-
-    61 layers (58 MoE), 384 routed experts, 8 per token, MLA attention, weights at 4.5 bits; PCIe all-reduces;
-    without CUDA graphs about 150 µs of launches per layer. Order-of-magnitude inputs for :func:`calibrate`.
-    """
-    cfg = {"hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840, "num_attention_heads": 64,
-           "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-           "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384,
-           "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3}
-    shape = shape_from_config(cfg, weight_bits=4.5, where="Kimi-K2.5")
-    m = machine("h100-pcie", gpus, step_overhead_s=0.0 if cuda_graphs else 61 * 150e-6, hidden_size=7168, layers=61)
-    return LoadModel(shape, m, context=context, draft_step_s=1.5e-3)
+#: What shrinks each part of a cycle.
+LEVERS = {
+    TERM_MEANING["overhead"]: "an overlapping scheduler, fewer requests per step",
+    TERM_MEANING["launch"]: "CUDA graphs for the verify (and draft) step",
+    TERM_MEANING["memory"]: "fewer weight bytes per step (lower-bit weights, more GPUs), an fp8 KV cache",
+    TERM_MEANING["compute"]: "fewer verified tokens (a smaller k or tree) at high load",
+    TERM_MEANING["comm"]: "a faster interconnect (NVLink) or fewer all-reduces per layer",
+    "drafter steps": "a smaller k, CUDA graphs for the drafter",
+    "cycle bookkeeping": "the engine's speculative path (overlap scheduling)",
+}
 
 
-@dataclass(frozen=True)
-class Point:
-    """A measured point: at ``concurrency`` requests, plain decoding's step and (optionally) a cycle with ``k`` drafts.
-
-    Attributes:
-        concurrency: requests in flight.
-        decode_s: one plain decoding step (1 / per-request plain tok/s), or None.
-        cycle_s: one speculative cycle (τ / per-request speculative tok/s), or None.
-        k: drafts per cycle of ``cycle_s``.
-    """
-
-    concurrency: int
-    decode_s: float | None = None
-    cycle_s: float | None = None
-    k: int | None = None
+# --------------------------------------------------------------------------- the founding case
 
 
-def calibrate(model: LoadModel, points: Iterable[Point]) -> LoadModel:
-    """The model fitted to what was measured: it reproduces one point exactly, and fits several by least squares.
-
-    One decode point (and one cycle) at one concurrency: the decode point scales bandwidth and peak
-    alike so the model's decode step equals the measured one there (the roofline's shape carries it to
-    other concurrencies), and the cycle gives the drafter's step exactly (what the cycle holds beyond
-    the verify, over k). More points, or a cycle shorter than the scaled roofline's verify, are fitted
-    jointly, decode steps and cycles together (:func:`_fit_jointly`): the roofline's bandwidth and peak
-    scales on a grid, and for each, the step's fixed and per-request overheads and the drafter's step
-    and its growth per request by non-negative least squares on relative errors; a tie (as many points
-    as unknowns) goes to the scales nearest the machine's datasheet.
-
-    Raises:
-        ParameterError: a point that is not positive and finite, or no decode point to scale the machine by.
-    """
-    points = list(points)
-    for p in points:
-        for value in (p.decode_s, p.cycle_s):
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ParameterError("calibration", f"a measured step must be a positive time, got {value!r}")
-        require_whole("concurrency", p.concurrency)
-        if p.cycle_s is not None and not is_whole(p.k):
-            raise ParameterError("k", f"a measured cycle needs its drafts per cycle (>= 1), got {p.k!r}")
-    decode = [p for p in points if p.decode_s is not None]
-    if not decode:
-        raise ParameterError("calibration", "needs at least one measured plain decoding step")
-    cycles = [p for p in points if p.cycle_s is not None]
-    if len({p.concurrency for p in points}) > 1 or len(decode) > 1 or len(cycles) > 1:
-        return _fit_jointly(model, points)
-    scaled = _scale_machine(model, decode[0])
-    if not cycles:
-        return scaled
-    p = cycles[0]
-    rest = p.cycle_s - float(scaled.verify_s(p.concurrency, p.k)) - scaled.cycle_overhead_s
-    if rest < 0:  # the roofline's verify alone outlasts the measured cycle: let the fit move its shape
-        return _fit_jointly(model, points)
-    growth = scaled.draft_s_per_request * (p.concurrency - 1)
-    if growth > rest / p.k:
-        return replace(scaled, draft_step_s=0.0, draft_s_per_request=rest / p.k / (p.concurrency - 1))
-    return replace(scaled, draft_step_s=rest / p.k - growth)
+#: Kimi-K2.5's config (moonshotai/Kimi-K2.5: DeepSeek-V3 shape; compressed-tensors int4 routed experts in
+#: groups of 32; attention, shared experts, the dense first layer and lm_head in bf16).
+KIMI_K25_CONFIG = {
+    "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 163840, "num_attention_heads": 64,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384, "num_experts_per_tok": 8,
+    "n_shared_experts": 1, "first_k_dense_replace": 1, "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                            "config_groups": {"group_0": {"targets": ["Linear"],
+                                                          "weights": {"num_bits": 4, "group_size": 32}}},
+                            "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                                       "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]},
+}
 
 
-def _fixed(model: LoadModel, b: float) -> float:
-    m = model.machine
-    return m.step_overhead_s + b * m.request_overhead_s + m.comm_latency_s + b * m.comm_s_per_token
+#: The founding case's machine: the published Kimi-on-PCIe deployment's GPU (8 x RTX PRO 6000, 96 GB each: the
+#: int4 weights, 594 GB, leave room for the KV cache; on 80 GB GPUs they do not) and its CUDA graphs (decode and
+#: draft captured, the verify not: the seed's own diagnosis).
+FOUNDING_GPU, FOUNDING_GPUS, FOUNDING_GRAPHS = "rtx-pro-6000", 8, ("decode", "draft")
+#: The founding case in words.
+FOUNDING_DEPLOYMENT = f"Kimi-K2.5 on {FOUNDING_GPUS} PCIe GPUs ({FOUNDING_GPU}, the verify without CUDA graphs)"
 
 
-def _scale_machine(model: LoadModel, p: Point) -> LoadModel:
-    """Bandwidth and peak scaled alike so the decode step at ``p`` is the measured one."""
-    fixed = _fixed(model, p.concurrency)
-    if fixed >= p.decode_s:  # the assumed fixed costs alone exceed the measurement: give them half of it
-        m = model.machine
-        shrink = 0.5 * p.decode_s / fixed
-        model = replace(model, machine=replace(m, step_overhead_s=m.step_overhead_s * shrink,
-                                               request_overhead_s=m.request_overhead_s * shrink,
-                                               comm_latency_s=m.comm_latency_s * shrink,
-                                               comm_s_per_token=m.comm_s_per_token * shrink))
-        fixed = _fixed(model, p.concurrency)
-    roof = float(model.decode_s(p.concurrency)) - fixed  # the bytes-or-FLOPs part, at the datasheet
-    scale = roof / max(p.decode_s - fixed, 1e-12)
-    return replace(model, machine=model.machine.scaled(scale, scale))
+def kimi_k25_on_pcie(gpus: int = FOUNDING_GPUS, context: int = 2048, graphs: Sequence[str] = FOUNDING_GRAPHS,
+                     gpu: str = FOUNDING_GPU) -> LoadModel:
+    """The founding case: Kimi-K2.5 on ``gpus`` PCIe GPUs, CUDA graphs for decode and draft but not the verify."""
+    shape = shape_from_config(KIMI_K25_CONFIG, where="Kimi-K2.5")
+    return LoadModel(shape, machine(gpu, gpus, graphs=graphs), context=context)
 
 
-#: The roofline's bandwidth and peak scales a joint fit searches (times the machine's datasheet), coarse then fine.
-_SCALES = np.geomspace(1 / SCALE_LIMIT, SCALE_LIMIT, 49)
-#: How much a fit prefers the datasheet: a tie-break (squared relative error per squared log of the scale),
-#: so that two points, which any scale fits exactly, keep the roofline's own shape.
-_PRIOR_WEIGHT = 1e-4
+# --------------------------------------------------------------------------- tables
 
 
-def _fit_jointly(model: LoadModel, points: list[Point]) -> LoadModel:
-    """Decode steps and cycles at several concurrencies fitted together.
+def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, taus: Sequence[float] | None = None) -> list[dict]:
+    """The model's table: at each concurrency the steps, the speedup and break-even τ, the KV fit and the best k.
 
-    Each measured decode step is ``a + r B + roof(B, B)`` and each cycle ``a + r B + roof(B (k+1), B) +
-    k (d + g (B - 1))``: the roofline's memory and compute times at bandwidth and peak scales ``(sb, sf)``
-    (a grid, then a finer one about the best), and for each pair the step's fixed and per-request
-    overheads ``a, r`` and the drafter's step and growth ``d, g`` by non-negative least squares on
-    relative errors (exact: the best unconstrained solution over every subset of them that comes out
-    non-negative).
-    """
-    bare = replace(model, machine=replace(model.machine, step_overhead_s=0.0, request_overhead_s=0.0),
-                   draft_step_s=0.0, draft_s_per_request=0.0, cycle_overhead_s=0.0)
-    rows, measured, tokens, requests = [], [], [], []
-    for p in points:
-        b = p.concurrency
-        if p.decode_s is not None:
-            rows.append([1.0, b, 0.0, 0.0])
-            measured.append(p.decode_s)
-            tokens.append(b)
-            requests.append(b)
-        if p.cycle_s is not None:
-            rows.append([1.0, b, p.k, p.k * (b - 1.0)])
-            measured.append(p.cycle_s)
-            tokens.append(b * (p.k + 1))
-            requests.append(b)
-    y = np.array(measured)
-    weighted = np.array(rows) / y[:, None]  # relative errors: a 128-request step counts as much as a 1-request one
-    memory, compute = bare.roofline_s(tokens, requests)
-    m = bare.machine
-    comm = m.comm_latency_s + np.asarray(tokens, dtype=float) * m.comm_s_per_token
-    cycles = [p for p in points if p.cycle_s is not None]
-    several = len({p.concurrency for p in points}) > 1  # else the per-request terms are the fixed ones again
-    columns = [0] + ([1] if several else []) + ([2] if cycles else []) \
-        + ([3] if len({p.concurrency for p in cycles}) > 1 else [])
-    subsets = [list(c) for n in range(len(columns) + 1) for c in itertools.combinations(columns, n)]
-
-    def search(sb: np.ndarray, sf: np.ndarray) -> tuple[float, float, float, np.ndarray]:
-        sb, sf = np.meshgrid(sb, sf, indexing="ij")
-        sb, sf = sb.ravel(), sf.ravel()
-        mem, comp = memory[None, :] / sb[:, None], compute[None, :] / sf[:, None]
-        roof = np.maximum(mem, comp) if m.overlap else mem + comp
-        z = (y - comm - roof) / y  # (grid, points): what the overheads and the drafter must explain
-        best_err, best_beta = np.full(len(sb), np.inf), np.zeros((len(sb), 4))
-        for subset in subsets:
-            beta = np.zeros((len(sb), 4))
-            if subset:
-                beta[:, subset] = z @ np.linalg.pinv(weighted[:, subset]).T
-            ok = np.all(beta >= 0.0, axis=1)
-            err = np.where(ok, np.sum((beta @ weighted.T - z) ** 2, axis=1), np.inf)
-            better = err < best_err - 1e-15
-            best_err, best_beta = np.where(better, err, best_err), np.where(better[:, None], beta, best_beta)
-        score = best_err + _PRIOR_WEIGHT * (np.log(sb) ** 2 + np.log(sf) ** 2)
-        i = int(np.argmin(score))
-        return float(score[i]), float(sb[i]), float(sf[i]), best_beta[i]
-
-    _, sb, sf, _ = search(_SCALES, _SCALES)
-    step = _SCALES[1] / _SCALES[0]
-    _, sb, sf, (a, r, d, g) = search(sb * np.geomspace(1 / step, step, 17), sf * np.geomspace(1 / step, step, 17))
-    fitted = replace(m.scaled(sb, sf), step_overhead_s=float(a), request_overhead_s=float(r))
-    return replace(bare, machine=fitted, draft_step_s=float(d), draft_s_per_request=float(g))
-
-
-def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau: float) -> list[dict]:
-    """The model's table: at each concurrency the steps, the speedup and break-even τ, and the best k.
+    Args:
+        tau: the τ for every concurrency, unless ``taus`` gives one per concurrency.
 
     Returns:
-        rows with ``concurrency``, ``decode_ms``, ``verify_ms``, ``cycle_ms``, ``speedup``,
-        ``break_even_accept_len``, ``pays``, ``best_k`` and ``best_speedup``.
+        rows with ``concurrency``, ``accept_len``, ``decode_ms``, ``verify_ms``, ``cycle_ms``, ``speedup``,
+        ``break_even_accept_len``, ``kv_fits``, ``pays`` (speedup >= 1 and the KV fits), ``best_k`` and
+        ``best_speedup``.
     """
     rows = []
-    for b in concurrency:
+    taus = list(taus) if taus is not None else [tau] * len(concurrency)
+    for b, t in zip(concurrency, taus):
         if not is_whole(b):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {b!r}")
-        speedup = float(model.speedup(b, k, tau))
-        kk, best = model.best_k(b, tau, k)
-        rows.append({"concurrency": b, "decode_ms": 1e3 * float(model.decode_s(b)),
+        speedup = float(model.speedup(b, k, t))
+        fits = bool(model.kv_fits(b, k))
+        kk, best = model.best_k(b, t, k)
+        rows.append({"concurrency": b, "accept_len": t, "decode_ms": 1e3 * float(model.decode_s(b)),
                      "verify_ms": 1e3 * float(model.verify_s(b, k)), "cycle_ms": 1e3 * float(model.cycle_s(b, k)),
                      "speedup": speedup, "break_even_accept_len": float(model.break_even_tau(b, k)),
-                     "pays": speedup >= 1.0, "best_k": kk, "best_speedup": best})
+                     "kv_fits": fits, "pays": fits and speedup >= 1.0, "best_k": kk, "best_speedup": best})
     return rows
 
 
 def load_curve(model: LoadModel, k: int, tau: float, grid: Sequence[float] | None = None) -> dict[str, np.ndarray]:
     """The model's speedup and break-even τ over a dense grid of concurrencies (for a figure)."""
     b = np.asarray(grid if grid is not None else np.geomspace(1, 1024, 64))
-    return {"concurrency": b, "speedup": model.speedup(b, k, tau), "break_even_accept_len": model.break_even_tau(b, k)}
+    return {"concurrency": b, "speedup": model.speedup(b, k, tau), "break_even_accept_len": model.break_even_tau(b, k),
+            "kv_fits": model.kv_fits(b, k)}
+
+
+def scales_table(model: LoadModel) -> list[dict]:
+    """Each term's multiplier with what it is (1: the datasheet's value)."""
+    return [{"term": f.name, "multiplier": getattr(model.scales, f.name), "what": TERM_MEANING[f.name]}
+            for f in fields(Scales)]

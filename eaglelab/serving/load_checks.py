@@ -1,14 +1,14 @@
 """What the load model refuses: a target config whose fields contradict each other, and a calibration that does
 not reproduce what was measured.
 
-The roofline (:mod:`eaglelab.serving.load`) counts a target's bytes and FLOPs from its config. Fields that
+The serving-cost model (:mod:`eaglelab.serving.load`) counts a target's bytes and FLOPs from its config. Fields that
 contradict each other (more dense layers than layers, more experts per token than experts) would count
 negative expert bytes and a verify cheaper than a decode step, so :func:`check_target_config` refuses them
 first, in one line naming the file and the fields.
 
 A calibrated model is called calibrated only where it reproduces the points it was calibrated on
 (:func:`calibration_of`: each measured plain step and cycle within :data:`TOLERANCE`, as finite positive
-times). One point is reproduced exactly unless the roofline cannot hold it (a fit that would move the
+times). One point is reproduced exactly unless the model cannot hold it (a fit that would move the
 machine beyond :data:`SCALE_LIMIT` of its datasheet); then :meth:`Calibration.require` refuses it in one
 line saying which number and why. Several points are fitted by least squares and may miss: the table
 then says by how much, never "calibrated".
@@ -17,7 +17,7 @@ then says by how much, never "calibrated".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eaglelab.checkpoints.target_config import text_config
@@ -27,7 +27,7 @@ from eaglelab.inputs import MAX_FIELD_INT, printable, shown
 #: How far (relative) a calibrated model's plain step or cycle may sit from the measured one for the model to
 #: count as calibrated on it (one point is reproduced to rounding; the joint fit of two, within about 1%).
 TOLERANCE = 0.02
-#: How far a fit moves the roofline's bandwidth and peak from the datasheet's, either way: the joint fit's
+#: How far a fit moves the model's bandwidth and peak from the datasheet's, either way: the joint fit's
 #: grid ends there, and a single point that puts the machine beyond it gets a note.
 SCALE_LIMIT = 1e3
 #: The routed-expert count's fields, in the order the load model reads them (DeepSeek / Kimi, Qwen / OLMoE, Mixtral).
@@ -145,7 +145,7 @@ class Calibration:
         if self.far:
             return (f"the fit would need the machine's bandwidth and peak beyond {SCALE_LIMIT:g}x (or 1/{SCALE_LIMIT:g}) "
                     "of its datasheet's: is the config the target that was measured, on this machine?")
-        return "the roofline's shape cannot hold these numbers together"
+        return "the model's shape cannot hold these numbers together"
 
     @property
     def broken(self) -> bool:
@@ -198,7 +198,8 @@ def calibration_of(start: Any, model: Any, points: list[Any]) -> Calibration:
         for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
             if value is None:
                 continue
-            with_model = float(model.decode_s(p.concurrency) if what == "plain step" else model.cycle_s(p.concurrency, p.k))
+            at = replace(model, context=p.context) if getattr(p, "context", None) else model
+            with_model = float(at.decode_s(p.concurrency) if what == "plain step" else at.cycle_s(p.concurrency, p.k))
             ok = math.isfinite(with_model) and with_model > 0
             error = with_model / value - 1.0 if ok else None
             if error is None or abs(error) > TOLERANCE:
@@ -208,6 +209,6 @@ def calibration_of(start: Any, model: Any, points: list[Any]) -> Calibration:
             impossible = (f"at concurrency {p.concurrency} the cycle ({1e3 * p.cycle_s:.4g} ms) is shorter than the "
                           f"plain step ({1e3 * p.decode_s:.4g} ms): a cycle holds a verify, which costs at least a step")
     misses.sort(key=lambda m: -math.inf if m["error"] is None else -abs(m["error"]))
-    m0, m1 = start.machine, model.machine
-    return Calibration(sorted({p.concurrency for p in points}), misses, m1.bandwidth_bytes_s / m0.bandwidth_bytes_s,
-                       m1.flops_s / m0.flops_s, impossible)
+    s0, s1 = start.scales, model.scales
+    return Calibration(sorted({p.concurrency for p in points}), misses, s0.memory / s1.memory if s1.memory else math.inf,
+                       s0.compute / s1.compute if s1.compute else math.inf, impossible)
