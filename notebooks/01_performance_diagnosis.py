@@ -64,6 +64,7 @@ CONCURRENCY = [1, 8, 64, 128]  # the concurrencies to answer for
 PLAIN_LOG = None  # your server's log without speculation: the measured speedup per concurrency
 LOAD_BATCHES = [1, 4, 16]  # the demo world in vLLM, batched at these concurrencies (the model checked on this machine)
 LOAD_TOKENS = 32
+LOAD_FORCED_TAUS = [1.5, 2.5]  # the τ forced in vLLM for the cost table (each in [1, K + 1])
 SERVING_ENGINE = "vllm"  # None: skip the vLLM measurement
 # the closed loop and the vLLM check on this machine: the drafter on its own target
 OLD_TARGET = None  # None: the offline world's target A
@@ -312,6 +313,35 @@ else:
     print(f"vLLM measurement skipped: {here.status if here is not None else 'the old target is not loaded here'}")
 
 # %% [markdown]
+# ### Measured here: the cost of a cycle at forced τ, and the model fitted to it
+# What `eaglelab recipe --job load` measures on your cluster, done here in vLLM's CPU build: the old target
+# alone, then with its drafter at forced τ (`LOAD_FORCED_TAUS`: vLLM's synthetic acceptance; the drafter
+# drafts and the target verifies for real, only the acceptance is forced), batched at each of
+# `LOAD_BATCHES`, into a cost table (`FIGURES_DIR/01_costs.csv`); the model on this CPU fitted to every row
+# (`eaglelab perf --costs`), and fitted to the smallest and largest batch alone to predict the ones between.
+
+# %%
+from eaglelab.jobs.load import engine_cost_fit
+
+costs = None
+if loop is not None:
+    costs = engine_cost_fit(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES, LOAD_FORCED_TAUS,
+                            str(Path(FIGURES_DIR) / "01_costs.csv"), engine=SERVING_ENGINE)
+if costs is not None and costs.report is not None:
+    fitted = costs.report.model
+    display(pd.DataFrame(costs.report.residuals).round(3))
+    grid = np.geomspace(min(LOAD_BATCHES), max(LOAD_BATCHES), 32)
+    steps = {"plain step": [r for r in costs.table.rows if r.plain], "cycle": [r for r in costs.table.rows if not r.plain]}
+    fig = plots.plot_cost_fit(
+        {f"{name} measured {LOOP_TAG}": ([r.concurrency for r in rows], [1e3 * r.step_s for r in rows])
+         for name, rows in steps.items()},
+        {"plain step, fitted": (grid, 1e3 * fitted.decode_s(grid)), "cycle, fitted": (grid, 1e3 * fitted.cycle_s(grid, K))},
+        title=f"{Path(OLD_TARGET).name} in {costs.status}: τ forced to {', '.join(map(str, LOAD_FORCED_TAUS))}")
+    plots.savefig(fig, "01_cost_fit_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "taus": LOAD_FORCED_TAUS, "k": K})
+else:
+    print(f"cost table not measured: {costs.status if costs is not None else 'the old target is not loaded here'}")
+
+# %% [markdown]
 # ## 8 · Explore
 # Move the sliders: the numbers (tok/s, speedup, break-even τ, the τ each goal needs) update at
 # once from `perf.diagnose` (called directly above, so a headless run checks the same function), then
@@ -357,6 +387,14 @@ findings = f"""
   f"; the model, calibrated on the ends, is {100 * here.worst_held_out:.0f}% off where held out"
   if here.worst_held_out is not None else '') if here is not None and here.rows else
   'not run (' + (here.status if here is not None else 'the old target does not load here') + ')'}.
+- **Cost table here {LOOP_TAG}:** {(
+  f"{len(costs.table.rows)} steps measured in {costs.status} at forced τ {', '.join(map(str, LOAD_FORCED_TAUS))} "
+  f"(`{Path(costs.path).name}`); the model fitted to all of them is within "
+  f"{100 * max(abs(r['error']) for r in costs.report.residuals):.0f}% of every one; fitted to the smallest and largest "
+  f"batch alone, it is {100 * costs.worst_held_out:.0f}% off at the ones between"
+  if costs.worst_held_out is not None else f"{len(costs.table.rows)} steps measured")
+  if costs is not None and costs.report is not None else
+  'not measured (' + (costs.status if costs is not None else 'the old target does not load here') + ')'}.
 """
 if loop is None:
     findings += f"- **Closed loop {LOOP_TAG}:** not run: {fit.line}.\n"
@@ -379,5 +417,6 @@ display(Markdown(findings))
 save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
                                              logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
                      "diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
-                     "load": load.to_json(), "engine_load": here.to_json() if here is not None else None},
+                     "load": load.to_json(), "engine_load": here.to_json() if here is not None else None,
+                     "engine_costs": costs.to_json() if costs is not None else None},
               bullets_from_markdown(findings), FIGURES_DIR)

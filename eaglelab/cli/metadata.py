@@ -314,8 +314,9 @@ def _machine_flags(p) -> None:
     """The serving-cost model's target and machine flags, shared by ``perf`` and ``plan``."""
     p.add_argument("--target-config", help="the target's config.json (or folder, hub id) for the serving-cost model "
                                            "(default: the founding case's Kimi-K2.5, assumed)")
-    p.add_argument("--gpu", choices=sorted(GPUS), help="the GPU (default: the founding case's rtx-pro-6000, or h100-sxm "
-                                                       "for a --target-config; said so in the output)")
+    p.add_argument("--gpu", choices=sorted(GPUS) + ["cpu"],
+                   help="the GPU, or cpu: this machine as the workbook's engine runs it (default: the founding case's "
+                        "rtx-pro-6000, or h100-sxm for a --target-config; said so in the output)")
     p.add_argument("--gpus", type=count, help="GPUs of the tensor-parallel group (default: the founding case's 8, or "
                                               "the fewest that hold the config's weights)")
     p.add_argument("--link", choices=sorted(LINK_LATENCY_S), help="the interconnect, when not the GPU's usual one")

@@ -55,7 +55,8 @@ class LoadSettings:
         k: drafts per cycle.
         topk, draft_tokens: a tree's branching and tokens verified per request (1 and None: a chain of k + 1).
         target_config: a target's config.json (None: the founding case's Kimi-K2.5).
-        gpu: the GPU (:data:`eaglelab.serving.gpus.GPUS`; None: the founding case's, or h100-sxm for a config).
+        gpu: the GPU (:data:`eaglelab.serving.gpus.GPUS`, or ``cpu``: this machine, as the workbook's engine runs
+            it; None: the founding case's, or h100-sxm for a config).
         gpus: GPUs of the tensor-parallel group (None: the founding case's 8, or the fewest powers of two that hold
             the config's weights).
         link, link_gbps: the interconnect when not the GPU's usual one, and its measured all-reduce bus bandwidth.
@@ -195,6 +196,9 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
         graphs = s.cuda_graphs if s.cuda_graphs is not None else STEP_KINDS
         gpus = None
     shape = shape_from_config(config, kv_dtype=s.kv_dtype, where=where)
+    if gpu == "cpu":  # the workbook's own engine runs: vLLM's CPU build on this machine
+        model = LoadModel(shape, CPU, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens)
+        return model, f"the serving-cost model of {what} on this machine's CPU"
     gpus = s.gpus or gpus or _gpus_for(shape, gpu)
     m = machine(gpu, gpus, link=s.link, graphs=graphs, link_bytes_s=None if s.link_gbps is None else s.link_gbps * 1e9)
     assumed = [] if s.gpu else [f"--gpu {gpu} [assumed]"]
@@ -377,3 +381,64 @@ def engine_load_check(target: str, drafter: str, prompts: list[list[int]], max_n
                      "model": predicted, "error": predicted / measured - 1.0, "measured_low": low,
                      "measured_high": high, "within_noise": low <= predicted <= high, "held_out": point not in ends})
     return EngineLoadCheck(run, model, rows, f"vLLM {run.version} on this machine")
+
+
+@dataclass
+class EngineCostFit:
+    """The model fitted to a cost table measured in vLLM on this machine, τ forced, and held out.
+
+    Attributes:
+        table: the measured cost table (:func:`eaglelab.engines.vllm.measure_costs_in_engine`), or None.
+        report: the model fitted to every row (its residuals in ``report.residuals``).
+        held_out: rows of the model fitted to the smallest and largest concurrency only, at the others:
+            ``concurrency``, ``what``, ``accept_len``, ``measured_ms``, ``model_ms``, ``error``.
+        path: where the table was written; status: the engine's, or why nothing was measured.
+    """
+
+    table: CostTable | None
+    report: LoadReport | None
+    held_out: list[dict]
+    path: str | None
+    status: str
+
+    @property
+    def worst_held_out(self) -> float | None:
+        return max((abs(r["error"]) for r in self.held_out), default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "status": self.status, "held_out": self.held_out,
+                "worst_held_out": self.worst_held_out, "fit": self.report.to_json() if self.report else None}
+
+
+def engine_cost_fit(target: str, drafter: str, prompts: list[list[int]], max_new_tokens: int, k: int,
+                    concurrency: list[int], accept_lens: list[float], out: str, engine: str | None = "vllm",
+                    repeats: int = 2) -> EngineCostFit:
+    """Measure the cost table in vLLM (τ forced), write it to ``out``, fit the model on this machine's CPU to it.
+
+    The fit to every row says how well the model's shape holds the measurements (its residuals); the fit to
+    the smallest and largest concurrency alone, predicting the ones between, says how far it carries.
+    """
+    from eaglelab.engines.vllm import engine_status, measure_costs_in_engine
+    from eaglelab.serving.cost_table import write_cost_table
+
+    if engine is None:
+        return EngineCostFit(None, None, [], None, "SERVING_ENGINE = None")
+    ok, line = engine_status()
+    if not ok:
+        return EngineCostFit(None, None, [], None, line)
+    table = measure_costs_in_engine(target, drafter, prompts, max_new_tokens, k, concurrency, accept_lens,
+                                    repeats=repeats)
+    path = str(write_cost_table(out, table.rows, table.comments))
+    settings = LoadSettings(concurrency=tuple(concurrency), accept_len=float(max(accept_lens)), k=k, gpu="cpu",
+                            target_config=target, costs=path, context=table.rows[0].context)
+    report = speculation_under_load(settings)
+    ends = {min(concurrency), max(concurrency)}
+    start, _ = load_model_for(settings)
+    inner = _cost_points(CostTable(tuple(r for r in table.rows if r.concurrency in ends)), settings)
+    between = [p for p in _cost_points(table, settings) if p.concurrency not in ends]
+    held = _residuals(calibrate(start, inner), between)
+    measured = {(r.concurrency, r.plain): r.accept_len for r in table.rows}
+    for row in held:
+        row["accept_len"] = measured.get((row["concurrency"], row["what"] == "plain step"), 1.0)
+    version = table.provenance().get("engine", "vLLM")
+    return EngineCostFit(table, report, held, path, f"{version} on this machine")

@@ -363,6 +363,23 @@ def plot_concurrency(curves: Mapping[str, Mapping[str, np.ndarray]], tau: float,
     return fig
 
 
+def plot_cost_fit(measured: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                  model: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str = "Measured steps and the fit"):
+    """Measured plain steps and cycles (markers) against concurrency, beside the fitted model's (lines), ms, log-log."""
+    fig, ax = _fig()
+    for (label, (xs, ys)), color in zip(model.items(), PALETTE):
+        ax.plot(xs, ys, color=color, label=label)
+    for (label, (xs, ys)), marker in zip(measured.items(), "osD^v"):
+        ax.plot(xs, ys, marker, ms=6, alpha=0.8, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("ms per plain step / per cycle")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: float, ceiling: float):
     """Each option's projected τ with its band, against the τ break-even and the target need.
 
