@@ -257,12 +257,13 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL
 # %% [markdown]
 # ## 7 · Does it pay at your load? Speedup and break-even τ against concurrency
 # At small batch a verify of k + 1 tokens per request costs about one read of the weights, like a
-# decode step; as requests pile up the step turns compute-bound (and a MoE touches more of its
-# experts), so the verify costs up to k + 1 decode steps while τ stays what it was. The load model
-# (`eaglelab.serving.load`: the target's roofline, here the founding case's Kimi-K2.5 on 8 PCIe GPUs
-# [assumed]) is calibrated on your measured point (`BASELINE_TPS`, `CYCLE_MS` at `AT_CONCURRENCY`),
+# decode step, plus its extra tokens' compute; as requests pile up that compute adds up (and a MoE
+# wakes more of its experts), so the verify costs up to k + 1 decode steps while τ stays what it was.
+# The one serving-cost model (`eaglelab.serving.load`, here the founding case's Kimi-K2.5 on 8 PCIe
+# GPUs [assumed]) is calibrated on your measured point (`BASELINE_TPS`, `CYCLE_MS` at `AT_CONCURRENCY`),
 # so it reproduces it exactly there; your logs' groups by concurrency are drawn beside it (with
-# `PLAIN_LOG`, their measured speedups). `eaglelab perf --concurrency 1 8 64 128` prints the table.
+# `PLAIN_LOG`, their measured speedups). `eaglelab perf --concurrency 1 8 64 128` prints the table,
+# `eaglelab perf --costs` fits it to a cost table measured on your cluster (`eaglelab recipe --job load`).
 
 # %%
 from eaglelab.jobs.load import LoadSettings, engine_load_check, speculation_under_load
@@ -287,8 +288,9 @@ plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurre
 # %% [markdown]
 # ### Measured here: the old target in vLLM at several concurrencies
 # The load model checked against a real engine on this machine: the old target alone and with its drafter,
-# batched at each of `LOAD_BATCHES` in vLLM (CPU build, `make engine`); the model (target A's roofline
-# on a CPU) is calibrated on the smallest and largest batch, and the ones between are held out.
+# batched at each of `LOAD_BATCHES` in vLLM (CPU build, `make engine`); the model (the old target on this
+# CPU) is calibrated on the smallest and largest batch, and the ones between are held out. The figure draws
+# the model at the runs' mean τ and, as points, at each concurrency's own measured τ.
 # Skipped, with the reason, where vLLM's environment is absent.
 
 # %%
@@ -376,9 +378,9 @@ findings = f"""
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
 - **Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
-- **Under load** (the load model [assumed roofline], calibrated at your point, {AT_CONCURRENCY} request(s) in flight
+- **Under load** ({load.source}, calibrated at your point, {AT_CONCURRENCY} request(s) in flight
   {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
-  f"{r['break_even_accept_len']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived].
+  f"{r['break_even_accept_len']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived]{'; ' + load.why[0] if load.why else ''}.
 - **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests {LOOP_TAG}:** {
   '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
             f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"

@@ -173,3 +173,16 @@ def test_recipe_job_load_writes_the_measuring_script_and_refuses_a_training_engi
     rc, _, err = run("recipe", "--job", "load", "--engine", "specforge", "--new-target", "a", "--old-drafter", "b",
                      "--out", str(tmp_path / "x"))
     assert rc == 2 and "sglang or vllm" in err
+
+
+@pytest.mark.parametrize("flags, where", [
+    (["--concurrency", "1", "8", "--accept-lens", "2", "2", "2"], "--accept-lens"),
+    (["--concurrency", "1", "--kv-dtype", "int3"], "--kv-dtype"),
+    (["--concurrency", "1", "--draft-tokens", "9"], "--draft-tokens"),
+    (["--concurrency", "1", "--link-gbps", "-1"], "--link-gbps"),
+    (["--concurrency", "1", "--cuda-graphs", "prefill"], "--cuda-graphs"),
+    (["--concurrency", "1", "--gpu", "h100-sxm", "--gpus", "0"], "--gpus"),
+])
+def test_bad_load_flags_are_one_line_exit_2(flags, where):
+    rc, _, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", *flags)
+    assert rc == 2 and err.count("\n") == 1 and where in err

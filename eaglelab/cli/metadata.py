@@ -11,7 +11,7 @@ import sys
 from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
 from eaglelab.serving.gpus import GPUS
-from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS
+from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES
 
 # --------------------------------------------------------------------------- run
@@ -92,7 +92,8 @@ def load_settings(args):
                         accept_lens=tuple(args.accept_lens) if args.accept_lens else None,
                         at_concurrency=args.at_concurrency, k=args.k, topk=args.topk, draft_tokens=args.draft_tokens,
                         target_config=args.target_config, gpu=args.gpu, gpus=args.gpus, link=args.link,
-                        link_gbps=args.link_gbps, kv_dtype=args.kv_dtype, cuda_graphs=graphs, context=args.context,
+                        link_gbps=args.link_gbps, kv_dtype=args.kv_dtype, cuda_graphs=graphs,
+                        verify_kv=args.verify_kv, context=args.context,
                         log=args.log, plain_log=args.plain_log, costs=args.costs)
 
 
@@ -153,6 +154,7 @@ def cmd_plan(args) -> int:
     graphs = None if args.cuda_graphs is None else tuple(args.cuda_graphs or STEP_KINDS)
     load, source = load_model_for(LoadSettings(target_config=args.target_config, gpu=args.gpu, gpus=args.gpus,
                                                link=args.link, kv_dtype=args.kv_dtype, cuda_graphs=graphs,
+                                               verify_kv=args.verify_kv,
                                                context=args.context, k=scenario.k))
     result = plan(scenario, args.budgets, load=load, load_source=source, name_lever=args.verify_model != "none")
     if args.json:
@@ -326,6 +328,9 @@ def _machine_flags(p) -> None:
     p.add_argument("--cuda-graphs", nargs="*", choices=STEP_KINDS, metavar="KIND",
                    help="the step kinds that run as CUDA graphs: decode, verify, draft (bare: all; default: all, or "
                         "the founding case's decode and draft)")
+    p.add_argument("--verify-kv", choices=VERIFY_KV, default="once",
+                   help="how the verify's attention reads the KV cache: once per request (FlashAttention, FlashInfer, "
+                        "FlashMLA; default) or per-token (decode kernels, e.g. vLLM's TRITON_MLA)")
     p.add_argument("--context", type=count, default=2048, help="mean context tokens per request (default 2048)")
 
 

@@ -62,6 +62,8 @@ class LoadSettings:
         link, link_gbps: the interconnect when not the GPU's usual one, and its measured all-reduce bus bandwidth.
         kv_dtype: the KV cache's element type (``bf16``, ``fp8``...).
         cuda_graphs: the step kinds that run as CUDA graphs (None: all; the founding case: decode and draft).
+        verify_kv: how the verify's attention reads the KV cache (``once``, or ``per-token``:
+            :attr:`eaglelab.serving.load.LoadModel.verify_kv`).
         context: mean context tokens per request (its KV cache is read every step).
         log: a speculative server's log (SGLang / vLLM): τ and tok/s per concurrency.
         plain_log: the same server's log without speculation: the measured speedup per concurrency.
@@ -84,6 +86,7 @@ class LoadSettings:
     link_gbps: float | None = None
     kv_dtype: str = "bf16"
     cuda_graphs: tuple[str, ...] | None = None
+    verify_kv: str = "once"
     context: int = 2048
     log: str | None = None
     plain_log: str | None = None
@@ -197,14 +200,14 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
         gpus = None
     shape = shape_from_config(config, kv_dtype=s.kv_dtype, where=where)
     if gpu == "cpu":  # the workbook's own engine runs: vLLM's CPU build on this machine
-        model = LoadModel(shape, CPU, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens)
+        model = LoadModel(shape, CPU, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv)
         return model, f"the serving-cost model of {what} on this machine's CPU"
     gpus = s.gpus or gpus or _gpus_for(shape, gpu)
     m = machine(gpu, gpus, link=s.link, graphs=graphs, link_bytes_s=None if s.link_gbps is None else s.link_gbps * 1e9)
     assumed = [] if s.gpu else [f"--gpu {gpu} [assumed]"]
     assumed += [] if s.gpus else [f"--gpus {gpus} [{'assumed' if s.target_config is None else 'the fewest that hold it'}]"]
     source = f"the serving-cost model of {what} on {m.name}" + (f" ({', '.join(assumed)})" if assumed else "")
-    return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens), source
+    return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
 
 
 def _cost_points(table: CostTable, s: LoadSettings) -> list[Point]:

@@ -56,6 +56,8 @@ from eaglelab.serving.target_shape import KERNELS_PER_LAYER, TargetShape, shape_
 CONCURRENCY_GRID = tuple(2 ** i for i in range(11))  # 1 .. 1024
 #: Drafts per cycle considered for the best k at each concurrency.
 K_RANGE = range(1, 9)
+#: How a verify's attention reads the KV cache (:attr:`LoadModel.verify_kv`).
+VERIFY_KV = ("once", "per-token")
 #: Step kinds; a deployment runs each as a CUDA graph or not (the founding case: decode yes, verify no).
 STEP_KINDS = ("decode", "verify", "draft")
 
@@ -220,6 +222,11 @@ class LoadModel:
         context: mean context tokens per request (its KV cache is read every step).
         topk: the drafter's branching per step (1: a chain).
         draft_tokens: tokens verified per request per cycle (None: ``k + 1``, a chain).
+        verify_kv: how the verify's attention reads each request's KV cache: ``once`` for its k + 1 queries
+            together (FlashAttention, FlashInfer, FlashMLA), or ``per-token``, as decode kernels that take each
+            verified token as a query of its own do: vLLM 0.32's Triton MLA backend (``triton_mla.py``: "forward_mqa
+            flattens a uniform multi-token block to one decode row per query token"), the published Kimi-on-PCIe
+            sweep's.
         scales: each term's multiplier (:class:`Scales`), set by :func:`calibrate` or :func:`fit`.
     """
 
@@ -228,7 +235,12 @@ class LoadModel:
     context: int = 2048
     topk: int = 1
     draft_tokens: int | None = None
+    verify_kv: str = "once"
     scales: Scales = field(default_factory=Scales)
+
+    def __post_init__(self):
+        if self.verify_kv not in VERIFY_KV:
+            raise ParameterError("--verify-kv", f"must be one of {', '.join(VERIFY_KV)}, got {self.verify_kv!r}")
 
     # ---- one forward
 
@@ -239,7 +251,8 @@ class LoadModel:
         g = m.gpus
         kv_ways = max(1, min(g, x.kv_ways))
         routed = b + (t - b) * EXPERT_NOVELTY  # a request's later tokens route much like its first
-        memory = (x.weight_bytes(routed) / g + b * self.context * x.kv_bytes_per_token / kv_ways) / m.bandwidth_bytes_s
+        kv_reads = t if kind == "verify" and self.verify_kv == "per-token" else b  # each query its own read, or one each
+        memory = (x.weight_bytes(routed) / g + kv_reads * self.context * x.kv_bytes_per_token / kv_ways) / m.bandwidth_bytes_s
         compute = t * (2.0 * x.active_params + x.attention_flops_per_context * self.context) / g / m.flops_s
         if m.overlap:
             memory, compute = np.maximum(memory, compute), np.zeros_like(compute)
@@ -392,7 +405,8 @@ class LoadModel:
 
     def to_json(self) -> dict:
         return {"target": asdict(self.target), "machine": asdict(self.machine), "context": self.context,
-                "topk": self.topk, "draft_tokens": self.draft_tokens, "scales": asdict(self.scales),
+                "topk": self.topk, "draft_tokens": self.draft_tokens, "verify_kv": self.verify_kv,
+                "scales": asdict(self.scales),
                 "kv_capacity_tokens": self.kv_capacity_tokens()}
 
 

@@ -54,6 +54,7 @@ class Sweep:
     context: int
     scored: bool
     kv_dtype: str = "bf16"
+    verify_kv: str = "once"
     why_not_scored: str = ""
 
 
@@ -75,7 +76,8 @@ def read_sweep(path: str | Path) -> Sweep:
         sweep = Sweep(d["name"], f"{src['title']}, {src['where']} ({src['url']})", config, bits, hw["gpu"],
                       int(hw["gpus"]), int(spec["k"]), spec.get("draft_tokens"), points, float(assumed["accept_len"]),
                       int(assumed["context"]), bool(assumed.get("scored", True)),
-                      why_not_scored=assumed.get("why_not_scored", ""), kv_dtype=str(assumed.get("kv_dtype", "bf16")))
+                      why_not_scored=assumed.get("why_not_scored", ""), kv_dtype=str(assumed.get("kv_dtype", "bf16")),
+                      verify_kv=str(assumed.get("verify_kv", "once")))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(where, f"not a load-sweep fixture: {exc!r}") from None
     if len(sweep.points) < 2:
@@ -86,7 +88,7 @@ def read_sweep(path: str | Path) -> Sweep:
 def model_for(sweep: Sweep) -> LoadModel:
     """The uncalibrated model of the sweep's target on its GPUs."""
     shape = shape_from_config(sweep.config, weight_bits=sweep.weight_bits, kv_dtype=sweep.kv_dtype, where=sweep.name)
-    return LoadModel(shape, machine(sweep.gpu, sweep.gpus), context=sweep.context,
+    return LoadModel(shape, machine(sweep.gpu, sweep.gpus), context=sweep.context, verify_kv=sweep.verify_kv,
                      draft_tokens=sweep.draft_tokens if sweep.draft_tokens not in (None, sweep.k + 1) else None)
 
 
