@@ -186,3 +186,25 @@ def test_recipe_job_load_writes_the_measuring_script_and_refuses_a_training_engi
 def test_bad_load_flags_are_one_line_exit_2(flags, where):
     rc, _, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", *flags)
     assert rc == 2 and err.count("\n") == 1 and where in err
+
+
+def test_nothing_measured_is_the_datasheets_answer_said_so(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(DENSE))
+    rc, out, _ = run("perf", "--accept-len", "3", "--concurrency", "1", "8", "64", "--target-config", str(config), "--json")
+    d = json.loads(out)
+    assert rc == 0 and "[datasheet only: nothing measured]" in d["source"] and d["calibration"] is None
+    assert any("nothing measured" in n for n in d["notes"]) and len(d["by_concurrency"]) == 3
+    rc, _, err = run("perf", "--concurrency", "1", "8")
+    assert rc == 2 and "--accept-len alone" in err
+
+
+def test_tau_per_concurrency_keeps_the_measured_points_tau():
+    rc, out, _ = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--concurrency", "1", "64",
+                     "--accept-lens", "2", "1.6", "--json")
+    rows = json.loads(out)["by_concurrency"]
+    assert rc == 0 and [r["accept_len"] for r in rows] == [2.0, 1.6]
+    assert rows[0]["speedup"] == pytest.approx(2 / 0.030 / 82)
+    rc, _, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--concurrency", "1", "64",
+                     "--accept-lens", "2.2", "1.6")
+    assert rc == 2 and "--accept-lens" in err and err.count("\n") == 1

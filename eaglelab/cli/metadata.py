@@ -121,7 +121,7 @@ def _perf_under_load(args) -> int:
                       f"{r['best_speedup']:.2f}x"] for r in report.rows],
                     ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {report.tau:.2f})",
                      "break-even τ", "best k", "at best k"]))
-        print(f"({report.source}, {report.calibration.line()})")
+        print(f"({report.source}" + (f", {report.calibration.line()})" if report.calibration is not None else ")"))
     if len(report.residuals) > 2:
         print()
         print(table([[r["concurrency"], r["what"], r["k"] or "-", r["context"] or "-", f"{r['measured_ms']:.2f}",

@@ -19,6 +19,7 @@ from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable
 from eaglelab.serving.cost_table import CostTable, read_cost_table
 from eaglelab.serving.load import (
+    CONCURRENCY_GRID,
     CPU,
     FOUNDING_GPU,
     FOUNDING_GPUS,
@@ -112,6 +113,11 @@ class LoadSettings:
                                                       f"{len(self.accept_lens)}")
             for tau in self.accept_lens:
                 require_reachable(tau, self.k, "--accept-lens")
+        if self.accept_lens is not None and self.accept_len is not None and self.at_concurrency in self.concurrency:
+            at = self.accept_lens[self.concurrency.index(self.at_concurrency)]
+            if abs(at - self.accept_len) > 1e-9:
+                raise ParameterError("--accept-lens", f"gives τ {at:g} at --at-concurrency {self.at_concurrency}, where the "
+                                                      f"measured point's τ is {self.accept_len:g} (--accept-len): one τ there")
         if self.draft_tokens is not None and self.topk == 1 and self.draft_tokens != self.k + 1:
             raise ParameterError("--draft-tokens", f"a chain (--topk 1) of k = {self.k} verifies k + 1 = {self.k + 1} "
                                                    f"tokens per request, got {self.draft_tokens}")
@@ -174,6 +180,10 @@ class LoadReport:
             return f"at τ {self.tau:.2f} speculation does not pay even at {at} request{'s' if at != 1 else ''} in flight{per}"
         if self.pays_up_to >= 1024:
             return f"at τ {self.tau:.2f} speculation pays at every concurrency up to 1024{per}"
+        beyond = next(b for b in CONCURRENCY_GRID if b > self.pays_up_to)
+        if not bool(self.model.kv_fits(beyond, self.settings.k)):
+            return (f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests; at {beyond} their "
+                    f"KV cache does not fit beside the weights{per}")
         return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
 
 
@@ -255,8 +265,10 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     point = [s.baseline_tps, s.cycle_ms]
     if None in point and any(v is not None for v in point):
         raise ParameterError("perf", "a measured point needs both --baseline-tps and --cycle-ms (and --accept-len)")
-    if s.log is None and s.costs is None and None in point:
-        raise ParameterError("perf", "give a measured point (--baseline-tps, --cycle-ms, --accept-len), --log or --costs")
+    datasheet = s.log is None and s.costs is None and None in point  # nothing measured: the datasheets' answer
+    if datasheet and s.accept_len is None and s.accept_lens is None:
+        raise ParameterError("perf", "give a measured point (--baseline-tps, --cycle-ms, --accept-len), --log or --costs; "
+                                     "or --accept-len alone for the datasheets' answer")
     spec = parse_log(s.log) if s.log else None
     plain = parse_plain_log(s.plain_log) if s.plain_log else None
     log_rows = log_groups(spec, plain) if spec is not None else []
@@ -301,6 +313,10 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     elif log_rows:
         notes.append("no plain decoding step measured (--baseline-tps, --plain-log or --costs): the logs' groups are shown, "
                      "the model is not calibrated")
+    elif datasheet:
+        model, source = start, f"{source} [datasheet only: nothing measured]"
+        notes.append("nothing measured: the answer is the datasheets' and the model's assumed efficiencies, often 20-50% "
+                     "off; measure one point (--baseline-tps, --cycle-ms) or a cost table (eaglelab recipe --job load)")
     taus = dict(zip(s.concurrency, s.accept_lens)) if s.accept_lens is not None else {}
     rows = by_concurrency(model, list(s.concurrency), s.k, tau, s.accept_lens) if model is not None else []
     pays = model.pays_up_to(s.k, lambda b: taus.get(b, tau), start=s.at_concurrency) if model is not None else None
