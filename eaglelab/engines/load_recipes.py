@@ -44,8 +44,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eaglelab.engines.recipes import write_recipe_folder
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, path_word, script_value
-from eaglelab.errors import OutputError, ParameterError
+from eaglelab.errors import ParameterError
 
 #: The serving engines a load recipe is written for.
 LOAD_ENGINES = ("sglang", "vllm")
@@ -194,18 +195,7 @@ class LoadRecipe:
             OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False, or files eaglelab did not write.
             OutputError: the folder cannot be written.
         """
-        from eaglelab.outputs import open_output_folder, os_problem, where
-
-        with open_output_folder(out_dir, "recipe", force=overwrite) as out:
-            script = out.write_text("run.sh", self.script())
-            try:
-                script.chmod(0o755)
-            except OSError as exc:
-                raise OutputError(where(script), f"cannot make it executable ({os_problem(exc)})") from None
-            for name, text in self.files.items():
-                out.write_text(name, text)
-            out.write_json("recipe.json", self.to_json())
-        return out.path
+        return write_recipe_folder(out_dir, self.script(), self.files, self.to_json(), overwrite)
 
 
 # --------------------------------------------------------------------------- checks
