@@ -12,15 +12,19 @@ tokens of KV cache, on a tensor-parallel group of ``g`` GPUs (:meth:`LoadModel.f
 
     step = overhead + launch + memory + compute + comm          (summed: measured engines do not overlap them)
 
-The sum, not the larger of memory and compute, is what measured engines do: a published fit of SGLang's
-step for Llama-3.1-8B on an H100 is about 5.9 ms + 21 µs per token in the forward + 39 ns per KV
-token (the weights at 0.8 of the HBM bandwidth, two FLOPs per parameter per token at 0.75 of the dense
-peak, the KV at the bandwidth), so every verify token costs time from the first request on
-(:data:`MEMORY_EFFICIENCY`, :data:`COMPUTE_EFFICIENCY`). ``weights(t)`` is the dense weights plus, per
-MoE layer, the experts its tokens route to (:func:`~eaglelab.serving.target_shape.distinct_experts_touched`,
-a verify's drafts counted at :data:`EXPERT_NOVELTY` of a fresh token each); their bytes follow
-the quantization and its ignore list (:func:`~eaglelab.serving.target_shape.shape_from_config`: a Kimi
-checkpoint's attention, shared experts, dense MLP and ``lm_head`` stay bf16, only the routed experts are int4).
+The sum, not the larger of memory and compute, is what measured engines do: calibrated at one point, it
+predicts the published batch sweeps of docs/MEASURED.md within 2-17% (median held-out error) where the
+larger-of-the-two roofline it replaced missed them by 7-54%; every verify token costs time from the first
+request on. The efficiencies (:data:`MEMORY_EFFICIENCY` 0.8 of the HBM bandwidth, :data:`COMPUTE_EFFICIENCY`
+0.75 of the dense peak) are priors a measurement moves; they are how a fit of SGLang's step for
+Llama-3.1-8B on an H100 quoted to this project reads (about 5.9 ms + 21 µs per token + 39 ns per KV token;
+its publication was not located). The KV term counts one read per request, or one per verified token
+where the attention backend takes each as its own query (:attr:`LoadModel.verify_kv`). ``weights(t)`` is
+the dense weights plus, per MoE layer, the experts its tokens route to
+(:func:`~eaglelab.serving.target_shape.distinct_experts_touched`, a verify's drafts counted at
+:data:`EXPERT_NOVELTY` of a fresh token each); their bytes follow the quantization and its ignore list
+(:func:`~eaglelab.serving.target_shape.shape_from_config`: a Kimi checkpoint's attention, shared experts,
+dense MLP and ``lm_head`` stay bf16, only the routed experts are int4).
 
 A plain decoding step is a forward of ``B`` tokens; a speculative cycle is a verify of ``B · v`` tokens
 (``v = k + 1`` for a chain, ``draft_tokens`` for a tree), ``k`` drafter steps (the first over the
@@ -34,8 +38,8 @@ concurrency) moves the forward's terms, each within its prior, so the model repr
 (:func:`eaglelab.serving.load_fit.calibrate`); a cost
 table (:mod:`eaglelab.serving.cost_table`) or logs at several concurrencies fit each term's multiplier
 by non-negative least squares, held near the datasheet where the points do not decide
-(:func:`eaglelab.serving.load_fit.fit`), and say how far they land from each point. Only numpy: ``perf`` and ``plan`` stay
-metadata commands.
+(:func:`eaglelab.serving.load_fit.fit`), and say how far they land from each point. Only numpy: ``perf`` and
+``plan`` stay metadata commands.
 """
 
 from __future__ import annotations
@@ -61,11 +65,11 @@ VERIFY_KV = ("once", "per-token")
 #: Step kinds; a deployment runs each as a CUDA graph or not (the founding case: decode yes, verify no).
 STEP_KINDS = ("decode", "verify", "draft")
 
-#: Of the datasheet's memory bandwidth a step's weight and KV reads reach (the SGLang fit above: 16 GB of
-#: Llama-3.1-8B weights in 5.9 ms on 3.35 TB/s).
+#: Of the datasheet's memory bandwidth a step's weight and KV reads reach, before a measurement moves it (the
+#: SGLang fit quoted above: 16 GB of Llama-3.1-8B weights in 5.9 ms on 3.35 TB/s).
 MEMORY_EFFICIENCY = 0.8
-#: Of the datasheet's dense peak a forward's GEMMs reach at serving batch sizes (the same fit: 16 GFLOP per
-#: token in 21 µs on 989 TFLOP/s).
+#: Of the datasheet's dense peak a forward's GEMMs reach at serving batch sizes, before a measurement moves it
+#: (the same fit: 16 GFLOP per token in 21 µs on 989 TFLOP/s).
 COMPUTE_EFFICIENCY = 0.75
 #: One kernel launch from the host, when a step is not a CUDA graph (a few µs each).
 LAUNCH_S = 5e-6
@@ -82,7 +86,7 @@ MEMORY_FRACTION = 0.88
 #: draws: consecutive tokens of one text route to overlapping experts, so a verify wakes fewer new experts than
 #: as many unrelated tokens would. A round value set on the published MoE sweeps (docs/MEASURED.md: with 1, every
 #: draft an independent draw, the Kimi sweep's median error is 13% and the model loses at 8 requests where the
-#: sweep pays; with 0.5, 9% and the crossover within one step); sweeps held back will test it.
+#: sweep pays; with 0.5, 10% and the crossover within one step); sweeps held back will test it.
 EXPERT_NOVELTY = 0.5
 
 
