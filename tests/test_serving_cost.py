@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from eaglelab.cli import main
 from eaglelab.errors import CostTableError
+from eaglelab.jobs.load import LoadSettings
 from eaglelab.serving import load as ld
 from eaglelab.serving.cost_table import Measurement, read_cost_table, write_cost_table
 from eaglelab.serving.load_fit import Point, calibrate
@@ -68,23 +69,30 @@ def test_a_kv_cache_that_does_not_fit_is_never_said_to_pay(b, k, context):
     assert not row["pays"] or row["kv_fits"]
 
 
-def test_a_fit_to_a_synthetic_cost_table_recovers_its_multipliers(tmp_path):
+def test_a_fit_to_a_synthetic_cost_table_recovers_its_steps_and_with_two_contexts_its_terms(tmp_path):
+    """A table at one context and one k fixes every step, held in or out, but not each term (a step's overhead,
+    its weight read and its KV read all grow alike with the batch there); two contexts and two k tell them apart."""
     start = ld.LoadModel(shape_from_config(DENSE), ld.machine("h100-sxm", 1), context=512)
     truth = replace(start, scales=ld.Scales(overhead=2.5, memory=1.2, compute=1.8, draft=1.5, cycle=3.0))
-    rows = []
-    for b in (1, 4, 16, 64, 256):
-        rows.append(Measurement(b, 0, 1, 1, 1.0, 512, b / float(truth.decode_s(b))))
-        for tau in (1.5, 3.0):
-            rows.append(Measurement(b, 3, 4, 1, tau, 512, tau * b / float(truth.cycle_s(b, 3))))
-    path = write_cost_table(tmp_path / "costs.csv", rows, ["engine: synthetic"])
-    table = read_cost_table(path)
-    points = [Point(r.concurrency, decode_s=r.step_s, context=r.context) if r.plain else
-              Point(r.concurrency, cycle_s=r.step_s, k=r.k, context=r.context) for r in table.rows]
-    fitted = calibrate(start, points)
-    for name in ("overhead", "memory", "compute", "draft"):
-        assert getattr(fitted.scales, name) == pytest.approx(getattr(truth.scales, name), rel=0.05), name
-    for b in (2, 32, 512):  # held out
-        assert float(fitted.speedup(b, 3, 2.5)) == pytest.approx(float(truth.speedup(b, 3, 2.5)), rel=0.01)
+
+    def table(contexts, ks):
+        rows = []
+        for context in contexts:
+            at = replace(truth, context=context)
+            for b in (1, 4, 16, 64, 256):
+                rows.append(Measurement(b, 0, 1, 1, 1.0, context, b / float(at.decode_s(b))))
+                rows += [Measurement(b, k, k + 1, 1, 1.5, context, 1.5 * b / float(at.cycle_s(b, k))) for k in ks]
+        path = write_cost_table(tmp_path / f"costs-{len(contexts)}.csv", rows, ["engine: synthetic"])
+        return [Point(r.concurrency, decode_s=r.step_s, context=r.context) if r.plain else
+                Point(r.concurrency, cycle_s=r.step_s, k=r.k, context=r.context) for r in read_cost_table(path).rows]
+
+    fitted = calibrate(start, table([512], [3]))
+    for b in (2, 32, 512, 1024):  # held out
+        assert float(fitted.decode_s(b)) == pytest.approx(float(truth.decode_s(b)), rel=1e-3)
+        assert float(fitted.speedup(b, 3, 2.5)) == pytest.approx(float(truth.speedup(b, 3, 2.5)), rel=1e-3)
+    fitted = calibrate(start, table([128, 4096], [1, 3]))
+    for name in ("overhead", "memory", "compute", "draft", "cycle"):
+        assert getattr(fitted.scales, name) == pytest.approx(getattr(truth.scales, name), rel=0.01), name
 
 
 def test_the_seeds_kimi_case_says_up_to_which_load_it_pays_and_why():
@@ -162,6 +170,7 @@ def test_perf_fits_a_cost_table_and_prints_its_residuals(tmp_path):
                      "--accept-len", "2.5", "--concurrency", "1", "8", "64", "512")
     assert rc == 0 and "residual" in out and "fitted" not in out.split("\n")[0]
     assert "calibrated on the points measured at concurrency 1, 8, 64" in out
+    assert LoadSettings(costs=str(path), accept_len=2.5).costs == (str(path),)
 
 
 def test_recipe_job_load_writes_the_measuring_script_and_refuses_a_training_engine(tmp_path):

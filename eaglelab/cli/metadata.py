@@ -94,7 +94,7 @@ def load_settings(args):
                         target_config=args.target_config, gpu=args.gpu, gpus=args.gpus, link=args.link,
                         link_gbps=args.link_gbps, kv_dtype=args.kv_dtype, cuda_graphs=graphs,
                         verify_kv=args.verify_kv, context=args.context,
-                        log=args.log, plain_log=args.plain_log, costs=args.costs)
+                        log=args.log, plain_log=args.plain_log, costs=tuple(args.costs) if args.costs else None)
 
 
 def _perf_under_load(args) -> int:
@@ -368,8 +368,10 @@ def add_parsers(sub) -> None:
     f.add_argument("--k", type=count, default=3, help="drafts per cycle (default 3)")
     f.add_argument("--accept-lens", type=accept_len, nargs="+", metavar="TAU",
                    help="τ at each --concurrency, one per value (τ moves with load in published sweeps)")
-    f.add_argument("--costs", help="an engine's cost table (CSV: plain steps and cycles at forced τ, as `eaglelab recipe "
-                                   "--job load` measures): the model is fitted to it and its residuals printed")
+    f.add_argument("--costs", nargs="+", metavar="CSV",
+                   help="engines' cost tables (plain steps and cycles at forced τ, as `eaglelab recipe --job load` "
+                        "measures; two at different prompt lengths or k tell the model's terms apart): the model is "
+                        "fitted to them and every point's residual printed")
     f.add_argument("--topk", type=count, default=1, help="the drafter's branching per step (default 1: a chain)")
     f.add_argument("--draft-tokens", type=count, help="tokens verified per request per cycle (a tree; default k + 1)")
     _machine_flags(f)

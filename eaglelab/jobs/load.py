@@ -68,7 +68,8 @@ class LoadSettings:
         context: mean context tokens per request (its KV cache is read every step).
         log: a speculative server's log (SGLang / vLLM): τ and tok/s per concurrency.
         plain_log: the same server's log without speculation: the measured speedup per concurrency.
-        costs: an engine's cost table (plain steps and cycles at forced τ): the model is fitted to it.
+        costs: engines' cost tables (plain steps and cycles at forced τ), one or several (another prompt length or
+            k tells the model's terms apart): the model is fitted to their rows together.
     """
 
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
@@ -91,13 +92,15 @@ class LoadSettings:
     context: int = 2048
     log: str | None = None
     plain_log: str | None = None
-    costs: str | None = None
+    costs: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if not self.concurrency or not all(is_whole(c) for c in self.concurrency):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {list(self.concurrency)}")
         for name in ("at_concurrency", "k", "topk", "context"):
             require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
+        if isinstance(self.costs, str):  # one table, as a notebook gives it
+            object.__setattr__(self, "costs", (self.costs,))
         for name in ("gpus", "draft_tokens"):
             if getattr(self, name) is not None:
                 require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
@@ -287,9 +290,8 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
                              f"step ({1e3 * decode:.4g} ms): are both logs from one server?")
                 continue
             points.append(Point(c, decode_s=decode, cycle_s=cycle, k=s.k))
-    table = read_cost_table(s.costs) if s.costs else None
-    if table is not None:
-        points += _cost_points(table, s)
+    for path in s.costs or ():
+        points += _cost_points(read_cost_table(path), s)
     tau = s.accept_len if s.accept_len is not None else (spec.summary()["median_accept_len"] if spec is not None else None)
     if tau is None and s.accept_lens is not None:
         tau = s.accept_lens[0]
@@ -449,7 +451,7 @@ def engine_cost_fit(target: str, drafter: str, prompts: list[list[int]], max_new
                                     repeats=repeats)
     path = str(write_cost_table(out, table.rows, table.comments))
     settings = LoadSettings(concurrency=tuple(concurrency), accept_len=float(max(accept_lens)), k=k, gpu="cpu",
-                            target_config=target, costs=path, context=table.rows[0].context)
+                            target_config=target, costs=(path,), context=table.rows[0].context)
     report = speculation_under_load(settings)
     ends = {min(concurrency), max(concurrency)}
     start, _ = load_model_for(settings)

@@ -119,7 +119,9 @@ def calibrate(model: LoadModel, points: Iterable[Point]) -> LoadModel:
     return replace(scaled, scales=replace(scaled.scales, **{n: getattr(scaled.scales, n) * v for n, v in moved.items()}))
 
 
-#: How firmly a fit holds an undetermined term at its datasheet value (a relative-error weight per unit of log).
+#: How firmly a fit holds a term the points do not decide at its prior: the weight of a multiplier's relative
+#: distance from its prior (over its :data:`PRIOR_WIDTH`) against the points' squared relative errors. Small: the
+#: points decide wherever they can; the prior only breaks ties.
 PRIOR_WEIGHT = 1e-6
 
 
@@ -174,8 +176,9 @@ def fit(model: LoadModel, points: Iterable[Point]) -> LoadModel:
     first = min((p for p in points if p.decode_s is not None), key=lambda p: p.concurrency)
     s0 = first.decode_s / float(replace(model, context=first.context or model.context).decode_s(first.concurrency))
     prior = np.array([s0] * 5 + [s0, 1.0])
-    a = np.vstack([np.array(rows), math.sqrt(PRIOR_WEIGHT) * np.eye(len(TERMS)) / prior])
-    rhs = np.concatenate([np.array(y), math.sqrt(PRIOR_WEIGHT) * np.ones(len(TERMS))])
+    widths = np.array([PRIOR_WIDTH[t] for t in TERMS])
+    a = np.vstack([np.array(rows), math.sqrt(PRIOR_WEIGHT) * np.diag(1.0 / (prior * widths))])
+    rhs = np.concatenate([np.array(y), math.sqrt(PRIOR_WEIGHT) / widths])
     present = np.abs(a[: len(rows)]).sum(axis=0) > 0  # a term that is zero at every point stays where it was
     x = prior.copy()
     x[present] = _nnls(a[:, present], rhs - a[:, ~present] @ prior[~present])
