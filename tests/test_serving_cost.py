@@ -217,3 +217,18 @@ def test_tau_per_concurrency_keeps_the_measured_points_tau():
     rc, _, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--concurrency", "1", "64",
                      "--accept-lens", "2.2", "1.6")
     assert rc == 2 and "--accept-lens" in err and err.count("\n") == 1
+
+
+def test_repeats_that_scatter_are_named_as_the_reason_the_fit_misses(tmp_path):
+    start = ld.LoadModel(shape_from_config(DENSE), ld.machine("h100-sxm", 1), context=512)
+    rows = []
+    for b in (1, 8, 64):
+        step, cycle = float(start.decode_s(b)), float(start.cycle_s(b, 3))
+        rows += [Measurement(b, 0, 1, 1, 1.0, 512, b / (step * f)) for f in (0.85, 1.15)]
+        rows += [Measurement(b, 3, 4, 1, 2.5, 512, 2.5 * b / (cycle * f)) for f in (0.9, 1.1)]
+    path = write_cost_table(tmp_path / "noisy.csv", rows)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(DENSE))
+    rc, out, _ = run("perf", "--costs", str(path), "--target-config", str(config), "--gpu", "h100-sxm",
+                     "--accept-len", "2.5", "--concurrency", "1", "8")
+    assert rc == 0 and "not calibrated on them" in out and "repeats of one setup differ by up to 35%" in out

@@ -11,7 +11,7 @@ import sys
 from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
 from eaglelab.serving.gpus import GPUS
-from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV
+from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV, scales_table
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES
 
 # --------------------------------------------------------------------------- run
@@ -127,6 +127,8 @@ def _perf_under_load(args) -> int:
         print(table([[r["concurrency"], r["what"], r["k"] or "-", r["context"] or "-", f"{r['measured_ms']:.2f}",
                       f"{r['model_ms']:.2f}", f"{100 * r['error']:+.1f}%"] for r in report.residuals],
                     ["concurrency", "measured", "k", "context", "measured ms", "model ms", "residual"]))
+        print("each term, measured over its datasheet value: " + ", ".join(
+            f"{r['term']} {r['multiplier']:.2f}x" for r in scales_table(report.model)))
     for line in lines(report):
         print(line)
     return 0

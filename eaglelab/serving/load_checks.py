@@ -110,7 +110,8 @@ class Calibration:
             ``concurrency``, ``what`` (``plain step`` / ``cycle``), ``measured_ms``, ``model_ms``, ``error``
             (model / measured - 1; None where the model's time is not a finite positive number).
         bandwidth_scale, flops_scale: the calibrated machine's bandwidth and peak over the uncalibrated one's.
-        impossible: a point whose cycle is shorter than its plain step, in words (no model holds it).
+        impossible: why no model can hold the points, in words: a cycle shorter than its plain step, or repeats of one
+            setup that scatter beyond the tolerance.
     """
 
     concurrencies: list[int]
@@ -209,6 +210,16 @@ def calibration_of(start: Any, model: Any, points: list[Any]) -> Calibration:
             impossible = (f"at concurrency {p.concurrency} the cycle ({1e3 * p.cycle_s:.4g} ms) is shorter than the "
                           f"plain step ({1e3 * p.decode_s:.4g} ms): a cycle holds a verify, which costs at least a step")
     misses.sort(key=lambda m: -math.inf if m["error"] is None else -abs(m["error"]))
+    repeats: dict[tuple, list[float]] = {}  # the same setup measured more than once
+    for p in points:
+        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
+            if value is not None:
+                repeats.setdefault((p.concurrency, what, p.k if what == "cycle" else None, getattr(p, "context", None)),
+                                   []).append(value)
+    spread = max((max(v) / min(v) - 1.0 for v in repeats.values() if len(v) > 1), default=0.0)
+    if impossible is None and misses and spread > 2 * TOLERANCE:
+        impossible = (f"the repeats of one setup differ by up to {100 * spread:.0f}% among themselves: no model "
+                      f"reproduces each within {100 * TOLERANCE:.0f}%, the fit goes through their middle")
     s0, s1 = start.scales, model.scales
     return Calibration(sorted({p.concurrency for p in points}), misses, s0.memory / s1.memory if s1.memory else math.inf,
                        s0.compute / s1.compute if s1.compute else math.inf, impossible)
