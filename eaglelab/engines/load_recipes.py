@@ -44,8 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.engines.recipes import write_recipe_folder
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, path_word, script_value
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, path_word, script_value, write_recipe_folder
 from eaglelab.errors import ParameterError
 
 #: The serving engines a load recipe is written for.

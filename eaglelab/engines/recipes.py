@@ -24,11 +24,21 @@ from typing import Any
 
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import is_mla_target
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, path_word, script_value, steps_text, yaml_text
+from eaglelab.engines.scripts import (
+    Here,
+    Step,
+    Var,
+    comment_line,
+    option,
+    path_word,
+    script_value,
+    steps_text,
+    write_recipe_folder,
+    yaml_text,
+)
 from eaglelab.engines.template_names import chat_template_for
-from eaglelab.errors import ConfigError, OutputError, ParameterError
+from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import renamed_fields
-from eaglelab.outputs import open_output_folder, os_problem, where
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
 TRAINING_ENGINES = ("specforge", "speculators")
@@ -130,26 +140,6 @@ class Recipe:
             OutputError: the folder cannot be written.
         """
         return write_recipe_folder(out_dir, self.script(), self.files, self.to_json(), overwrite)
-
-
-def write_recipe_folder(out_dir: str | Path, script: str, files: dict[str, str], record: dict[str, Any],
-                        overwrite: bool = False) -> Path:
-    """A recipe's folder: ``run.sh`` (executable), its files and ``recipe.json``, written atomically.
-
-    Raises:
-        OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False, or files eaglelab did not write.
-        OutputError: the folder cannot be written.
-    """
-    with open_output_folder(out_dir, "recipe", force=overwrite) as out:
-        written = out.write_text("run.sh", script)
-        try:
-            written.chmod(0o755)
-        except OSError as exc:
-            raise OutputError(where(written), f"cannot make it executable ({os_problem(exc)})") from None
-        for name, text in files.items():
-            out.write_text(name, text)
-        out.write_json("recipe.json", record)
-    return out.path
 
 
 SAVE_VOCAB_MAP = """\

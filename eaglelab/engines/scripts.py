@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.errors import ParameterError
+from eaglelab.errors import OutputError, ParameterError
+from eaglelab.outputs import open_output_folder, os_problem, where
 
 
 @dataclass(frozen=True)
@@ -196,3 +197,23 @@ def yaml_text(obj: dict, indent: int = 0) -> str:
         else:
             lines.append(f"{pad}{key}: {json.dumps(value, ensure_ascii=False)}")
     return "\n".join(lines) + "\n"
+
+
+def write_recipe_folder(out_dir: str | Path, script: str, files: dict[str, str], record: dict[str, Any],
+                        overwrite: bool = False) -> Path:
+    """A recipe's folder: ``run.sh`` (executable), its files and ``recipe.json``, written atomically.
+
+    Raises:
+        OverwriteError: ``out_dir`` holds a recipe and ``overwrite`` is False, or files eaglelab did not write.
+        OutputError: the folder cannot be written.
+    """
+    with open_output_folder(out_dir, "recipe", force=overwrite) as out:
+        written = out.write_text("run.sh", script)
+        try:
+            written.chmod(0o755)
+        except OSError as exc:
+            raise OutputError(where(written), f"cannot make it executable ({os_problem(exc)})") from None
+        for name, text in files.items():
+            out.write_text(name, text)
+        out.write_json("recipe.json", record)
+    return out.path
