@@ -310,8 +310,11 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -
     """Matmul FLOPs of one training token: TTT forward + backward (x3) plus the target-logit recompute.
 
     Per step: every matrix of the drafter layer (q/k/v/o or MLA's low-rank paths, over 2H; the MLP),
-    lm_head over the draft vocabulary, and attention scores and mixing over on average ``seq_len / 2`` keys
-    (plus the step's diagonal keys); ``fc`` once. The target's lm_head runs once per token without
+    lm_head over the draft vocabulary, and attention scores and mixing over all ``seq_len`` keys: the unroll
+    (:meth:`eaglelab.model.attention._Attention.forward_ttt`) computes the full ``S x S`` products and masks
+    them, so that is what it costs (the earlier count of ``seq_len / 2`` keys, what a causal kernel would
+    compute, undercounted a Kimi-width Llama drafter's unroll by 16% at 32k tokens, k 3); the step's diagonal keys are elementwise
+    products, not matmuls. ``fc`` once. The target's lm_head runs once per token without
     gradients over ``target_rows`` rows: the draft vocabulary when the capture kept the target's greedy ids,
     its whole vocabulary otherwise.
     """
@@ -324,6 +327,6 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -
     nh = spec.num_attention_heads
     qk, v = (nh * spec.head_dim, nh * spec.head_dim) if spec.mla is None else \
         (nh * spec.mla.qk_head_dim, nh * spec.mla.v_head_dim)
-    attn = 2 * (qk + v) * (seq_len / 2 + ttt_length / 2)
+    attn = 2 * (qk + v) * seq_len
     forward = 2 * 3 * Ht * H + ttt_length * (per_step + attn)
     return 3 * forward + 2 * Ht * target_rows
