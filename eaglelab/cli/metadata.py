@@ -10,15 +10,25 @@ import sys
 
 from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
 from eaglelab.cli.output import print_json, table
+from eaglelab.drift.predictors import chain_from_tau, chains_from_log, predict_from_files
+from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
+from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
+from eaglelab.engines.recipes import RecipeSettings, build_recipe
+from eaglelab.errors import ParameterError
+from eaglelab.jobs.load import LoadSettings, lines, load_model_for, speculation_under_load
+from eaglelab.planning.decision_table import Scenario, plan
+from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
 from eaglelab.serving.gpus import GPUS
 from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV, scales_table
+from eaglelab.serving.logs import by_concurrency, parse_log
+from eaglelab.serving.perf import diagnose
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES
+from eaglelab.workbook.report import write_game_plan
+from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
 
 # --------------------------------------------------------------------------- run
 
 def cmd_run(args) -> int:
-    from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
-
     params = {name: absolutise_paths(value) for name, value in map(parse_parameter, args.param)}
     out = args.out if args.out is not None else ("runs/smoke" if args.smoke else "runs/workbook")
     runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params, prepare_only=args.prepare_only,
@@ -36,8 +46,6 @@ def cmd_perf(args) -> int:
     if args.concurrency or args.plain_log or args.costs:
         return _perf_under_load(args)
     if args.log:
-        from eaglelab.serving.logs import by_concurrency, parse_log
-
         parsed = parse_log(args.log)
         if args.json:  # record by record: the log's size in output, not in memory
             for chunk in parsed.json_chunks():
@@ -59,10 +67,7 @@ def cmd_perf(args) -> int:
         return 0
     missing = [n for n in ("baseline_tps", "cycle_ms", "accept_len") if getattr(args, n) is None]
     if missing:
-        from eaglelab.errors import ParameterError
-
         raise ParameterError("perf", "give --log FILE, or all of --baseline-tps, --cycle-ms and --accept-len")
-    from eaglelab.serving.perf import diagnose
 
     out = diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [], k=args.k)
     if args.json:
@@ -83,7 +88,6 @@ def _tps(x) -> str:
 
 def load_settings(args):
     """The command line's :class:`~eaglelab.jobs.load.LoadSettings` (its flags' defaults are the dataclass's)."""
-    from eaglelab.jobs.load import LoadSettings
 
     d = LoadSettings.__dataclass_fields__
     graphs = None if args.cuda_graphs is None else tuple(args.cuda_graphs or d["cuda_graphs"].default or STEP_KINDS)
@@ -98,14 +102,10 @@ def load_settings(args):
 
 
 def _perf_under_load(args) -> int:
-    from eaglelab.jobs.load import lines, speculation_under_load
-
     report = speculation_under_load(load_settings(args))
     if args.json:
         out = report.to_json()
         if args.baseline_tps is not None and args.cycle_ms is not None and args.accept_len is not None:
-            from eaglelab.serving.perf import diagnose
-
             out = {**diagnose(args.baseline_tps, args.cycle_ms, args.accept_len, args.goal_tps or [], k=args.k), **out}
         print_json(out)
         return 0
@@ -135,12 +135,8 @@ def _perf_under_load(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from eaglelab.planning.decision_table import Scenario, plan
-    from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
     given = {name: getattr(args, name) for name in PLAN_FIELDS if getattr(args, name) is not None}
     if args.log and "accept_len" in given:
-        from eaglelab.errors import ParameterError
-
         raise ParameterError("plan", "give --accept-len or --log, not both")
     if args.exponent:
         given["exponents"] = tuple(args.exponent)
@@ -148,10 +144,7 @@ def cmd_plan(args) -> int:
         given["transfer_fraction"] = tuple(args.transfer)
     scenario = Scenario.founding_case(**given)
     if args.log:
-        from eaglelab.serving.logs import parse_log
-
         scenario = scenario.with_logged_tau(parse_log(args.log).summary()["median_accept_len"])
-    from eaglelab.jobs.load import LoadSettings, load_model_for
 
     graphs = None if args.cuda_graphs is None else tuple(args.cuda_graphs or STEP_KINDS)
     load, source = load_model_for(LoadSettings(target_config=args.target_config, gpu=args.gpu, gpus=args.gpus,
@@ -179,9 +172,6 @@ PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "goal_tps", "samples", 
 
 
 def cmd_predict(args) -> int:
-    from eaglelab.drift.predictors import chain_from_tau, chains_from_log, predict_from_files
-    from eaglelab.errors import ParameterError
-
     given = [n for n in ("log", "chain", "accept_len") if getattr(args, n) is not None]
     if len(given) != 1:
         raise ParameterError("predict", "give the old drafter's acceptance on the old target once: --log, --chain or "
@@ -221,16 +211,11 @@ def cmd_predict(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from eaglelab.workbook.report import write_game_plan
-
     print(write_game_plan(args.figures, args.out))
     return 0
 
 
 def cmd_recipe(args) -> int:
-    from eaglelab.engines.recipes import RecipeSettings, build_recipe
-    from eaglelab.errors import ParameterError
-
     if args.job == "probe":
         return _probe_recipe(args)
     if args.job == "load":
@@ -260,9 +245,6 @@ def cmd_recipe(args) -> int:
 
 
 def _load_recipe(args) -> int:
-    from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
-    from eaglelab.errors import ParameterError
-
     if args.engine not in ("sglang", "vllm"):
         raise ParameterError("--engine", f"--job load measures a serving engine: sglang or vllm, got {args.engine}")
     for flag, value in (("--new-target", args.new_target), ("--old-drafter", args.old_drafter)):
@@ -287,9 +269,6 @@ def _load_recipe(args) -> int:
 
 
 def _probe_recipe(args) -> int:
-    from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
-    from eaglelab.errors import ParameterError
-
     if args.old_target is None:
         raise ParameterError("--old-target", "--job probe dumps the old target too: give it (folder or hub id)")
     unused = [f"--{n.replace('_', '-')}" for n in ("from_run", "lr", "epochs", "ttt_length", "embedding_key", "lm_head_key")

@@ -17,13 +17,17 @@ Building a recipe reads configs and safetensors headers only: no torch.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-from eaglelab.checkpoints.target_config import is_mla_target
+from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config, read_target_weights
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs, is_speculators_config
+from eaglelab.checkpoints.target_config import is_mla_target, is_multimodal, target_layer_count
+from eaglelab.checkpoints.tensor_table import strip_prefix
+from eaglelab.checkpoints.verdicts import drafter_vs_target
 from eaglelab.engines.scripts import (
     Here,
     Step,
@@ -38,7 +42,7 @@ from eaglelab.engines.scripts import (
 )
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
-from eaglelab.inputs import renamed_fields
+from eaglelab.inputs import field_int, printable, read_json_object, renamed_fields
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
 TRAINING_ENGINES = ("specforge", "speculators")
@@ -191,12 +195,6 @@ def check_warm_start(settings: RecipeSettings) -> dict[str, Any]:
         ConfigError: the old drafter has no d2t / t2d to keep (a reduced vocabulary), or cannot load on
             the new target (its map would have to be replaced).
     """
-    from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config
-    from eaglelab.checkpoints.spec import is_speculators_config
-    from eaglelab.checkpoints.target_config import target_layer_count
-    from eaglelab.checkpoints.tensor_table import strip_prefix
-    from eaglelab.checkpoints.verdicts import drafter_vs_target
-
     if settings.engine not in TRAINING_ENGINES:
         raise ParameterError("--engine", f"unknown engine {settings.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
     for name in ("gpus", "k", "max_length", "epochs", "ttt_length"):
@@ -256,9 +254,6 @@ def target_keys(settings: RecipeSettings, target_cfg: dict[str, Any]) -> dict[st
         ParameterError: a multimodal target whose headers could not be read and no key given (SpecForge's
             defaults name a text model's tensors and would fail on it).
     """
-    from eaglelab.checkpoints.inspection import read_target_weights
-    from eaglelab.checkpoints.target_config import is_multimodal
-
     given = {"embedding_key": settings.embedding_key, "lm_head_key": settings.lm_head_key}
     weights = read_target_weights(settings.new_target) if None in given.values() else None
     read = {} if weights is None or weights.heads is None else \
@@ -291,10 +286,6 @@ def settings_from_run(run_dir: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: ``run.json`` is missing, not strict JSON, or holds impossible numbers.
     """
-    import math
-
-    from eaglelab.inputs import field_int, printable, read_json_object
-
     script_value("--from-run", str(run_dir))
     path = Path(run_dir) / "run.json"
     where = printable(str(path))

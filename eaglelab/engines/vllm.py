@@ -27,13 +27,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.inspection import load_target_config
 from eaglelab.checkpoints.sources import load_checkpoint
 from eaglelab.checkpoints.spec import is_mla_config, is_speculators_config
 from eaglelab.engines.vllm_mla import CPU_MLA_BACKEND, mla_refusal, target_uses_mla, write_vllm_mla_drafter
 from eaglelab.errors import EngineError, ParameterError, require_whole
-from eaglelab.inputs import loads_json, one_line, read_bytes
+from eaglelab.inputs import field_int, field_number, json_type, loads_json, one_line, read_bytes
 from eaglelab.serving.cost_table import CostTable, Measurement
+from eaglelab.serving.load_fit import Point
+from eaglelab.serving.logs import parse_log_text
 
 #: The worker script, run by the engine environment's interpreter.
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -180,9 +183,6 @@ def run_from_result(result: dict[str, Any], batch: str, prompts: int | None = No
     Raises:
         EngineError: a field missing, of the wrong type, or outside its range; one line naming it.
     """
-    from eaglelab.inputs import field_int, field_number, json_type
-    from eaglelab.serving.logs import parse_log_text
-
     where, E = "vllm worker result", EngineError
     version = result.get("vllm_version")
     if not isinstance(version, str) or not 0 < len(version) <= 100:
@@ -248,8 +248,6 @@ def engine_drafter(drafter: str | Path, target: str | Path, workdir: Path, k: in
         return write_vllm_mla_drafter(drafter, load_target_config(str(target)), workdir / "vllm-mla")
     if ck.config is not None and is_speculators_config(ck.config) and "embed_tokens.weight" not in ck.tensors:
         return Path(drafter).resolve()
-    from eaglelab.checkpoints.export import export_drafter
-
     return export_drafter(drafter, workdir / "speculators", "speculators", load_target_config(str(target)),
                           verifier=str(Path(target).resolve()), k=k, drop_embedding=True)
 
@@ -348,8 +346,6 @@ class LoadRun:
 
     def points(self):
         """The measured steps as :class:`eaglelab.serving.load.Point` (decode from alone, cycle from the drafter)."""
-        from eaglelab.serving.load_fit import Point
-
         return [Point(c, decode_s=c / a, cycle_s=t * c / d, k=self.k)
                 for c, a, d, t in zip(self.concurrency, self.alone_tps, self.drafter_tps, self.tau)]
 
@@ -359,8 +355,6 @@ class LoadRun:
 
 def _groups_from_result(result: dict[str, Any], concurrency: list[int], k: int, repeats: int) -> list[dict]:
     """The worker's per-concurrency runs, every field checked (tok/s positive, τ in [1, k + 1])."""
-    from eaglelab.inputs import field_int, field_number
-
     where, E = "vllm worker result", EngineError
     groups = result.get("groups")
     if not isinstance(groups, list) or len(groups) != len(concurrency) or not all(isinstance(g, dict) for g in groups):

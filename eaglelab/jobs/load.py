@@ -11,13 +11,15 @@ groups per concurrency, or an engine's cost table (:mod:`eaglelab.serving.cost_t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.inspection import load_target_config
+from eaglelab.engines.vllm import engine_status, measure_costs_in_engine, measure_load_in_engine
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable
-from eaglelab.serving.cost_table import CostTable, read_cost_table
+from eaglelab.serving.cost_table import CostTable, read_cost_table, write_cost_table
+from eaglelab.serving.gpus import gpu as gpu_named
 from eaglelab.serving.load import (
     CONCURRENCY_GRID,
     CPU,
@@ -30,13 +32,15 @@ from eaglelab.serving.load import (
     LoadModel,
     by_concurrency,
     machine,
+    require_step_kinds,
+    require_verify_kv,
 )
-from eaglelab.serving.load_checks import calibration_of
+from eaglelab.serving.load_checks import calibration_of, residuals
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import by_concurrency as log_groups
 from eaglelab.serving.logs import parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
-from eaglelab.serving.target_shape import KV_DTYPE_BYTES, shape_from_config
+from eaglelab.serving.target_shape import require_kv_dtype, shape_from_config
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 #: The GPU a user's target config is costed on when ``--gpu`` is not given (said so in the output).
@@ -124,11 +128,10 @@ class LoadSettings:
         if self.draft_tokens is not None and self.topk == 1 and self.draft_tokens != self.k + 1:
             raise ParameterError("--draft-tokens", f"a chain (--topk 1) of k = {self.k} verifies k + 1 = {self.k + 1} "
                                                    f"tokens per request, got {self.draft_tokens}")
-        if self.kv_dtype not in KV_DTYPE_BYTES:
-            raise ParameterError("--kv-dtype", f"unknown KV dtype {self.kv_dtype!r}; choose one of {', '.join(KV_DTYPE_BYTES)}")
-        if self.cuda_graphs is not None and set(self.cuda_graphs) - set(STEP_KINDS):
-            raise ParameterError("--cuda-graphs", f"unknown step kinds {sorted(set(self.cuda_graphs) - set(STEP_KINDS))}; "
-                                                  f"choose from {', '.join(STEP_KINDS)}")
+        require_kv_dtype(self.kv_dtype)
+        require_verify_kv(self.verify_kv)
+        if self.cuda_graphs is not None:
+            require_step_kinds(self.cuda_graphs)
         if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
             require_one_setup(self.cycle_ms, self.baseline_tps)
 
@@ -192,7 +195,7 @@ class LoadReport:
 
 def _gpus_for(shape, gpu: str) -> int:
     """The fewest GPUs (a power of two, at most 64) whose memory holds the weights with room to spare."""
-    per_gpu = machine(gpu, 1).memory_bytes * MEMORY_FRACTION
+    per_gpu = gpu_named(gpu).memory_bytes * MEMORY_FRACTION
     g = 1
     while g < 64 and shape.total_bytes / g > 0.8 * per_gpu:
         g *= 2
@@ -232,19 +235,6 @@ def _cost_points(table: CostTable, s: LoadSettings) -> list[Point]:
                                             f"{s.draft_tokens or 'k + 1'}: give --topk / --draft-tokens as measured")
     return [Point(r.concurrency, decode_s=r.step_s, context=r.context) if r.plain else
             Point(r.concurrency, cycle_s=r.step_s, k=r.k, context=r.context) for r in table.rows]
-
-
-def _residuals(model: LoadModel, points: list[Point]) -> list[dict]:
-    out = []
-    for p in points:
-        at = replace(model, context=p.context or model.context)
-        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
-            if value is None:
-                continue
-            got = float(at.decode_s(p.concurrency) if what == "plain step" else at.cycle_s(p.concurrency, p.k))
-            out.append({"concurrency": p.concurrency, "what": what, "k": p.k, "context": p.context,
-                        "measured_ms": 1e3 * value, "model_ms": 1e3 * got, "error": got / value - 1.0})
-    return out
 
 
 def _why(model: LoadModel, b: int, k: int) -> list[str]:
@@ -332,8 +322,8 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
             why += _why(model, beyond, s.k)
     used = [{"concurrency": p.concurrency, "decode_ms": None if p.decode_s is None else 1e3 * p.decode_s,
              "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s, "context": p.context} for p in points]
-    residuals = _residuals(model, points) if model is not None else []
-    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, residuals, why)
+    measured = residuals(model, points) if model is not None else []
+    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, measured, why)
 
 
 def lines(report: LoadReport) -> list[str]:
@@ -380,8 +370,6 @@ def engine_load_check(target: str, drafter: str, prompts: list[list[int]], max_n
         ``measured_high`` (the runs' range), ``within_noise`` and ``held_out``; without the engine, no
         rows and the reason.
     """
-    from eaglelab.engines.vllm import engine_status, measure_load_in_engine
-
     if engine is None:
         return EngineLoadCheck(None, None, [], "SERVING_ENGINE = None")
     ok, line = engine_status()
@@ -439,9 +427,6 @@ def engine_cost_fit(target: str, drafter: str, prompts: list[list[int]], max_new
     The fit to every row says how well the model's shape holds the measurements (its residuals); the fit to
     the smallest and largest concurrency alone, predicting the ones between, says how far it carries.
     """
-    from eaglelab.engines.vllm import engine_status, measure_costs_in_engine
-    from eaglelab.serving.cost_table import write_cost_table
-
     if engine is None:
         return EngineCostFit(None, None, [], None, "SERVING_ENGINE = None")
     ok, line = engine_status()
@@ -454,12 +439,11 @@ def engine_cost_fit(target: str, drafter: str, prompts: list[list[int]], max_new
                             target_config=target, costs=(path,), context=table.rows[0].context)
     report = speculation_under_load(settings)
     ends = {min(concurrency), max(concurrency)}
+    outer = CostTable(tuple(r for r in table.rows if r.concurrency in ends))
+    inner = tuple(r for r in table.rows if r.concurrency not in ends)
     start, _ = load_model_for(settings)
-    inner = _cost_points(CostTable(tuple(r for r in table.rows if r.concurrency in ends)), settings)
-    between = [p for p in _cost_points(table, settings) if p.concurrency not in ends]
-    held = _residuals(calibrate(start, inner), between)
-    measured = {(r.concurrency, r.plain): r.accept_len for r in table.rows}
-    for row in held:
-        row["accept_len"] = measured.get((row["concurrency"], row["what"] == "plain step"), 1.0)
+    held = residuals(calibrate(start, _cost_points(outer, settings)), _cost_points(CostTable(inner), settings))
+    for row, measurement in zip(held, inner):  # one row per measurement, in order
+        row["accept_len"] = measurement.accept_len
     version = table.provenance().get("engine", "vLLM")
     return EngineCostFit(table, report, held, path, f"{version} on this machine")

@@ -65,6 +65,22 @@ VERIFY_KV = ("once", "per-token")
 #: Step kinds; a deployment runs each as a CUDA graph or not (the founding case: decode yes, verify no).
 STEP_KINDS = ("decode", "verify", "draft")
 
+
+def require_step_kinds(kinds) -> tuple[str, ...]:
+    """``kinds`` when each is one of :data:`STEP_KINDS`; else ParameterError naming ``--cuda-graphs``."""
+    unknown = set(kinds) - set(STEP_KINDS)
+    if unknown:
+        raise ParameterError("--cuda-graphs", f"unknown step kinds {sorted(unknown)}; choose from {', '.join(STEP_KINDS)}")
+    return tuple(kinds)
+
+
+def require_verify_kv(verify_kv: str) -> str:
+    """``verify_kv`` when it is one of :data:`VERIFY_KV`; else ParameterError naming ``--verify-kv``."""
+    if verify_kv not in VERIFY_KV:
+        raise ParameterError("--verify-kv", f"must be one of {', '.join(VERIFY_KV)}, got {verify_kv!r}")
+    return verify_kv
+
+
 #: Of the datasheet's memory bandwidth a step's weight and KV reads reach, before a measurement moves it (the
 #: SGLang fit quoted above: 16 GB of Llama-3.1-8B weights in 5.9 ms on 3.35 TB/s).
 MEMORY_EFFICIENCY = 0.8
@@ -136,9 +152,7 @@ class Machine:
                 and self.link_bytes_s > 0 and self.memory_bytes > 0 and is_whole(self.gpus)):
             raise ParameterError(f"machine {self.name}", "needs positive finite rates, memory and GPUs, and overheads "
                                                          f">= 0, got {rates}, {costs}")
-        unknown = set(self.graphs) - set(STEP_KINDS)
-        if unknown:
-            raise ParameterError("--cuda-graphs", f"unknown step kinds {sorted(unknown)}; choose from {', '.join(STEP_KINDS)}")
+        require_step_kinds(self.graphs)
 
 
 #: A link's all-reduce bus bandwidth when ``--link`` names another interconnect than the GPU's usual one.
@@ -211,9 +225,9 @@ class Scales:
     draft: float = 1.0
     cycle: float = 1.0
 
-    def forward(self, s: float) -> Scales:
-        """Every target term scaled by ``s`` (one measured step says how far the whole forward is off)."""
-        return replace(self, **{t: getattr(self, t) * s for t in ("overhead", "launch", "memory", "compute", "comm")})
+    def times(self, factors: dict[str, float]) -> Scales:
+        """These multipliers with each term named in ``factors`` multiplied by its factor."""
+        return replace(self, **{t: getattr(self, t) * f for t, f in factors.items()})
 
 
 @dataclass(frozen=True)
@@ -243,8 +257,7 @@ class LoadModel:
     scales: Scales = field(default_factory=Scales)
 
     def __post_init__(self):
-        if self.verify_kv not in VERIFY_KV:
-            raise ParameterError("--verify-kv", f"must be one of {', '.join(VERIFY_KV)}, got {self.verify_kv!r}")
+        require_verify_kv(self.verify_kv)
 
     # ---- one forward
 

@@ -188,34 +188,43 @@ class Calibration:
                 "flops_scale": self.flops_scale, "tolerance": TOLERANCE}
 
 
+def residuals(model: Any, points: list[Any]) -> list[dict]:
+    """Each measured plain step and cycle beside the model's at its concurrency, k and context.
+
+    Returns:
+        rows with ``concurrency``, ``what`` (``plain step`` / ``cycle``), ``k``, ``context``, ``measured_ms``,
+        ``model_ms`` and ``error`` (model / measured - 1; None where the model's time is not a finite positive number).
+    """
+    rows = []
+    for p in points:
+        at = replace(model, context=p.context) if p.context else model
+        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
+            if value is None:
+                continue
+            got = float(at.decode_s(p.concurrency) if what == "plain step" else at.cycle_s(p.concurrency, p.k))
+            ok = math.isfinite(got) and got > 0
+            rows.append({"concurrency": p.concurrency, "what": what, "k": p.k if what == "cycle" else None,
+                         "context": p.context, "measured_ms": 1e3 * value, "model_ms": 1e3 * got,
+                         "error": got / value - 1.0 if ok else None})
+    return rows
+
+
 def calibration_of(start: Any, model: Any, points: list[Any]) -> Calibration:
     """How ``model`` (``start`` calibrated on ``points``, :func:`eaglelab.serving.load.calibrate`) reproduces them.
 
     Each point's plain step and cycle are compared with the model's at the point's concurrency and k; a
     number off by more than :data:`TOLERANCE`, or not a finite positive time, is a miss.
     """
-    misses, impossible = [], None
-    for p in points:
-        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
-            if value is None:
-                continue
-            at = replace(model, context=p.context) if getattr(p, "context", None) else model
-            with_model = float(at.decode_s(p.concurrency) if what == "plain step" else at.cycle_s(p.concurrency, p.k))
-            ok = math.isfinite(with_model) and with_model > 0
-            error = with_model / value - 1.0 if ok else None
-            if error is None or abs(error) > TOLERANCE:
-                misses.append({"concurrency": p.concurrency, "what": what, "measured_ms": 1e3 * value,
-                               "model_ms": 1e3 * with_model, "error": error})
-        if p.decode_s is not None and p.cycle_s is not None and p.cycle_s < p.decode_s and impossible is None:
-            impossible = (f"at concurrency {p.concurrency} the cycle ({1e3 * p.cycle_s:.4g} ms) is shorter than the "
-                          f"plain step ({1e3 * p.decode_s:.4g} ms): a cycle holds a verify, which costs at least a step")
+    rows = residuals(model, points)
+    misses = [r for r in rows if r["error"] is None or abs(r["error"]) > TOLERANCE]
+    impossible = next((f"at concurrency {p.concurrency} the cycle ({1e3 * p.cycle_s:.4g} ms) is shorter than the plain "
+                       f"step ({1e3 * p.decode_s:.4g} ms): a cycle holds a verify, which costs at least a step"
+                       for p in points if p.decode_s is not None and p.cycle_s is not None and p.cycle_s < p.decode_s),
+                      None)
     misses.sort(key=lambda m: -math.inf if m["error"] is None else -abs(m["error"]))
     repeats: dict[tuple, list[float]] = {}  # the same setup measured more than once
-    for p in points:
-        for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
-            if value is not None:
-                repeats.setdefault((p.concurrency, what, p.k if what == "cycle" else None, getattr(p, "context", None)),
-                                   []).append(value)
+    for r in rows:
+        repeats.setdefault((r["concurrency"], r["what"], r["k"], r["context"]), []).append(r["measured_ms"])
     spread = max((max(v) / min(v) - 1.0 for v in repeats.values() if len(v) > 1), default=0.0)
     if impossible is None and misses and spread > 2 * TOLERANCE:
         impossible = (f"the repeats of one setup differ by up to {100 * spread:.0f}% among themselves: no model "

@@ -101,7 +101,7 @@ def calibrate(model: LoadModel, points: Iterable[Point]) -> LoadModel:
     p = decode[0]
     parts = {n: float(v) for n, v in model.forward_parts(p.concurrency, p.concurrency, "decode").items()}
     moved = _spread(parts, p.decode_s)
-    scaled = replace(model, scales=replace(model.scales, **{n: getattr(model.scales, n) * v for n, v in moved.items()}))
+    scaled = replace(model, scales=model.scales.times(moved))
     if not cycles:
         return scaled
     c = cycles[0]
@@ -116,7 +116,7 @@ def calibrate(model: LoadModel, points: Iterable[Point]) -> LoadModel:
     if rest <= 0:  # the verify alone outlasts the measured cycle: let the fit move the shape
         return fit(model, points)
     moved = _spread(own, rest)
-    return replace(scaled, scales=replace(scaled.scales, **{n: getattr(scaled.scales, n) * v for n, v in moved.items()}))
+    return replace(scaled, scales=scaled.scales.times(moved))
 
 
 #: How firmly a fit holds a term the points do not decide at its prior: the weight of a multiplier's relative

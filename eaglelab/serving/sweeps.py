@@ -143,16 +143,13 @@ def hold_against(sweep: Sweep) -> SweepCheck:
     """Calibrate at the sweep's first point, predict the others at the assumed τ (and τ ± 0.3)."""
     conc = [int(p["concurrency"]) for p in sweep.points]
     published = [float(p["speedup"]) for p in sweep.points]
-    predicted, model = _predict(sweep, sweep.tau)
+    by_tau = {dt: _predict(sweep, min(max(sweep.tau + dt, 1.0), sweep.k + 1.0)) for dt in TAU_SPREAD}
+    predicted, model = by_tau[0.0]
     rows = [{"concurrency": c, "published": pub, "predicted": pred, "error": pred / pub - 1.0, "held_out": i > 0,
              "kv_fits": bool(model.kv_fits(c, sweep.k))}
             for i, (c, pub, pred) in enumerate(zip(conc, published, predicted))]
     held = [abs(r["error"]) for r in rows if r["held_out"]]
-    spread = []
-    for dt in TAU_SPREAD:
-        tau = min(max(sweep.tau + dt, 1.0), sweep.k + 1.0)
-        other, _ = _predict(sweep, tau)
-        spread.append(max(abs(o / p - 1.0) for o, p in zip(other[1:], published[1:])))
+    spread = [max(abs(o / p - 1.0) for o, p in zip(other[1:], published[1:])) for other, _ in by_tau.values()]
     pub_x, pred_x = _crossover(conc, published), _crossover(conc, predicted)
     index = {c: i for i, c in enumerate(conc)}
     near = (pub_x == pred_x) or (pub_x is not None and pred_x is not None and abs(index[pub_x] - index[pred_x]) <= 1)

@@ -26,6 +26,13 @@ KERNELS_PER_LAYER = {"dense": 14, "moe": 30}
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0}
 
 
+def require_kv_dtype(kv_dtype: str) -> str:
+    """``kv_dtype`` when it is one of :data:`KV_DTYPE_BYTES`; else ParameterError naming ``--kv-dtype``."""
+    if kv_dtype not in KV_DTYPE_BYTES:
+        raise ParameterError("--kv-dtype", f"unknown KV dtype {kv_dtype!r}; choose one of {', '.join(KV_DTYPE_BYTES)}")
+    return kv_dtype
+
+
 def distinct_experts_touched(num_tokens, experts_total: int, experts_per_token: int):
     """Expected distinct experts a batch of t tokens routes to: N (1 - (1 - K/N)^t).
 
@@ -138,8 +145,7 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
     text = text_config(cfg)
     check_config_types(text, where)
     check_target_config(text, where)
-    if kv_dtype not in KV_DTYPE_BYTES:
-        raise ParameterError("--kv-dtype", f"unknown KV dtype {kv_dtype!r}; choose one of {', '.join(KV_DTYPE_BYTES)}")
+    require_kv_dtype(kv_dtype)
     try:
         H, L, V = int(text["hidden_size"]), int(text["num_hidden_layers"]), int(text["vocab_size"])
     except (KeyError, TypeError, ValueError):
