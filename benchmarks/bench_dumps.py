@@ -9,7 +9,7 @@ Each part runs in its own subprocess (peak memory of one part does not add to an
 are ratios measured in the same run (the matmul peak is measured in the part's own process, as in
 ``bench_training.py``), never wall-clock limits:
 
-- ``sim``: read time / (read + similarity time) >= 0.5, page cache warm;
+- ``sim``: read time / (read + similarity time) >= 0.5, page cache warm, each the better of two passes;
 - ``heads``: the head pass (two [V, H] products per position) >= 50% of the matmul peak;
 - ``drafter``: the teacher-forced drafter pass (forward FLOPs of ``ttt_flops_per_token``) >= 50%;
 - ``memory``: peak RSS of read + similarity the same (within 10%) at 4k and 64k tokens.
@@ -157,16 +157,17 @@ def open_pairs(dirs, sizes: Sizes):
 
 
 def similarity_pass(pairs, sizes: Sizes, timers: dict | None = None, progress: str | None = None) -> dict:
-    """Read every pair, stack each batch (float32), feed the similarity accumulator; random argmaxes and TV.
+    """Read every pair, stack each batch (float32), feed the similarity accumulator as :func:`run_dump_probe` does
+    (:func:`eaglelab.probe.plugin.update_similarity`); random argmaxes and TV.
 
-    ``timers``: filled with the seconds of reading, stacking, masking, the per-token statistics
-    (cosine, relative L2, the rest of ``update``) and the streaming CKA (Gram matrices, HSIC, the rest).
+    ``timers``: filled with the seconds of reading, stacking, slicing out the counted rows, the per-token
+    statistics (row norms, the rest of ``update``) and the streaming CKA (centring, Gram products, HSIC, the rest).
     """
     import torch
 
     import eaglelab.probe.similarity as similarity
     from eaglelab.model.heads import TargetHeads
-    from eaglelab.probe.dumps import stack_batch
+    from eaglelab.probe.dumps import StackBuffers, stack_batch
     from eaglelab.probe.plugin import layer_labels, update_similarity
 
     H, V = sizes.hidden, sizes.vocab
@@ -174,14 +175,16 @@ def similarity_pass(pairs, sizes: Sizes, timers: dict | None = None, progress: s
     heads = TargetHeads("synthetic", torch.ones(H), 1e-6, tiny, tiny, {})
     acc = similarity.SimilarityAccumulator(layer_labels(sizes.aux))
     g = torch.Generator().manual_seed(1)
-    t = dict.fromkeys(("read", "stack", "update_similarity", "acc.update", "cosine", "rel_l2", "flush", "gram",
-                       "hsic", "result"), 0.0)
+    t = dict.fromkeys(("read", "stack", "update_similarity", "acc.update", "per_token", "row_norms", "flush", "scale",
+                       "centre", "gram", "hsic", "result"), 0.0)
     saved = {}
+    stacks = (StackBuffers(), StackBuffers())  # as run_dump_probe: each batch is stacked over the last one's storage
     if timers is not None:  # time the accumulator's pieces from outside (eaglelab's code unchanged)
         acc.update = timed(acc.update, t, "acc.update")
         acc._flush = timed(acc._flush, t, "flush")
-        for name, key in (("cosine_per_token", "cosine"), ("relative_l2_per_token", "rel_l2"),
-                          ("_gram_stats", "gram"), ("_hsic_from_stats", "hsic")):
+        acc._per_token = timed(acc._per_token, t, "per_token")
+        for name, key in (("_row_norms", "row_norms"), ("_binary_scale", "scale"), ("_centred_scaled", "centre"),
+                          ("_gram", "gram"), ("_hsic_all", "hsic")):
             saved[name] = getattr(similarity, name)
             setattr(similarity, name, timed(saved[name], t, key))
     try:
@@ -193,13 +196,13 @@ def similarity_pass(pairs, sizes: Sizes, timers: dict | None = None, progress: s
             read = [pairs.read(i) for i in pairs.indices[lo: lo + sizes.batch_size]]
             t["read"] += time.perf_counter() - s
             s = time.perf_counter()
-            sa = stack_batch([p[0] for p in read], heads, torch.device("cpu"), torch.float32)
-            sb = stack_batch([p[1] for p in read], heads, torch.device("cpu"), torch.float32)
+            sa = stack_batch([p[0] for p in read], heads, torch.device("cpu"), torch.float32, stacks[0])
+            sb = stack_batch([p[1] for p in read], heads, torch.device("cpu"), torch.float32, stacks[1])
             t["stack"] += time.perf_counter() - s
             shape = sa.input_ids.shape
             s = time.perf_counter()
             update_similarity(acc, sa, sb, argmax_a=torch.randint(0, V, shape, generator=g),
-                              argmax_b=torch.randint(0, V, shape, generator=g), tv=torch.rand(shape, generator=g))
+                                      argmax_b=torch.randint(0, V, shape, generator=g), tv=torch.rand(shape, generator=g))
             t["update_similarity"] += time.perf_counter() - s
             del read, sa, sb
             if progress and ((b + 1) % max(1, batches // 8) == 0 or b + 1 == batches):
@@ -234,9 +237,12 @@ def child_sim(args: dict, sizes: Sizes) -> dict:
     warm = read_pass(pairs)
     log(f"    warm read {warm:.1f} s; timing read only, then read + similarity")
     read = min(read_pass(pairs), read_pass(pairs))
-    t = similarity_pass(pairs, sizes, timers={}, progress="read + similarity")
-    total = sum(t[k] for k in ("read", "stack", "update_similarity", "result"))
-    return {"read_s": read, "total_s": total, "bytes": nbytes, "timers": t}
+    # the better of two passes, as the read's: the first pays this process's first touch of its stacks and buffers
+    # (hundreds of MB; on the project's VMs a first-touched page costs ~15 us), which a long run pays once
+    passes = [similarity_pass(pairs, sizes, timers={}, progress=f"read + similarity, pass {i}") for i in (1, 2)]
+    totals = [sum(t[k] for k in ("read", "stack", "update_similarity", "result")) for t in passes]
+    best = min(range(2), key=totals.__getitem__)
+    return {"read_s": read, "total_s": totals[best], "totals_s": totals, "bytes": nbytes, "timers": passes[best]}
 
 
 def child_heads(args: dict, sizes: Sizes) -> dict:
@@ -405,14 +411,19 @@ def part_sim(sizes: Sizes, tmp: Path) -> dict:
     log(f"  page cache warm (every file read once before timing); batches of {sizes.batch_size} pairs, float32 stacks")
     log(f"  read only (pairs.read x {n}: load, checks, trim): {r['read_s']:7.2f} s  "
         f"{r['bytes'] / r['read_s'] / 1e9:5.2f} GB/s  {tok / r['read_s']:8.0f} tokens/s")
-    log(f"  read + similarity:                              {r['total_s']:7.2f} s  {tok / r['total_s']:8.0f} tokens/s")
-    mask = t["update_similarity"] - t["acc.update"]
-    per_token = t["acc.update"] - t["flush_in_update"] - t["cosine"] - t["rel_l2"]
-    cka_rest = t["flush"] - t["gram"] - t["hsic"]  # result()'s final flush included
+    log(f"  read + similarity (better of 2 passes):         {r['total_s']:7.2f} s  {tok / r['total_s']:8.0f} tokens/s  "
+        f"(passes: {' / '.join(f'{x:.2f}' for x in r['totals_s'])} s)")
+    rows_out = t["update_similarity"] - t["acc.update"]
+    buffering = t["acc.update"] - t["flush_in_update"]
+    # result()'s final flush included
+    cka_rest = t["flush"] - t["per_token"] - t["scale"] - t["centre"] - t["gram"] - t["hsic"]
     rows = [("read (pairs.read)", t["read"]), ("stack_batch (to float32, pad)", t["stack"]),
-            ("mask gather (x[mask])", mask), ("cosine (float64)", t["cosine"]), ("relative L2 (float64)", t["rel_l2"]),
-            ("norm sums, buffers (float64)", per_token), ("CKA Gram matrices (float64 X X^T)", t["gram"]),
-            ("CKA HSIC terms", t["hsic"]), ("CKA buffer cat/split", cka_rest),
+            ("counted rows (slices, per sample)", rows_out), ("update(): buffering, argmax, TV", buffering),
+            ("per-token row norms (float32)", t["row_norms"]),
+            ("per-token sums, cosine samples", t["per_token"] - t["row_norms"]),
+            ("CKA layer scales (first batch)", t["scale"]),
+            ("CKA centring (float32)", t["centre"]), ("CKA Gram products (float32 X X^T)", t["gram"]),
+            ("CKA HSIC terms (float64)", t["hsic"]), ("minibatch split, remainders, checks", cka_rest),
             ("result() less its final CKA flush", t["result"] - (t["flush"] - t["flush_in_update"]))]
     log(f"  {'where the read + similarity time goes':<44} {'s':>7} {'share':>6}")
     for name, s in rows:

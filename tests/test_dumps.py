@@ -403,3 +403,72 @@ def test_bands_are_paired_and_a_straddling_verdict_names_both_options():
 
 def test_errors_are_typed(world_states):
     assert issubclass(DumpError, EaglelabError)
+
+
+# --------------------------------------------------------------------------- #42 item 2: the similarity pass's feeding
+
+def random_batch(g: torch.Generator, masks: list[list[int]], H: int = 6):
+    """HiddenStates of len(masks) samples padded to the longest, random states, the given counted positions."""
+    from eaglelab.data.states import HiddenStates
+
+    B, S = len(masks), max(len(m) for m in masks)
+    mask = torch.zeros(B, S, dtype=torch.bool)
+    for i, m in enumerate(masks):
+        mask[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
+    return HiddenStates(torch.zeros(B, S, dtype=torch.long), mask, torch.randn(B, S, 3 * H, generator=g),
+                        torch.randn(B, S, H, generator=g))
+
+
+@settings(max_examples=25, deadline=None)
+@given(masks=st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=30), min_size=1, max_size=5),
+       seed=st.integers(0, 2**16), cka_batch=st.sampled_from([4, 9, 256]))
+def test_rows_by_slices_feed_the_numbers_of_the_boolean_gather(masks, seed, cka_batch):
+    """update_similarity (slices, a gather only for a gapped mask) feeds the accumulator the tokens of one boolean
+    gather per layer over the whole batch, in the same order: the same numbers."""
+    from eaglelab.probe.plugin import update_similarity
+    from eaglelab.probe.similarity import SimilarityAccumulator
+
+    def gathered_update(acc, a, b, argmax_a, argmax_b, tv):  # the previous form: one boolean gather per layer
+        mask = a.loss_mask.reshape(-1)
+        xs, ys = ([p.reshape(-1, p.shape[-1])[mask] for p in (*s.aux.chunk(3, dim=-1), s.last_hidden)] for s in (a, b))
+        acc.update(xs, ys, argmax_a.reshape(-1)[mask], argmax_b.reshape(-1)[mask], tv.reshape(-1)[mask])
+
+    g = torch.Generator().manual_seed(seed)
+    a, b = random_batch(g, masks), random_batch(g, masks)
+    B, S = a.input_ids.shape
+    argmax_a, argmax_b = torch.randint(0, 3, (B, S), generator=g), torch.randint(0, 3, (B, S), generator=g)
+    tv = torch.rand(B, S, generator=g)
+    labels = ["low (1)", "mid (2)", "high (3)", "last"]
+    gathered, sliced = SimilarityAccumulator(labels, cka_batch), SimilarityAccumulator(labels, cka_batch)
+    gathered_update(gathered, a, b, argmax_a, argmax_b, tv)
+    update_similarity(sliced, a, b, argmax_a, argmax_b, tv)
+    want, got = gathered.result(), sliced.result()
+    assert got["tokens"] == want["tokens"] == int(a.loss_mask.sum())
+    for x, y in zip(got["layers"], want["layers"]):
+        for f in ("cosine_mean", "rel_l2", "norm_ratio", "cka"):
+            assert getattr(x, f) == pytest.approx(getattr(y, f), abs=1e-6, nan_ok=True), (x.layer, f)
+    for key in ("argmax_agreement", "tv"):
+        assert got[key] == pytest.approx(want[key], nan_ok=True)
+    for label in labels:
+        assert torch.equal(torch.as_tensor(got["cosines"][label]), torch.as_tensor(want["cosines"][label]))
+
+
+def test_stack_batch_over_reused_buffers_equals_a_fresh_stack(world_states):
+    """A batch stacked over the storage of a longer one: the same tensors as a fresh stack, its padding zeros
+    (nothing of the earlier batch shows through), in the dtype asked for."""
+    from eaglelab.probe.dumps import StackBuffers, stack_batch
+
+    w = world_states
+    folder = open_dumps(w["root"] / "sf-a")
+    heads = read_target_heads(str(w["world"].target_a))
+    samples = [folder.read(i) for i in sorted(folder.files)[:4]]
+    buffers = StackBuffers()
+    long_first = sorted(samples, key=len, reverse=True)
+    stack_batch(long_first, heads, torch.device("cpu"), torch.float32, buffers).aux.fill_(7.0)
+    for dtype in (torch.float32, torch.bfloat16):
+        reused = stack_batch(samples[1:], heads, torch.device("cpu"), dtype, buffers)
+        fresh = stack_batch(samples[1:], heads, torch.device("cpu"), dtype)
+        for name in ("input_ids", "loss_mask", "aux", "last_hidden"):
+            x, y = getattr(reused, name), getattr(fresh, name)
+            assert x.dtype == y.dtype and torch.equal(x, y), name
+        assert reused.aux.dtype == dtype and not bool((reused.aux == 7.0).any())

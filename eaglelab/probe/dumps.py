@@ -24,8 +24,9 @@ is missing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -102,24 +103,48 @@ def head_pass(last_a: torch.Tensor, last_b: torch.Tensor, head_a: torch.Tensor, 
                     cat(tv))
 
 
+@dataclass
+class StackBuffers:
+    """Storage :func:`stack_batch` reuses from batch to batch (one per target).
+
+    A batch's stack is hundreds of MB at a target's width: allocated afresh, every page of it faults in again
+    before the copy can write it, which on the project's machines costs as much as the copy itself.
+    """
+
+    storage: dict = field(default_factory=dict)
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialised tensor of ``shape``, a view of the storage kept under ``name`` (grown when too small)."""
+        n = math.prod(shape)
+        held = self.storage.get(name)
+        if held is None or held.numel() < n or held.dtype != dtype or held.device != torch.device(device):
+            self.storage.pop(name, None)  # let the old storage go before the new one is allocated
+            held = self.storage[name] = torch.empty(n, dtype=dtype, device=device)
+        return held[:n].view(shape)
+
+
 def stack_batch(samples: list[DumpSample], heads: TargetHeads, device: torch.device,
-                dtype: torch.dtype) -> HiddenStates:
+                dtype: torch.dtype, buffers: StackBuffers | None = None) -> HiddenStates:
     """Right-pad a batch of samples to its longest into HiddenStates on ``device`` (padding not counted).
 
-    The last layer is normed with the target's final norm where the producer stored it before the norm.
+    The last layer is normed with the target's final norm where the producer stored it before the norm. Each
+    sample's states are cast as they are copied in (one pass), and only the padding is zeroed. With ``buffers``
+    the states are written into its storage (the previous batch's stack from the same buffers is overwritten).
     """
     S = max(len(s) for s in samples)
     B, H = len(samples), int(samples[0].last.shape[-1])
     ids = torch.zeros(B, S, dtype=torch.long)
     mask = torch.zeros(B, S, dtype=torch.bool)
-    aux = torch.zeros(B, S, 3 * H, dtype=dtype, device=device)
-    last = torch.zeros(B, S, H, dtype=dtype, device=device)
+    buffers = buffers or StackBuffers()
+    aux = buffers.take("aux", (B, S, 3 * H), dtype, device)
+    last = buffers.take("last", (B, S, H), dtype, device)
     for i, s in enumerate(samples):
         n = len(s)
         ids[i, :n], mask[i, :n] = s.input_ids, s.loss_mask
-        aux[i, :n] = s.aux.to(device, dtype)
-        h = s.last.to(device)
-        last[i, :n] = (h if s.last_normed else heads.norm(h)).to(dtype)
+        aux[i, :n].copy_(s.aux)
+        last[i, :n].copy_(s.last if s.last_normed else heads.norm(s.last.to(device)))
+        aux[i, n:].zero_()
+        last[i, n:].zero_()
     return HiddenStates(ids, mask, aux, last)
 
 
@@ -156,11 +181,12 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
     dev, dtype = drafter.fc.weight.device, heads_a.lm_head.dtype
     draft_ids = drafter.draft_target_ids()
     embed_a, embed_b = heads_a.embedding.to(dev), heads_b.embedding.to(dev)  # rows are cast as they are looked up
+    stacks_a, stacks_b = StackBuffers(), StackBuffers()  # each batch's stacks are written over the last one's
     for start in range(0, len(pairs.indices), batch_size):
         with out_of_memory_as_error(DUMP_WHERE, DUMP_ADVICE):
             read = [pairs.read(i) for i in pairs.indices[start: start + batch_size]]
-            sa = stack_batch([p[0] for p in read], heads_a, dev, dtype)
-            sb = stack_batch([p[1] for p in read], heads_b, dev, dtype)
+            sa = stack_batch([p[0] for p in read], heads_a, dev, dtype, stacks_a)
+            sb = stack_batch([p[1] for p in read], heads_b, dev, dtype, stacks_b)
             del read
             heads = head_pass(sa.last_hidden, sb.last_hidden, heads_a.lm_head, heads_b.lm_head, draft_ids, head_chunk)
             update_similarity(sim, sa, sb, argmax_a=heads.a.greedy, argmax_b=heads.b.greedy, tv=heads.tv)

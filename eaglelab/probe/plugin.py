@@ -91,12 +91,6 @@ def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
     return [f"{name} ({i})" for name, i in zip(("low", "mid", "high"), aux_layer_outputs)] + ["last"]
 
 
-def _split(states_aux: torch.Tensor, last: torch.Tensor) -> list[torch.Tensor]:
-    """[N, S, 3H] aux + [N, S, H] last -> four [N*S, H] per-layer views."""
-    parts = list(states_aux.chunk(3, dim=-1)) + [last]
-    return [p.reshape(-1, p.shape[-1]) for p in parts]
-
-
 @torch.no_grad()
 def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, k: int = 3,
               batch_size: int = 8, progress: bool = False, loss_mask: torch.Tensor | None = None,
@@ -241,20 +235,41 @@ def capture_batch(target: Target, ids: torch.Tensor, counted: torch.Tensor | Non
 
 
 def update_similarity(acc: SimilarityAccumulator, a: HiddenStates, b: HiddenStates, argmax_a: torch.Tensor,
-                      argmax_b: torch.Tensor, tv: torch.Tensor | None = None):
-    """Feed one batch of paired states (counted positions only) into the accumulator.
+                      argmax_b: torch.Tensor, tv: torch.Tensor | None = None) -> None:
+    """Feed one batch of paired states (counted positions only) into the accumulator, sample by sample.
+
+    Each sample's counted positions are a slice of its rows (a view, nothing copied) when they form one run, as
+    replies and SpecForge's response tokens do, else one row gather of that sample: no boolean gather over the
+    whole [B * S, 3H] batch. The accumulator keeps no view past the call (it copies what it buffers), so a
+    caller may write the next batch over these states.
 
     Args:
         a, b: the two targets' states on the same tokens, [B, S, ...].
         argmax_a, argmax_b: [B, S] each target's next token.
         tv: [B, S] total variation of the two next-token distributions.
     """
-    mask = a.loss_mask.reshape(-1).to(a.aux.device)
-    xs = [x[mask] for x in _split(a.aux, a.last_hidden)]
-    ys = [y[mask] for y in _split(b.aux, b.last_hidden)]
-    m = mask.to(argmax_a.device)
-    acc.update(xs, ys, argmax_a.reshape(-1)[m], argmax_b.reshape(-1)[m],
-               None if tv is None else tv.reshape(-1)[mask.to(tv.device)])
+    for i in range(a.aux.shape[0]):
+        rows = counted_rows(a.loss_mask[i])
+        if rows is None:
+            continue
+        xs, ys = ([*_rows_of(s.aux, i, rows).chunk(3, dim=-1), _rows_of(s.last_hidden, i, rows)] for s in (a, b))
+        acc.update(xs, ys, _rows_of(argmax_a, i, rows), _rows_of(argmax_b, i, rows),
+                   None if tv is None else _rows_of(tv, i, rows))
+
+
+def counted_rows(mask: torch.Tensor) -> slice | torch.Tensor | None:
+    """The positions of one sample's loss mask [S] that count: a slice when they form one run (SpecForge's response
+    tokens do), else their indices [n]; None when none counts."""
+    where = torch.nonzero(mask).reshape(-1)
+    if not len(where):
+        return None
+    lo, hi = int(where[0]), int(where[-1]) + 1
+    return slice(lo, hi) if hi - lo == len(where) else where
+
+
+def _rows_of(t: torch.Tensor, i: int, rows: slice | torch.Tensor) -> torch.Tensor:
+    """``t[i][rows]``: a view for a slice, one gather along the positions for indices (on t's device)."""
+    return t[i, rows] if isinstance(rows, slice) else t[i].index_select(0, rows.to(t.device))
 
 
 @torch.no_grad()

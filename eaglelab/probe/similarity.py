@@ -7,15 +7,22 @@ of n tokens adds HSIC_1(K, L), HSIC_1(K, K), HSIC_1(L, L) with K = X Xᵀ, L = Y
 and CKA = mean HSIC(K, L) / sqrt(mean HSIC(K, K) · mean HSIC(L, L)).
 
 HSIC_1 of linear kernels does not change when a constant is added to every row of X, so each
-minibatch is centred on its own mean (in float64) before its Gram matrix: with raw states a channel
-offset of 1e5 makes K's entries 1e10 and the estimator's terms cancel past float64's digits (CKA
--6.6e34 on identical states). Each layer is also scaled by one power of two, fixed by the first
-minibatch (exact in floating point, and CKA does not change with scale), so tiny or huge states
-neither underflow nor overflow.
+minibatch is centred on its own mean before its Gram matrix: with raw states a channel offset of
+1e5 makes K's entries 1e10 and the estimator's terms cancel past float64's digits (CKA -6.6e34 on
+identical states). Each layer is also scaled by one power of two, fixed by the first minibatch
+(exact in floating point, and CKA does not change with scale), so tiny or huge states neither
+underflow nor overflow.
+
+Where the time goes at a target's width (H 7168, 256-token minibatches): the eight Gram products
+of every minibatch. Centred and scaled, the states' Gram matrix is taken in float32 (its entries
+are then of the size of the spread, which float32 holds to 7 digits) and every HSIC term is summed
+in float64; float64 states are centred in float64 first. tests/test_similarity.py checks the result
+against the float64 computation on hostile states (offsets, scales, widths, near-identical pairs).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,18 +41,40 @@ def relative_l2_per_token(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-12)).float()
 
 
-def _row_dots(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Per-row dot products of u, v [N, D] -> [N], as one batched BLAS product (no [N, D] temporary)."""
-    return torch.bmm(u.unsqueeze(1), v.unsqueeze(2)).reshape(-1)
+def _floating(x: torch.Tensor) -> torch.Tensor:
+    """x in float32, or float64 when it is float64 (a view when no conversion is needed): bf16 or fp16 states are
+    exact in float32, and float64 states keep their digits."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
-def _take(buf: list[torch.Tensor], n: int) -> torch.Tensor:
-    """The first ``n`` rows of a list of [*, D] pieces, removed from it (a view when one piece holds them)."""
-    if buf[0].shape[0] >= n:
-        head, buf[0] = buf[0][:n], buf[0][n:]
-        if buf[0].shape[0] == 0:
-            buf.pop(0)
-        return head
+def _row_norms(x: torch.Tensor, y: torch.Tensor, scratch: torch.Tensor | None = None):
+    """``|x|``, ``|y|`` and ``|x - y|`` per row of two float [n, D] matrices, each [n] in float64.
+
+    Three norms (one pass each) and one difference: ``x · y`` follows as ``(|x|² + |y|² - |x - y|²) / 2``
+    without cancelling digits where it matters (near-identical rows: there ``|x - y|`` is taken from the
+    difference itself). ``scratch``: a buffer of x's dtype and shape for the difference, reused across calls.
+    """
+    na = torch.linalg.vector_norm(x, dim=-1).double()
+    nb = torch.linalg.vector_norm(y, dim=-1).double()
+    if x.dtype != torch.float64 and not (_squares_fit(na) and _squares_fit(nb)):
+        return _row_norms(x.double(), y.double())  # squares past float32's range: the norms from float64
+    diff = torch.sub(x, y, out=scratch) if scratch is not None else x - y
+    return na, nb, torch.linalg.vector_norm(diff, dim=-1).double()
+
+
+#: Row norms float32 takes without its squares leaving its range (a row's elements below ~1e-23 square to 0,
+#: above ~1e19 to Inf): within them, what underflows in ``|x - y|`` is below 1e-5 of ``|x|``.
+FLOAT32_NORMS = (1e-15, 1e15)
+
+
+def _squares_fit(norms: torch.Tensor) -> bool:
+    """Whether every norm lies in :data:`FLOAT32_NORMS` (NaN does not)."""
+    lo, hi = FLOAT32_NORMS
+    return bool(((norms >= lo) & (norms <= hi)).all())
+
+
+def _take(buf: list[torch.Tensor], n: int) -> list[torch.Tensor]:
+    """The first ``n`` rows of a list of [*, D] pieces, removed from it, as the pieces (views) that hold them."""
     parts, got = [], 0
     while got < n:
         piece = buf[0]
@@ -57,7 +86,13 @@ def _take(buf: list[torch.Tensor], n: int) -> torch.Tensor:
             parts.append(piece[:want])
             buf[0] = piece[want:]
             got += want
-    return torch.cat(parts)
+    return parts
+
+
+def _owned(piece: torch.Tensor) -> torch.Tensor:
+    """``piece`` with storage of its own: a view into a larger tensor is copied, so it keeps no batch alive."""
+    own = piece.untyped_storage().nbytes() <= piece.numel() * piece.element_size()
+    return piece if own else piece.clone()
 
 
 def _zero_diag_stats(G: torch.Tensor):
@@ -69,7 +104,8 @@ def _zero_diag_stats(G: torch.Tensor):
 
 
 def _gram_stats(x: torch.Tensor, scale: float = 1.0):
-    """:func:`_zero_diag_stats` of the linear Gram matrix of x [n, D], centred on its mean and divided by ``scale``.
+    """:func:`_zero_diag_stats` of the linear Gram matrix of x [n, D], centred on its mean and divided by ``scale``,
+    all in float64 (the reference; the streaming CKA's fallback when float32 overflows).
 
     Centring leaves HSIC_1 unchanged (it is shift invariant) and keeps the Gram matrix's entries at
     the size of the states' spread, not of their offset.
@@ -79,11 +115,117 @@ def _gram_stats(x: torch.Tensor, scale: float = 1.0):
     return _zero_diag_stats(x @ x.T)
 
 
-def _binary_scale(x: torch.Tensor) -> float:
-    """A power of two near the largest centred magnitude of x (1.0 when x does not vary): an exact divisor."""
-    x = x.double()
-    top = float((x - x.mean(0)).abs().max()) if x.numel() else 0.0
+def _binary_scale(pieces: Sequence[torch.Tensor]) -> float:
+    """A power of two near the largest centred magnitude of a minibatch's rows (1.0 when they do not vary): an exact
+    divisor. ``pieces``: the rows, [*, D] each (float32 arithmetic, float64 for float64 states)."""
+    pieces = [_floating(p) for p in pieces]
+    if any(p.dtype == torch.float64 for p in pieces):
+        pieces = [p.double() for p in pieces]
+    n = sum(p.shape[0] for p in pieces)
+    if not n or not pieces[0].shape[1]:
+        return 1.0
+    mean = sum(p.sum(0) for p in pieces) / n
+    top = max(float((p - mean).abs().max()) for p in pieces if p.shape[0])
     return 2.0 ** math.floor(math.log2(top)) if top > 0 and math.isfinite(top) else 1.0
+
+
+def _centred_scaled(pieces: Sequence[torch.Tensor], scale: float, twice: bool = False) -> torch.Tensor:
+    """The rows of ``pieces`` (one minibatch, [*, D] each) minus their mean, divided by ``scale`` (a power of
+    two), as one contiguous float32 [n, D] matrix.
+
+    States of 32 bits or fewer are centred in float32, each piece in one pass straight into the matrix
+    (``x / scale - mean / scale``: dividing by a power of two is exact, and any shift leaves HSIC_1 unchanged,
+    so the mean's own rounding costs little: see ``twice``); float64 states are centred in float64 first, so
+    an offset far above their spread keeps its digits.
+
+    Args:
+        twice: centre the result once more on its own mean (:data:`OFFSET_LEFT`).
+    """
+    if any(p.dtype == torch.float64 for p in pieces):
+        x = torch.cat([p.double() for p in pieces])
+        return ((x - x.mean(0)) / scale).float()
+    n = sum(p.shape[0] for p in pieces)
+    inv = 1.0 / scale
+    shift = sum(_floating(p).sum(0) for p in pieces).div_(n).mul_(-inv)
+    out = torch.empty(n, pieces[0].shape[1], dtype=torch.float32, device=pieces[0].device)
+    row = 0
+    for p in pieces:
+        torch.add(shift, p, alpha=inv, out=out[row: row + p.shape[0]])
+        row += p.shape[0]
+    if twice:  # what the float32 mean's rounding left of the offset, taken off in a second pass
+        out.sub_(out.mean(0))
+    return out
+
+
+#: A minibatch's Gram matrix is taken again, centred twice, when the offset left after the first centring holds
+#: more than this share of its trace (``sum(G) / (n trace(G))``): float32's mean of a channel far above the
+#: spread misses it by up to its size x 1e-7, which for a constant channel of 1e5 beside states of 1e-6 is
+#: far above the spread (tests/test_similarity.py has one).
+OFFSET_LEFT = 1e-3
+
+
+def _offset_left(G: torch.Tensor) -> torch.Tensor:
+    """[L] whether the centred Gram matrices G [L, n, n] keep more than :data:`OFFSET_LEFT` of an offset."""
+    n = G.shape[-1]
+    trace = G.diagonal(dim1=1, dim2=2).sum(1)
+    return G.sum((1, 2)) > OFFSET_LEFT * n * trace
+
+
+#: Row strips of a Gram product: strip i is multiplied by rows i.. only (the rest is its transpose), 10/16 of
+#: the full product's work at 4 strips.
+GRAM_STRIPS = 4
+
+
+@functools.cache
+def _onednn_gram():
+    """oneDNN's float32 ``X Wᵀ`` (``torch.ops.mkldnn._linear_pointwise``), checked once against ``x @ x.T``, or None.
+
+    On x86 CPUs torch's ``mm`` runs MKL, which takes its AVX2 path on AMD processors; oneDNN's runs AVX-512 where
+    the CPU has it: over 2x the float32 Gram products on the project's machines, same digits. A private operator,
+    so it is used only when present and agreeing with ``mm`` on a small product (float32 rounding apart).
+    """
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        x = torch.arange(-12, 12, dtype=torch.float32).reshape(4, 6) / 7
+        ok = torch.backends.mkldnn.is_available() and torch.allclose(op(x, x, None, "none", [], ""), x @ x.T,
+                                                                     rtol=1e-5, atol=1e-5)
+    except (AttributeError, RuntimeError):
+        return None
+    return op if ok else None
+
+
+def _gram(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``x xᵀ`` of a contiguous float32 x [n, D], [n, n] float32 (into ``out`` when given): by row strips, each
+    strip times the rows from it on (the blocks below the diagonal are transposes), oneDNN's product on the CPU
+    where it checks out."""
+    op = _onednn_gram() if x.device.type == "cpu" else None
+
+    def mm(u, v):
+        return op(u, v, None, "none", [], "") if op is not None else u @ v.T
+
+    n = x.shape[0]
+    G = torch.empty(n, n, dtype=x.dtype, device=x.device) if out is None else out
+    if n < 2 * GRAM_STRIPS:
+        G.copy_(mm(x, x))
+        return G
+    step = -(-n // GRAM_STRIPS)
+    for i in range(0, n, step):
+        strip = mm(x[i: i + step], x[i:])
+        G[i: i + step, i:] = strip
+        G[i + step:, i: i + step] = strip[:, step:].T
+    return G
+
+
+def _hsic_all(G: torch.Tensor, n: int) -> torch.Tensor:
+    """Unbiased HSIC of every pair of a stack of Gram matrices G [L, n, n] (float64, diagonals zeroed in place):
+    [L, L], each entry :func:`_hsic_from_stats`'s, as two products over the stack (a handful of operations for
+    all the layers of both targets, not a dozen per pair)."""
+    G.diagonal(dim1=1, dim2=2).zero_()
+    g1 = G.sum(2)
+    gs = g1.sum(1)
+    flat = G.reshape(G.shape[0], -1)
+    term = flat @ flat.T + gs[:, None] * gs[None, :] / ((n - 1) * (n - 2)) - 2 * (g1 @ g1.T) / (n - 2)
+    return term / (n * (n - 3))
 
 
 def _hsic_from_stats(a, b, n: int) -> torch.Tensor:
@@ -108,6 +250,10 @@ def linear_cka_full(x: torch.Tensor, y: torch.Tensor) -> float:
     xy = (x.T @ y).norm() ** 2
     return float(xy / ((x.T @ x).norm() * (y.T @ y).norm()))
 
+
+#: The floor under a norm (or product of norms) divided by: guards 0 / 0 only, so states of 1e-30 keep their
+#: cosine, relative L2 and norm ratio (float64 sums).
+NO_NORM = 1e-300
 
 #: How far past [0, 1] a CKA may fall by rounding alone, and be clipped back.
 CKA_ROUNDING = 1e-6
@@ -138,19 +284,30 @@ class StreamingCKA:
         self._scale_x, self._scale_y = [], []
 
     def update(self, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
-        """Add one minibatch of the same n tokens: xs[i] [n, D] from A, ys[j] [n, D] from B (n >= 4)."""
-        n = xs[0].shape[0]
+        """Add one minibatch of the same n tokens: xs[i] [n, D] from A, ys[j] [n, D] from B (n >= 4).
+
+        Each of xs, ys may also be a list of [*, D] pieces that together hold the n rows (no copy to join them).
+        """
+        xs = [x if isinstance(x, (list, tuple)) else [x] for x in xs]
+        ys = [y if isinstance(y, (list, tuple)) else [y] for y in ys]
+        n = sum(p.shape[0] for p in xs[0])
         if not self.batches:  # one exact power-of-two scale per layer, for every minibatch after
             self._scale_x = [_binary_scale(x) for x in xs]
             self._scale_y = [_binary_scale(y) for y in ys]
-        sx = [_gram_stats(x, c) for x, c in zip(xs, self._scale_x)]
-        sy = [_gram_stats(y, c) for y, c in zip(ys, self._scale_y)]
-        for i, a in enumerate(sx):
-            self._xx[i] += _hsic_from_stats(a, a, n).cpu()
-            for j, b in enumerate(sy):
-                self._xy[i, j] += _hsic_from_stats(a, b, n).cpu()
-        for j, b in enumerate(sy):
-            self._yy[j] += _hsic_from_stats(b, b, n).cpu()
+        layers, scales = [*xs, *ys], [*self._scale_x, *self._scale_y]
+        G = torch.empty(len(layers), n, n, dtype=torch.float32, device=xs[0][0].device)
+        for k, (pieces, scale) in enumerate(zip(layers, scales)):
+            _gram(_centred_scaled(pieces, scale), out=G[k])
+        for k in torch.nonzero(_offset_left(G)).flatten().tolist():
+            _gram(_centred_scaled(layers[k], scales[k], twice=True), out=G[k])
+        G = G.double()
+        for k in torch.nonzero(~torch.isfinite(G).flatten(1).all(1)).flatten().tolist():
+            G[k] = _gram_stats(torch.cat([p.double() for p in layers[k]]), scales[k])[0]  # float32 overflowed
+        H = _hsic_all(G, n).cpu()
+        a = len(xs)
+        self._xy += H[:a, a:]
+        self._xx += H.diagonal()[:a]
+        self._yy += H.diagonal()[a:]
         self.batches += 1
 
     def estimate(self) -> torch.Tensor:
@@ -212,6 +369,7 @@ class SimilarityAccumulator:
     _cos: list = field(init=False)
     _buf_a: list = field(init=False)
     _buf_b: list = field(init=False)
+    _scratch: torch.Tensor | None = field(default=None, init=False)
     tokens: int = field(default=0, init=False)
     agree: int = field(default=0, init=False)
     compared: int = field(default=0, init=False)
@@ -232,26 +390,17 @@ class SimilarityAccumulator:
         """Add paired per-token states, each [N, D] (one tensor per layer), optional next-token argmaxes [N]
         and the total variation of the two next-token distributions [N].
 
-        Per token, three row sums serve cosine, relative L2 and both norms (a·b, |a|², |b|², and
-        |a - b|² taken from the difference itself, so that near-identical states lose no digits).
+        States are read once into float32 (float64 stays float64) and buffered; every ``cka_batch`` tokens they
+        are measured per token (:meth:`_per_token`) and fed to the CKA while they are in the CPU's cache.
         """
         n = states_a[0].shape[0]
         self.tokens += n
         for i, (a, b) in enumerate(zip(states_a, states_b)):
-            a, b = a.detach().cpu(), b.detach().cpu()
-            x, y = a.float(), b.float()
-            aa, bb, ab, dd = (_row_dots(u, v).double() for u, v in ((x, x), (y, y), (x, y), (x - y, x - y)))
-            na, nb = aa.sqrt(), bb.sqrt()
-            cos = (ab / (na * nb).clamp_min(1e-12)).float()
-            self._sums["cos"][i] += cos.double().sum()
-            self._sums["rel"][i] += (dd.sqrt() / na.clamp_min(1e-12)).sum()
-            self._sums["na"][i] += na.sum()
-            self._sums["nb"][i] += nb.sum()
-            room = self.keep_cosines - sum(len(c) for c in self._cos[i])
-            if room > 0:
-                self._cos[i].append(cos[:room])
-            self._buf_a[i].append(a)
-            self._buf_b[i].append(b)
+            x, y = _floating(a.detach().cpu()), _floating(b.detach().cpu())
+            if x.dtype != y.dtype:
+                x, y = x.double(), y.double()
+            self._buf_a[i].append(x)
+            self._buf_b[i].append(y)
         if argmax_a is not None and argmax_b is not None:
             self.agree += int((argmax_a.cpu() == argmax_b.cpu()).sum())
             self.compared += int(argmax_a.numel())
@@ -260,26 +409,51 @@ class SimilarityAccumulator:
             self.tv_count += int(tv.numel())
         self._flush(final=False)
 
-    def _flush(self, final: bool) -> None:
-        """Feed the CKA every whole minibatch of ``cka_batch`` buffered tokens (and, at the end, the rest if >= 4).
+    def _per_token(self, i: int, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
+        """Add the rows of layer i (pieces xs, ys, paired) to the per-token sums and the cosine sample.
 
-        A minibatch inside one update's tensor is a view of it; only one straddling two updates is
-        copied, and the remainder (under ``cka_batch`` rows) is cloned, so no view keeps a batch alive.
+        Three row norms serve cosine, relative L2 and both norms (|a|, |b|, and |a - b| taken from the
+        difference itself, so that near-identical states lose no digits; a·b = (|a|² + |b|² - |a - b|²) / 2).
+        """
+        for x, y in zip(xs, ys):
+            na, nb, nd = _row_norms(x, y, self._scratch_for(x))
+            ab = (na * na + nb * nb - nd * nd) / 2
+            cos = (ab / (na * nb).clamp_min(NO_NORM)).float()
+            self._sums["cos"][i] += cos.double().sum()
+            self._sums["rel"][i] += (nd / na.clamp_min(NO_NORM)).sum()
+            self._sums["na"][i] += na.sum()
+            self._sums["nb"][i] += nb.sum()
+            room = self.keep_cosines - sum(len(c) for c in self._cos[i])
+            if room > 0:
+                self._cos[i].append(cos[:room])
+
+    def _scratch_for(self, x: torch.Tensor) -> torch.Tensor:
+        """A reusable [n, D] buffer of x's dtype for the per-token difference (no fresh allocation per layer)."""
+        if self._scratch is None or self._scratch.dtype != x.dtype or self._scratch.numel() < x.numel():
+            self._scratch = torch.empty(x.numel(), dtype=x.dtype)
+        return self._scratch[: x.numel()].view(x.shape)
+
+    def _flush(self, final: bool) -> None:
+        """Measure and feed the CKA every whole minibatch of ``cka_batch`` buffered tokens (and, at the end, the
+        rest: per token always, to the CKA if >= 4).
+
+        A minibatch is a list of views of the updates' tensors (nothing joined); the remainder (under
+        ``cka_batch`` rows) is copied once, so no view keeps a caller's batch alive.
         """
         while True:
             have = sum(x.shape[0] for x in self._buf_a[0])
-            if have < self.cka_batch and not (final and have >= 4):
+            if not have or (have < self.cka_batch and not final):
                 break
             take = min(self.cka_batch, have)
             xs = [_take(buf, take) for buf in self._buf_a]
             ys = [_take(buf, take) for buf in self._buf_b]
-            self._cka.update(xs, ys)
-        if final:  # fewer than 4 tokens left: too few for an unbiased HSIC
-            self._buf_a = [[] for _ in self.labels]
-            self._buf_b = [[] for _ in self.labels]
-        else:
-            self._buf_a = [[b.clone() for b in buf] for buf in self._buf_a]
-            self._buf_b = [[b.clone() for b in buf] for buf in self._buf_b]
+            for i, (x, y) in enumerate(zip(xs, ys)):
+                self._per_token(i, x, y)
+            if take >= 4:  # fewer tokens are too few for an unbiased HSIC
+                self._cka.update(xs, ys)
+        if not final:
+            self._buf_a = [[_owned(b) for b in buf] for buf in self._buf_a]
+            self._buf_b = [[_owned(b) for b in buf] for buf in self._buf_b]
 
     def result(self) -> dict:
         """Per-layer summaries, the CKA map, argmax agreement and per-layer cosine samples."""
@@ -296,7 +470,7 @@ class SimilarityAccumulator:
                 cosine_mean=float(self._sums["cos"][i] / n),
                 cosine_p05=float(torch.quantile(cs, 0.05)) if len(cs) else float("nan"),
                 rel_l2=float(self._sums["rel"][i] / n),
-                norm_ratio=float(self._sums["nb"][i] / self._sums["na"][i].clamp_min(1e-30)),
+                norm_ratio=float(self._sums["nb"][i] / self._sums["na"][i].clamp_min(NO_NORM)),
                 cka=float(cka[i, i]),
             ))
         raw, below = self._cka.estimate(), self._cka.below_zero()
