@@ -2,7 +2,9 @@
 
 1. A point (:func:`eaglelab.drift.measures.measure_drift`: similarity at four layers, agreement, TV,
    KL, TV(top-k), the drafter teacher forced on A and on B', the per-token prediction) against the
-   baseline of both targets' bare forwards over the same sequences, in the same process.
+   baseline of both targets' bare forwards over the same sequences, in the same process; then a
+   sweep's point, A's side computed once for every point (:func:`eaglelab.drift.measures.reference_pass`),
+   against the full point and against B''s bare forward alone.
 2. Reading a vLLM-layout JSONL of prompt logprobs (:func:`eaglelab.engines.logprob_files.read_logprob_file`,
    every number validated) against ``json.loads`` of the same lines alone.
 
@@ -38,7 +40,7 @@ def main() -> None:
     import torch
 
     from eaglelab.data.sets import probe_set, world_of
-    from eaglelab.drift.measures import measure_drift, top_logprobs
+    from eaglelab.drift.measures import measure_drift, reference_pass, top_logprobs
     from eaglelab.engines import logprob_files as ef
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
@@ -61,6 +63,17 @@ def main() -> None:
     tokens = int(data.counted.sum())
     print(f"{args.world} world, {len(data.ids)} sequences ({tokens} counted positions):")
     print(f"  two bare forwards {base:.2f} s; one drift point {point:.2f} s: {point / base:.2f}x")
+
+    @torch.no_grad()
+    def forward_b():
+        for i in range(0, len(data.ids), 8):
+            b(input_ids=data.ids[i: i + 8])
+
+    reference = reference_pass(a, drafter, data.ids, data.counted, k=3)
+    base_b = _best(forward_b, args.repeat)
+    shared = _best(lambda: measure_drift(a, b, drafter, data.ids, data.counted, k=3, reference=reference), args.repeat)
+    print(f"  a sweep's point (A's side shared): {shared:.2f} s, {shared / point:.2f}x the full point; "
+          f"B's bare forward {base_b:.2f} s: {shared / base_b:.2f}x")
 
     with tempfile.TemporaryDirectory() as tmp:
         path = ef.write_jsonl(Path(tmp) / "a.jsonl", [ef.vllm_response(s) for s in top_logprobs(a, data.ids, data.counted, 20)])

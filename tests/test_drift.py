@@ -108,6 +108,33 @@ def test_measures_of_a_against_itself_and_against_b(tiny_world):
     assert moved.positions == int(data.counted.sum())
 
 
+def test_a_sweep_computes_a_side_once_and_gets_the_same_numbers(tiny_world):
+    """A's forward and the drafter on A are the same for every B': one reference serves every point exactly."""
+    import json
+
+    from eaglelab.data.sets import probe_set
+    from eaglelab.drift.families import quantized
+    from eaglelab.drift.measures import measure_drift, reference_pass
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.lora import projection_weights
+    from eaglelab.model.targets import load_target
+
+    a, tok = load_target(tiny_world.target_a, device="cpu")
+    b, _ = load_target(tiny_world.target_b, device="cpu")
+    q, _ = load_target(tiny_world.target_a, device="cpu")
+    q.load_state_dict(quantized(a.state_dict(), list(projection_weights(a)), 3, 32), strict=False)
+    drafter = load_drafter(tiny_world.drafter_a)
+    data = probe_set(tok, 12, 32)
+    reference = reference_pass(a, drafter, data.ids, data.counted, k=3, batch_size=4)
+    for moved in (b, q):
+        fresh = measure_drift(a, moved, drafter, data.ids, data.counted, k=3, batch_size=4)
+        shared = measure_drift(a, moved, drafter, data.ids, data.counted, k=3, batch_size=4, reference=reference)
+        assert json.dumps(shared.to_json(), sort_keys=True) == json.dumps(fresh.to_json(), sort_keys=True)
+        assert 0 < shared.tv and shared.agreement < 1
+    other_k = measure_drift(a, b, drafter, data.ids, data.counted, k=2, batch_size=4, reference=reference)
+    assert len(other_k.on_a["chain"]) == 2  # a reference of other settings is not used
+
+
 def test_the_cycle_walk_replays_decoding_over_teacher_forced_hits():
     """Drafts accepted per start position 2,1,0,3,0,3,3,3,... -> cycles start at 0, 3 and 7, as decoding would."""
     from eaglelab.drift.measures import CycleWalk

@@ -74,6 +74,28 @@ def test_warm_start_beats_scratch_on_the_new_target(tiny_world, world_b):
     assert warm > scratch + 0.1
 
 
+def test_a_loaded_old_drafter_is_read_once_and_left_as_it_was(tiny_world, world_b, tmp_path):
+    """The budget sweep's warm runs start from copies of the drafter loaded once: the same numbers as from its
+    folder, the folder never read again (moved away here), the loaded drafter unchanged."""
+    import shutil
+
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.train.finetune import budget_sweep
+
+    model, data = world_b
+    cfg = TrainConfig(steps=3, batch_size=4, ttt_length=3, log_every=3, eval_every=3)
+    folder = tmp_path / "old-drafter"
+    shutil.copytree(tiny_world.drafter_a, folder)
+    from_folder = budget_sweep(model, folder, data, [4, 8], [0], cfg, epochs=1)
+    old = load_drafter(folder)
+    before = {k: v.clone() for k, v in old.state_dict().items() if not v.is_meta}  # meta: the embedding, lent when used
+    shutil.move(folder, tmp_path / "moved")
+    from_object = budget_sweep(model, old, data, [4, 8], [0], cfg, epochs=1)
+    assert from_object == from_folder and len(from_object["warm start"]) == 3
+    after = {k: v for k, v in old.state_dict().items() if not v.is_meta}
+    assert after.keys() == before.keys() and all(torch.equal(before[k], v) for k, v in after.items())
+
+
 def test_rebuilding_the_vocab_of_a_warm_start_warns(tiny_world, world_b):
     model, data = world_b
     cfg = TrainConfig(steps=1, batch_size=2, ttt_length=2, log_every=1, eval_every=0)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.data.states import HiddenStates
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target
 from eaglelab.probe.plugin import capture_batch, layer_labels, update_similarity
@@ -140,9 +141,69 @@ class _ChainCounter:
         return {"chain": chain, "accept_len": 1.0 + sum(chain)}
 
 
+@dataclass
+class ReferenceBatch:
+    """A's side of one batch: its states, its next tokens, its next-token log-probabilities at counted
+    positions, and the old drafter's chain hits on it."""
+
+    states: HiddenStates
+    greedy: torch.Tensor
+    logp: torch.Tensor
+    chain_hits: list[torch.Tensor]
+    counted: list[int]
+
+
+@dataclass
+class Reference:
+    """A's side of every drift measure on the held-out text: the same for every B', so a sweep computes it once.
+
+    Attributes:
+        batches: per batch of ``batch_size`` sequences, in order.
+        on_a: the drafter teacher forced on A (``acc``, ``chain``, ``accept_len``, ``walk_accept_len``,
+            ``seq_hits``, ``seq_counted``).
+        k, batch_size: what it was computed with (a measure with other settings recomputes it).
+    """
+
+    batches: list[ReferenceBatch]
+    on_a: dict
+    k: int
+    batch_size: int
+
+
+#: what :class:`DriftMeasures` keeps of a tally
+_TALLY_KEYS = ("acc", "chain", "accept_len")
+
+
+@torch.no_grad()
+def reference_pass(model_a, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = 3,
+                   batch_size: int = 8) -> Reference:
+    """A's forward over the held-out text and the old drafter teacher forced on it, batch by batch.
+
+    Args:
+        sequences: [N, S] teacher-forced token ids; counted: [N, S] positions whose next token counts.
+    """
+    target = Target.for_drafter(model_a, drafter.spec)
+    tally, walk, batches = AcceptanceTally(k), CycleWalk(), []
+    try:
+        for i in range(0, len(sequences), batch_size):
+            ids, mask = sequences[i: i + batch_size], counted[i: i + batch_size].bool()
+            states, logits = capture_batch(target, ids, mask)
+            with drafter.serving_target(model_a):
+                out = evaluate_batch(drafter, states, model_a.lm_head, k, tally, t_logits=logits)
+            walk.add(out.chain_hits, mask)
+            logp = torch.log_softmax(logits[mask.to(logits.device)].float(), -1)
+            batches.append(ReferenceBatch(states, logits.argmax(-1), logp, out.chain_hits, out.counted))
+    finally:
+        target.close()
+    on_a = {**{key: tally.result()[key] for key in _TALLY_KEYS}, "walk_accept_len": walk.value(),
+            "seq_hits": tally.seq_hits, "seq_counted": tally.seq_counted}
+    return Reference(batches, on_a, k, batch_size)
+
+
 @torch.no_grad()
 def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor,
-                  k: int = 3, batch_size: int = 8, top_k: int = 20, progress: bool = False) -> DriftMeasures:
+                  k: int = 3, batch_size: int = 8, top_k: int = 20, progress: bool = False,
+                  reference: Reference | None = None) -> DriftMeasures:
     """Measure B' (``model_b``) against A (``model_a``) and the old drafter on both, streamed over batches.
 
     Args:
@@ -150,48 +211,46 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
         counted: [N, S] bool, positions whose next token counts (replies).
         k: drafts per cycle of the teacher-forced acceptance.
         top_k: logprobs per position an engine would return (for ``tv_topk``).
+        reference: A's side (:func:`reference_pass` on the same sequences), computed here when not given;
+            a sweep passes the one it computed for its first point.
     """
     from eaglelab.progress import progress as bar
 
-    ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
-    sim = SimilarityAccumulator(layer_labels(ta.aux_layer_outputs))
-    tally_a, tally_b, cond = AcceptanceTally(k), AcceptanceTally(k), _ChainCounter(k)
-    walk_a, walk_b = CycleWalk(), CycleWalk()
+    if reference is None or (reference.k, reference.batch_size) != (k, batch_size):
+        reference = reference_pass(model_a, drafter, sequences, counted, k, batch_size)
+    tb = Target.for_drafter(model_b, drafter.spec)
+    sim = SimilarityAccumulator(layer_labels(tb.aux_layer_outputs))
+    tally_b, cond, walk_b = AcceptanceTally(k), _ChainCounter(k), CycleWalk()
     tv = kl = tv_k = 0.0
     try:
-        for i in bar(range(0, len(sequences), batch_size), desc="drift point", disable=not progress, leave=False):
+        starts = range(0, len(sequences), batch_size)
+        for i, ref in bar(zip(starts, reference.batches), total=len(starts), desc="drift point", disable=not progress,
+                          leave=False):
             ids, mask = sequences[i: i + batch_size], counted[i: i + batch_size].bool()
-            (sa, la), (sb, lb) = capture_batch(ta, ids, mask), capture_batch(tb, ids, mask)
-            greedy_a, greedy_b = la.argmax(-1), lb.argmax(-1)
-            update_similarity(sim, sa, sb, argmax_a=greedy_a, argmax_b=greedy_b)
-            m = mask.to(la.device)
-            logp, logq = torch.log_softmax(la[m].float(), -1), torch.log_softmax(lb[m].float(), -1)
+            sb, lb = capture_batch(tb, ids, mask)
+            greedy_b = lb.argmax(-1)
+            update_similarity(sim, ref.states, sb, argmax_a=ref.greedy, argmax_b=greedy_b)
+            m = mask.to(lb.device)
+            logp, logq = ref.logp, torch.log_softmax(lb[m].float(), -1)
             tv += float(0.5 * (logp.exp() - logq.exp()).abs().sum())
             kl += float((logp.exp() * (logp - logq)).sum())
             text = shift_mask(ids, 1).to(m.device)[m]  # the text's next token (where it has one)
             tv_k += float(tv_top_k(logp, logq, text, top_k).sum())
-            with drafter.serving_target(model_a):
-                out_a = evaluate_batch(drafter, sa, model_a.lm_head, k, tally_a, t_logits=la)
             with drafter.serving_target(model_b):
                 out_b = evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=lb)
-            cond.add(out_a.chain_hits, (greedy_a == greedy_b), out_a.counted)
-            walk_a.add(out_a.chain_hits, mask)
+            cond.add(ref.chain_hits, (ref.greedy == greedy_b), ref.counted)
             walk_b.add(out_b.chain_hits, mask)
     finally:
-        ta.close()
         tb.close()
     res = sim.result()
     n = max(res["tokens"], 1)
     layers = {("last" if layer.layer == "last" else layer.layer.split(" ")[0]):
               {"cosine": layer.cosine_mean, "rel_l2": layer.rel_l2, "cka": layer.cka} for layer in res["layers"]}
-    keep = ("acc", "chain", "accept_len")
     # per sequence, for the bootstrap band of the predictors' held-out errors
-    on_a = {**{k: tally_a.result()[k] for k in keep}, "walk_accept_len": walk_a.value(),
-            "seq_hits": tally_a.seq_hits, "seq_counted": tally_a.seq_counted}
-    on_b = {**{k: tally_b.result()[k] for k in keep}, "walk_accept_len": walk_b.value(),
+    on_b = {**{key: tally_b.result()[key] for key in _TALLY_KEYS}, "walk_accept_len": walk_b.value(),
             "seq_hits": tally_b.seq_hits, "seq_counted": tally_b.seq_counted}
-    return DriftMeasures(layers, res["argmax_agreement"], tv / n, kl / n, tv_k / n, res["tokens"], on_a, on_b,
-                         cond.result())
+    return DriftMeasures(layers, res["argmax_agreement"], tv / n, kl / n, tv_k / n, res["tokens"], dict(reference.on_a),
+                         on_b, cond.result())
 
 
 @torch.no_grad()

@@ -122,13 +122,16 @@ def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
 
 
 def measure_point(model_a, model_b, drafter, data, settings: SweepSettings, point: dict, weight_distance: float | None,
-                  prompts=None) -> dict:
-    """One point's record: the drift measures, the drafter on A and B', and measured decoding when ``prompts`` is given."""
+                  prompts=None, reference=None) -> dict:
+    """One point's record: the drift measures, the drafter on A and B', and measured decoding when ``prompts`` is given.
+
+    ``reference`` is A's side on ``data`` (:func:`eaglelab.drift.measures.reference_pass`), shared by a sweep's points.
+    """
     from eaglelab.drift.measures import measure_drift
 
     t = time.perf_counter()
     m = measure_drift(model_a, model_b, drafter, data.ids, data.counted, settings.k, settings.batch_size,
-                      settings.top_k)
+                      settings.top_k, reference=reference)
     rec = {"point": point, "weight_distance": weight_distance, "measures": m.measure_values(), **m.to_json()}
     rec["measured"] = measured_decoding(model_b, drafter, prompts, settings) if prompts else None
     rec["seconds"] = time.perf_counter() - t
@@ -159,6 +162,7 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     from eaglelab.atomic import write_json_atomic
     from eaglelab.data.sets import measure_prompts, probe_set, world_of
     from eaglelab.drift import families as fam
+    from eaglelab.drift.measures import reference_pass
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.lora import projection_weights
     from eaglelab.model.targets import load_target
@@ -180,6 +184,7 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
         state_a = {k: v.detach().clone() for k, v in model_a.state_dict().items()}
         names = list(projection_weights(model_a))
         lora = state_b = None
+        reference = reference_pass(model_a, drafter, data.ids, data.counted, settings.k, settings.batch_size)
         for p in bar(todo, desc="drift sweep", disable=not progress):
             if p.family == "path":
                 if state_b is None:
@@ -197,13 +202,13 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
             with torch.no_grad():
                 work.load_state_dict(changed, strict=False)
             rec = measure_point(model_a, work, drafter, data, settings, p.to_json(),
-                                fam.weight_distance(state_a, changed), prompts if p in measured else None)
+                                fam.weight_distance(state_a, changed), prompts if p in measured else None, reference)
             with torch.no_grad():
                 work.load_state_dict({k: state_a[k] for k in changed}, strict=False)  # back to A
             rec["data"] = data.source.description
             write_json_atomic(paths[p], rec)
             records[p] = rec
-        del model_a, work, state_b
+        del model_a, work, state_b, reference
     extra = [_pair_record(*pair, settings, cache)] if pair is not None else []
     return SweepResult([records[p] for p in points], extra, asdict(settings), time.perf_counter() - t0, len(todo))
 

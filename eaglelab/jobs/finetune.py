@@ -169,7 +169,7 @@ def train_one(settings: FinetuneSettings, inputs: FinetuneInputs, start: str, ru
     if start == Option.WARM_START and not settings.old_drafter:
         raise ParameterError("--init", "a warm start needs the old drafter")
     vocab = settings.draft_vocab_size or (inputs.old.spec.draft_vocab_size if inputs.old is not None else None)
-    return finetune(inputs.model, settings.old_drafter if start == Option.WARM_START else None, inputs.data,
+    return finetune(inputs.model, inputs.old if start == Option.WARM_START else None, inputs.data,
                     settings.train_config(**cadence), run_dir=run_dir, resume=resume, overwrite=force,
                     rebuild_vocab=rebuild_vocab, draft_vocab_size=vocab, progress=progress, stop_after=stop_after)
 
@@ -240,7 +240,7 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
             bar.set_postfix_str("checking and loading the target")
             inputs = load_inputs(settings, progress=False, bar=bar)
         bar.set_postfix_str("training the warm start")
-        plugged = evaluate_drafter(initial_drafter(inputs.model, settings.old_drafter, inputs.data.train.input_ids),
+        plugged = evaluate_drafter(initial_drafter(inputs.model, inputs.old, inputs.data.train.input_ids),
                                    inputs.data.held_out, inputs.model.lm_head, settings.k)["accept_len"]
         runs = {}
         for start, name in ((Option.WARM_START, "warm"), (Option.FROM_SCRATCH, "scratch")):
@@ -291,7 +291,7 @@ def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, budgets: li
     from eaglelab.planning.scaling import fit_scaling
     from eaglelab.train.finetune import budget_sweep
 
-    points = budget_sweep(inputs.model, settings.old_drafter, inputs.data, budgets, seeds,
+    points = budget_sweep(inputs.model, inputs.old, inputs.data, budgets, seeds,
                           sweep_config(settings, sweep_steps), sweep_epochs, inputs.old.spec.draft_vocab_size)
     return points, fit_scaling(points[Option.FROM_SCRATCH], points[Option.WARM_START], k=settings.k)
 

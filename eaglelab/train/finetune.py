@@ -8,6 +8,7 @@ d2t / t2d; scratch: fresh weights with a vocabulary map from the data), and
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from eaglelab.model.vocab import build_vocab_map, count_tokens
 from eaglelab.train.training import TrainConfig, TrainResult, train_drafter
 
 
-def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, draft_vocab_size: int | None = None,
-                    rebuild_vocab: bool = False, seed: int = 0) -> Eagle3Drafter:
+def initial_drafter(model, init: str | Path | Eagle3Drafter | None, train_ids: torch.Tensor,
+                    draft_vocab_size: int | None = None, rebuild_vocab: bool = False, seed: int = 0) -> Eagle3Drafter:
     """Warm start from ``init`` (keeping its d2t / t2d) or a fresh drafter with a data-built map.
 
     Args:
         model: the new target.
-        init: old drafter folder, or None for scratch.
+        init: the old drafter (its folder, or the drafter already loaded: a copy is trained, the loaded one
+            stays as it is, and nothing is read again), or None for scratch.
         train_ids: training tokens, [N, S] or a list of rows (for the scratch vocabulary map).
         rebuild_vocab: warm start but rebuild d2t / t2d from the data (warns: lm_head rows then
             mean other tokens).
@@ -37,7 +39,7 @@ def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, dra
                                                    seed=seed)
         drafter.set_vocab_map(*build_vocab_map(count_tokens(train_ids, vocab), drafter.spec.draft_vocab_size))
     else:
-        drafter = load_drafter(init)
+        drafter = copy.deepcopy(init) if isinstance(init, Eagle3Drafter) else load_drafter(init)
         if rebuild_vocab:
             warnings.warn("rebuilding d2t / t2d of a warm-started drafter: its lm_head rows now stand for other "
                           "tokens and must be re-learned", stacklevel=2)
@@ -48,10 +50,10 @@ def initial_drafter(model, init: str | Path | None, train_ids: torch.Tensor, dra
     return drafter.to(next(model.parameters()).device)
 
 
-def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfig, run_dir: str | Path | None = None,
-             resume: bool = False, overwrite: bool = False, rebuild_vocab: bool = False,
+def finetune(model, init: str | Path | Eagle3Drafter | None, data: FinetuneData, cfg: TrainConfig,
+             run_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False, rebuild_vocab: bool = False,
              draft_vocab_size: int | None = None, progress: bool = True, stop_after: int | None = None) -> TrainResult:
-    """Train a drafter for ``model`` from ``init`` (warm) or from scratch (``init=None``)."""
+    """Train a drafter for ``model`` from ``init`` (warm: a folder or a loaded drafter) or from scratch (``init=None``)."""
     from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
     from eaglelab.errors import ConfigError
 
@@ -59,14 +61,16 @@ def finetune(model, init: str | Path | None, data: FinetuneData, cfg: TrainConfi
     L = model.config.num_hidden_layers
     wanted = aux_ids_as_layer_outputs(drafter.spec.aux_layer_ids, drafter.spec.aux_convention, L)
     if tuple(wanted) != tuple(data.aux_layer_outputs):
-        raise ConfigError(str(init or "scratch drafter"), f"reads layer outputs {list(wanted)} but the data was "
+        name = "scratch drafter" if init is None else "the old drafter" if isinstance(init, Eagle3Drafter) else str(init)
+        raise ConfigError(name, f"reads layer outputs {list(wanted)} but the data was "
                                                           f"captured at {list(data.aux_layer_outputs)}")
     return train_drafter(drafter, data.train, model.lm_head, cfg, run_dir=run_dir, eval_states=data.held_out,
                          resume=resume, overwrite=overwrite, progress=progress, stop_after=stop_after)
 
 
-def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int], seeds: list[int], cfg: TrainConfig,
-                 epochs: float = 3.0, draft_vocab_size: int | None = None) -> dict[str, list[tuple[int, float]]]:
+def budget_sweep(model, init: str | Path | Eagle3Drafter, data: FinetuneData, budgets: list[int], seeds: list[int],
+                 cfg: TrainConfig, epochs: float = 3.0,
+                 draft_vocab_size: int | None = None) -> dict[str, list[tuple[int, float]]]:
     """Held-out τ of the warm start and of scratch at each data budget and seed (a data-scaling sweep).
 
     Each run trains ``max(cfg.steps, epochs x budget / batch)`` steps, so a larger budget is not
@@ -74,7 +78,7 @@ def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int]
     as is gives the warm start's point at budget 0.
 
     Args:
-        init: the old drafter (the warm start's initialisation).
+        init: the old drafter (the warm start's initialisation): its folder, read once, or the drafter loaded.
         budgets: training sequences per point (the first ``n`` of ``data.train``).
         seeds: one run per seed and budget (initialisation of scratch, batch order of both).
         cfg: shared settings; ``cfg.steps`` is the least number of steps of a run.
@@ -88,6 +92,7 @@ def budget_sweep(model, init: str | Path, data: FinetuneData, budgets: list[int]
     from eaglelab.progress import progress
     from eaglelab.train.ttt import evaluate_drafter
 
+    init = init if isinstance(init, Eagle3Drafter) else load_drafter(init)  # read once, copied for every warm run
     old = initial_drafter(model, init, data.train.input_ids)  # as served: with the new target's embedding
     plugged = evaluate_drafter(old, data.held_out, model.lm_head, cfg.eval_k or cfg.ttt_length)["accept_len"]
     points = {"warm start": [(0, float(plugged))], "from scratch": []}
