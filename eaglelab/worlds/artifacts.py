@@ -124,7 +124,8 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
     Args:
         folder: where the artefact lives.
         params: everything that determines its content (JSON-serialisable).
-        build: fills the given empty folder; may return extra manifest fields.
+        build: fills the given empty folder; may return extra manifest fields (``build_seconds``, how long
+            it took, is added to them).
         force: rebuild even when valid.
         log: where to say what happened.
     """
@@ -143,8 +144,10 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
+        start = time.perf_counter()
         extra = build(tmp)
-        write_manifest(tmp, params, extra if isinstance(extra, dict) else None)
+        took = {"build_seconds": round(time.perf_counter() - start, 1)}  # the workbook's profile reads it
+        write_manifest(tmp, params, {**extra, **took} if isinstance(extra, dict) else took)
         old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
         if folder.exists():
             check_replaceable(folder)  # again: nothing may have been added while it built
