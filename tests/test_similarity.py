@@ -212,3 +212,25 @@ def test_an_offset_far_above_the_spread_and_a_batch_past_float32_give_the_float6
     got, want = accumulate(pairs, 32), reference_similarity(pairs, 32)
     for name, expected in want.items():
         assert getattr(got, name) == pytest.approx(expected, abs=5e-5), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_caller_may_write_over_its_states_after_update(dtype):
+    """Rows still buffered after ``update`` (under a CKA minibatch) are the accumulator's own: a caller that writes
+    the next batch into the same tensors (the dump probe's reused stacks) changes nothing already added."""
+    g = torch.Generator().manual_seed(3)
+    labels = ["low (1)", "last"]
+    first = [torch.randn(100, 16, generator=g, dtype=dtype) for _ in range(4)]
+    second = [torch.randn(100, 16, generator=g, dtype=dtype) for _ in range(4)]
+    reused = SimilarityAccumulator(labels, cka_batch=256)
+    kept = SimilarityAccumulator(labels, cka_batch=256)
+    buffers = [x.clone() for x in first]  # whole tensors, no views: nothing to tell them from the caller's own
+    reused.update(buffers[:2], buffers[2:])
+    kept.update([x.clone() for x in first[:2]], [x.clone() for x in first[2:]])
+    for buf, new in zip(buffers, second):
+        buf.copy_(new)  # the next batch, written over the first
+    reused.update(buffers[:2], buffers[2:])
+    kept.update(second[:2], second[2:])
+    a, b = reused.result(), kept.result()
+    for x, y in zip(a["layers"], b["layers"]):
+        assert (x.cosine_mean, x.rel_l2, x.norm_ratio, x.cka) == (y.cosine_mean, y.rel_l2, y.norm_ratio, y.cka)

@@ -89,9 +89,11 @@ def _take(buf: list[torch.Tensor], n: int) -> list[torch.Tensor]:
     return parts
 
 
-def _owned(piece: torch.Tensor) -> torch.Tensor:
-    """``piece`` with storage of its own: a view into a larger tensor is copied, so it keeps no batch alive."""
-    own = piece.untyped_storage().nbytes() <= piece.numel() * piece.element_size()
+def _owned(piece: torch.Tensor, borrowed: set[int]) -> torch.Tensor:
+    """``piece`` with storage of its own: a view into a larger tensor is copied, so it keeps no batch alive, and so
+    is anything in a caller's storage (``borrowed``: its data pointers), which the caller may write over next."""
+    storage = piece.untyped_storage()
+    own = storage.data_ptr() not in borrowed and storage.nbytes() <= piece.numel() * piece.element_size()
     return piece if own else piece.clone()
 
 
@@ -395,8 +397,11 @@ class SimilarityAccumulator:
         """
         n = states_a[0].shape[0]
         self.tokens += n
+        borrowed = set()  # the caller's storage: what is still buffered after this update is copied out of it
         for i, (a, b) in enumerate(zip(states_a, states_b)):
-            x, y = _floating(a.detach().cpu()), _floating(b.detach().cpu())
+            a, b = a.detach().cpu(), b.detach().cpu()
+            borrowed |= {a.untyped_storage().data_ptr(), b.untyped_storage().data_ptr()}
+            x, y = _floating(a), _floating(b)
             if x.dtype != y.dtype:
                 x, y = x.double(), y.double()
             self._buf_a[i].append(x)
@@ -407,7 +412,7 @@ class SimilarityAccumulator:
         if tv is not None:
             self.tv_sum += float(tv.double().sum())
             self.tv_count += int(tv.numel())
-        self._flush(final=False)
+        self._flush(final=False, borrowed=borrowed)
 
     def _per_token(self, i: int, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor]) -> None:
         """Add the rows of layer i (pieces xs, ys, paired) to the per-token sums and the cosine sample.
@@ -433,7 +438,7 @@ class SimilarityAccumulator:
             self._scratch = torch.empty(x.numel(), dtype=x.dtype)
         return self._scratch[: x.numel()].view(x.shape)
 
-    def _flush(self, final: bool) -> None:
+    def _flush(self, final: bool, borrowed: set[int] = frozenset()) -> None:
         """Measure and feed the CKA every whole minibatch of ``cka_batch`` buffered tokens (and, at the end, the
         rest: per token always, to the CKA if >= 4).
 
@@ -452,8 +457,8 @@ class SimilarityAccumulator:
             if take >= 4:  # fewer tokens are too few for an unbiased HSIC
                 self._cka.update(xs, ys)
         if not final:
-            self._buf_a = [[_owned(b) for b in buf] for buf in self._buf_a]
-            self._buf_b = [[_owned(b) for b in buf] for buf in self._buf_b]
+            self._buf_a = [[_owned(b, borrowed) for b in buf] for buf in self._buf_a]
+            self._buf_b = [[_owned(b, borrowed) for b in buf] for buf in self._buf_b]
 
     def result(self) -> dict:
         """Per-layer summaries, the CKA map, argmax agreement and per-layer cosine samples."""
