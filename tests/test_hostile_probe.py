@@ -51,6 +51,7 @@ from eaglelab.model.targets import load_target
 from eaglelab.outputs import open_output_folder
 from eaglelab.probe.plugin import run_probe
 from eaglelab.probe.similarity import CKA_ROUNDING, SimilarityAccumulator, StreamingCKA
+from tests.reference_cka import direct_cka
 
 N, S = 8, 24
 
@@ -374,25 +375,6 @@ def test_cka_of_identical_states_with_a_huge_offset_is_one():
         acc.update([z], [z.clone()])
         res = acc.result()
         assert res["layers"][0].cka == pytest.approx(1.0, abs=1e-9) and res["notes"] == []
-
-
-def direct_cka(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Unbiased minibatch CKA computed directly in float64: each batch's HSIC from its centred Gram matrices
-    (Song et al. 2012, eq. 5), summed, then the ratio: no streaming state, no scaling."""
-    def hsic(K, L, n):
-        K, L = K.clone(), L.clone()
-        K.fill_diagonal_(0)
-        L.fill_diagonal_(0)
-        one = torch.ones(n, dtype=torch.float64)
-        return float((torch.trace(K @ L) + (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
-                      - 2 / (n - 2) * (one @ K @ L @ one)) / (n * (n - 3)))
-
-    xy = xx = yy = 0.0
-    for x, y in batches:
-        x, y = x.double() - x.double().mean(0), y.double() - y.double().mean(0)
-        K, L, n = x @ x.T, y @ y.T, x.shape[0]
-        xy, xx, yy = xy + hsic(K, L, n), xx + hsic(K, K, n), yy + hsic(L, L, n)
-    return xy / math.sqrt(xx * yy) if xx > 0 and yy > 0 else float("nan")  # states that do not vary: undefined
 
 
 @settings(max_examples=60, deadline=None)

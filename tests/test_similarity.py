@@ -19,6 +19,7 @@ from eaglelab.probe.similarity import (
     linear_cka_full,
     relative_l2_per_token,
 )
+from tests.reference_cka import direct_cka
 
 
 def hsic_u_statistic(K: torch.Tensor, L: torch.Tensor) -> float:
@@ -96,23 +97,8 @@ def reference_similarity(pairs: list[tuple[torch.Tensor, torch.Tensor]], cka_bat
     na, nb, nd = a.norm(dim=-1), b.norm(dim=-1), (a - b).norm(dim=-1)
     cos = ((a * b).sum(-1) / (na * nb).clamp_min(1e-300)).float().double()
 
-    def hsic(K, L, n):
-        K, L = K.clone(), L.clone()
-        K.fill_diagonal_(0)
-        L.fill_diagonal_(0)
-        one = torch.ones(n, dtype=torch.float64)
-        return float((torch.trace(K @ L) + (one @ K @ one) * (one @ L @ one) / ((n - 1) * (n - 2))
-                      - 2 / (n - 2) * (one @ K @ L @ one)) / (n * (n - 3)))
-
-    xy = xx = yy = 0.0
-    for i in range(0, len(a), cka_batch):
-        x, y = a[i:i + cka_batch], b[i:i + cka_batch]
-        if len(x) < 4:
-            continue
-        x, y = x - x.mean(0), y - y.mean(0)
-        K, L, n = x @ x.T, y @ y.T, len(x)
-        xy, xx, yy = xy + hsic(K, L, n), xx + hsic(K, K, n), yy + hsic(L, L, n)
-    cka = xy / math.sqrt(xx * yy) if xx > 0 and yy > 0 else float("nan")
+    batches = [(a[i:i + cka_batch], b[i:i + cka_batch]) for i in range(0, len(a), cka_batch)]
+    cka = direct_cka([(x, y) for x, y in batches if len(x) >= 4])
     return {"cosine_mean": float(cos.mean()), "rel_l2": float((nd / na.clamp_min(1e-300)).mean()),
             "norm_ratio": float(nb.sum() / na.sum()), "cka": min(max(cka, 0.0), 1.0)}
 
