@@ -20,10 +20,12 @@ from pathlib import Path
 import torch
 
 from eaglelab.data.states import HiddenStates
+from eaglelab.engines.logprob_files import sglang_response, vllm_response, write_jsonl
 from eaglelab.model.drafter import Eagle3Drafter
-from eaglelab.model.targets import Target
+from eaglelab.model.targets import Target, load_target
 from eaglelab.probe.plugin import capture_batch, layer_labels, update_similarity
 from eaglelab.probe.similarity import SimilarityAccumulator
+from eaglelab.progress import progress as bar
 from eaglelab.train.ttt import AcceptanceTally, evaluate_batch, shift_mask
 
 
@@ -214,7 +216,6 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
         reference: A's side (:func:`reference_pass` on the same sequences), computed here when not given;
             a sweep passes the one it computed for its first point.
     """
-    from eaglelab.progress import progress as bar
 
     if reference is None or (reference.k, reference.batch_size) != (k, batch_size):
         reference = reference_pass(model_a, drafter, sequences, counted, k, batch_size)
@@ -311,8 +312,6 @@ def write_engine_file(source, sequences: torch.Tensor, counted: torch.Tensor, pa
     Args:
         layout: ``vllm`` (OpenAI-server ``prompt_logprobs``) or ``sglang`` (``/generate`` with ``return_logprob``).
     """
-    from eaglelab.engines.logprob_files import sglang_response, vllm_response, write_jsonl
-    from eaglelab.model.targets import load_target
 
     model, _ = load_target(source)
     to_response = {"vllm": vllm_response, "sglang": sglang_response}[layout]

@@ -13,7 +13,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from eaglelab.atomic import write_json_atomic
+from eaglelab.data.corpus import docstrings, split_held_out
+from eaglelab.data.responses import Responses, response_rows
+from eaglelab.data.sets import measure_prompts, probe_set, world_of
+from eaglelab.data.tokens import pack_sequences
+from eaglelab.data.world import default_world_dir
+from eaglelab.drift import families as fam
 from eaglelab.drift.families import ZERO, DriftPoint
+from eaglelab.drift.measures import measure_drift, reference_pass, teacher_forced
+from eaglelab.errors import ConfigError
+from eaglelab.inputs import path_kind, read_json_object
+from eaglelab.model.decoding import benchmark_speculation
+from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.lora import LoRASnapshots, projection_weights
+from eaglelab.model.targets import Target, load_target
+from eaglelab.progress import progress as bar
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
 RECORD_VERSION = 3
@@ -90,7 +105,6 @@ def files_key(*sources) -> str:
 
 def default_cache() -> Path:
     """``data/worlds/cache/drift`` (or under ``$EAGLELAB_WORLDS``), next to the worlds' build stages."""
-    from eaglelab.data.world import default_world_dir
 
     return default_world_dir("cache") / "drift"
 
@@ -102,10 +116,6 @@ def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
     replayed cycle by cycle, ``walk_own_text``): next to the teacher-forced τ on A's replies, it
     tells a gap due to the text (B' writes other replies than A) from one due to teacher forcing itself.
     """
-    from eaglelab.data.responses import Responses, response_rows
-    from eaglelab.drift.measures import teacher_forced
-    from eaglelab.model.decoding import benchmark_speculation
-    from eaglelab.model.targets import Target
 
     target = Target.for_drafter(model, drafter.spec)
     try:
@@ -127,7 +137,6 @@ def measure_point(model_a, model_b, drafter, data, settings: SweepSettings, poin
 
     ``reference`` is A's side on ``data`` (:func:`eaglelab.drift.measures.reference_pass`), shared by a sweep's points.
     """
-    from eaglelab.drift.measures import measure_drift
 
     t = time.perf_counter()
     m = measure_drift(model_a, model_b, drafter, data.ids, data.counted, settings.k, settings.batch_size,
@@ -159,14 +168,6 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     """
     import torch
 
-    from eaglelab.atomic import write_json_atomic
-    from eaglelab.data.sets import measure_prompts, probe_set, world_of
-    from eaglelab.drift import families as fam
-    from eaglelab.drift.measures import reference_pass
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.lora import projection_weights
-    from eaglelab.model.targets import load_target
-    from eaglelab.progress import progress as bar
 
     settings = settings or SweepSettings()
     cache = Path(cache_dir) if cache_dir else default_cache()
@@ -215,8 +216,6 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
 
 def _cached(path: Path) -> dict | None:
     """A cached record, or None when there is none or it cannot be read (it is then recomputed and replaced)."""
-    from eaglelab.errors import ConfigError
-    from eaglelab.inputs import path_kind, read_json_object
 
     try:
         if path_kind(path, ConfigError) != "file":
@@ -228,9 +227,6 @@ def _cached(path: Path) -> dict | None:
 
 def _continued_training(model, tok, settings: SweepSettings, steps: list[float]):
     """LoRA continued training of A on stdlib docstrings, snapshotted at each step count of the ``train`` family."""
-    from eaglelab.data.corpus import docstrings, split_held_out
-    from eaglelab.data.tokens import pack_sequences
-    from eaglelab.model.lora import LoRASnapshots
 
     rows = pack_sequences(tok, split_held_out(docstrings())[0], settings.lora_seq_len, settings.lora_rows)
     lora = LoRASnapshots(model, settings.lora_rank, seed=settings.seed)
@@ -242,10 +238,6 @@ def _continued_training(model, tok, settings: SweepSettings, steps: list[float])
 
 def _pair_record(old_target, new_target, old_drafter, settings: SweepSettings, cache: Path) -> dict:
     """Another pair (its A, its B, its own drafter) as one point of family ``pair``."""
-    from eaglelab.atomic import write_json_atomic
-    from eaglelab.data.sets import measure_prompts, probe_set, world_of
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.targets import load_target
 
     world = world_of(old_target)
     name = f"{world.root.name} world" if world else Path(str(old_target)).name

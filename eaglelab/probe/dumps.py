@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from eaglelab.checkpoints.footprint import out_of_memory_as_error, require_memory
+from eaglelab.checkpoints.sources import load_checkpoint
 from eaglelab.checkpoints.spec import DrafterSpec
 from eaglelab.data.dumps import DumpPairs, DumpSample
 from eaglelab.data.states import HiddenStates
@@ -38,6 +39,7 @@ from eaglelab.decisions import NO_VERDICT, Decision
 from eaglelab.errors import CheckpointMismatchError, DumpError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
+from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.heads import TargetHeads, plan_target_heads
 from eaglelab.probe.memory import (
     DUMP_ADVICE,
@@ -47,7 +49,9 @@ from eaglelab.probe.memory import (
     free_on,
     head_chunk_positions,
 )
-from eaglelab.train.ttt import TargetTokens
+from eaglelab.probe.plugin import ProbeSource, finish_probe, layer_labels, update_similarity
+from eaglelab.probe.similarity import SimilarityAccumulator
+from eaglelab.train.ttt import AcceptanceTally, TargetTokens, evaluate_batch
 
 
 @dataclass
@@ -171,9 +175,6 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
         DumpError: a sample that does not read or pair, or no verdict can be drawn from the dumps
             (:func:`eaglelab.probe.plugin.finish_probe`).
     """
-    from eaglelab.probe.plugin import ProbeSource, finish_probe, layer_labels, update_similarity
-    from eaglelab.probe.similarity import SimilarityAccumulator
-    from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
     labels = layer_labels(aux_layer_outputs)
     sim = SimilarityAccumulator(labels)
@@ -245,8 +246,6 @@ def load_dump_probe(pairs: DumpPairs, old_target: str, new_target: str, old_draf
         CheckpointMismatchError: a target's head is not as wide as the states the drafter reads.
         SourceError, HubError, HeaderError, ConfigError: a file cannot be read.
     """
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.model.drafter_files import load_drafter
 
     plans = (plan_target_heads(old_target), plan_target_heads(new_target))
     for plan in plans:

@@ -24,12 +24,15 @@ import torch
 from eaglelab.checkpoints.footprint import out_of_memory_as_error
 from eaglelab.data.probe_data import DataChoice
 from eaglelab.data.states import HiddenStates
-from eaglelab.decisions import Decision, missing_evidence, plugin_verdict
+from eaglelab.decisions import Decision, missing_evidence, plugin_verdict, tau_bands
 from eaglelab.errors import EaglelabError, SourceError
+from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target
 from eaglelab.probe.memory import LIVE_ADVICE, LIVE_WHERE
-from eaglelab.probe.similarity import SimilarityAccumulator
+from eaglelab.probe.similarity import SimilarityAccumulator, StreamingCKA
+from eaglelab.progress import progress as bar
+from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
 
 @dataclass
@@ -114,8 +117,6 @@ def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor,
     Raises:
         EaglelabError: (``source.error``) no verdict can be drawn (:func:`finish_probe`).
     """
-    from eaglelab.progress import progress as bar
-    from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
     ta, tb = Target.for_drafter(model_a, drafter.spec), Target.for_drafter(model_b, drafter.spec)
     labels = layer_labels(ta.aux_layer_outputs)
@@ -161,7 +162,6 @@ def finish_probe(sim: SimilarityAccumulator, labels: list[str], tally_a, tally_b
             counted, too few sequences for the band (:func:`eaglelab.decisions.missing_evidence`), or a
             number that is not finite.
     """
-    from eaglelab.decisions import tau_bands
 
     source = source or ProbeSource()
     missing = missing_evidence(tally_a.sequences, tally_a.seq_counted, tally_a.steps, source.unit, source.counted)
@@ -205,7 +205,6 @@ def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], m
     Returns:
         the dict of :func:`eaglelab.model.decoding.benchmark_speculation`.
     """
-    from eaglelab.model.decoding import benchmark_speculation
 
     target = Target.for_drafter(model, drafter.spec)
     try:
@@ -284,8 +283,6 @@ def layerwise_cka(model_a, model_b, sequences: torch.Tensor, batch_size: int = 8
     Returns:
         [L + 1, L + 1] map; index 0 is the embedding, index i + 1 the output of layer i.
     """
-    from eaglelab.probe.similarity import StreamingCKA
-    from eaglelab.progress import progress as bar
 
     cka = None
     dev_a, dev_b = next(model_a.parameters()).device, next(model_b.parameters()).device

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.data.states import FinetuneData
+from eaglelab.errors import ConfigError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.vocab import build_vocab_map, count_tokens
+from eaglelab.progress import progress as progress_bar
 from eaglelab.train.training import TrainConfig, TrainResult, train_drafter
+from eaglelab.train.ttt import evaluate_drafter
 
 
 def initial_drafter(model, init: str | Path | Eagle3Drafter | None, train_ids: torch.Tensor,
@@ -54,8 +58,6 @@ def finetune(model, init: str | Path | Eagle3Drafter | None, data: FinetuneData,
              run_dir: str | Path | None = None, resume: bool = False, overwrite: bool = False, rebuild_vocab: bool = False,
              draft_vocab_size: int | None = None, progress: bool = True, stop_after: int | None = None) -> TrainResult:
     """Train a drafter for ``model`` from ``init`` (warm: a folder or a loaded drafter) or from scratch (``init=None``)."""
-    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-    from eaglelab.errors import ConfigError
 
     drafter = initial_drafter(model, init, data.train.input_ids, draft_vocab_size, rebuild_vocab, cfg.seed)
     L = model.config.num_hidden_layers
@@ -89,15 +91,13 @@ def budget_sweep(model, init: str | Path | Eagle3Drafter, data: FinetuneData, bu
     """
     from dataclasses import replace
 
-    from eaglelab.progress import progress
-    from eaglelab.train.ttt import evaluate_drafter
 
     init = init if isinstance(init, Eagle3Drafter) else load_drafter(init)  # read once, copied for every warm run
     old = initial_drafter(model, init, data.train.input_ids)  # as served: with the new target's embedding
     plugged = evaluate_drafter(old, data.held_out, model.lm_head, cfg.eval_k or cfg.ttt_length)["accept_len"]
     points = {"warm start": [(0, float(plugged))], "from scratch": []}
     runs = [(n, seed, label) for n in budgets for seed in seeds for label in points]
-    for n, seed, label in progress(runs, desc="data-budget sweep"):
+    for n, seed, label in progress_bar(runs, desc="data-budget sweep"):
         steps = max(cfg.steps, int(round(epochs * min(n, len(data.train)) / cfg.batch_size)))
         run_cfg = replace(cfg, steps=steps, seed=seed, log_every=steps, eval_every=steps)
         run = finetune(model, init if label == "warm start" else None, data.subset(n), run_cfg,

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.atomic import write_json_atomic
-from eaglelab.inputs import is_ascii_digits
+from eaglelab.errors import ConfigError, OutputError, OverwriteError
+from eaglelab.inputs import is_ascii_digits, read_json_object
+from eaglelab.outputs import PLACEHOLDERS, make_folder, output_path, where
 
 MANIFEST = "manifest.json"
 
@@ -45,8 +47,6 @@ def write_manifest(folder: Path, params: dict[str, Any], extra: dict[str, Any] |
 
 def read_manifest(folder: Path) -> dict | None:
     """The folder's manifest (None when it has none or it is unreadable), read through :mod:`eaglelab.inputs`."""
-    from eaglelab.errors import ConfigError
-    from eaglelab.inputs import read_json_object
 
     path = folder / MANIFEST
     if not path.is_file():
@@ -91,8 +91,6 @@ def check_replaceable(folder: Path) -> None:
         OverwriteError: naming the folder and what in it is not the build's.
         OutputError: the path is a file.
     """
-    from eaglelab.errors import OutputError, OverwriteError
-    from eaglelab.outputs import PLACEHOLDERS, where
 
     if not folder.exists() and not folder.is_symlink():
         return
@@ -129,7 +127,6 @@ def cached_build(folder: str | Path, params: dict[str, Any], build: Callable[[Pa
         force: rebuild even when valid.
         log: where to say what happened.
     """
-    from eaglelab.outputs import make_folder, output_path
 
     folder = output_path(folder)
     if not force and folder.exists():
