@@ -133,6 +133,8 @@ def test_a_sweep_computes_a_side_once_and_gets_the_same_numbers(tiny_world):
         assert 0 < shared.tv and shared.agreement < 1
     other_k = measure_drift(a, b, drafter, data.ids, data.counted, k=2, batch_size=4, reference=reference)
     assert len(other_k.on_a["chain"]) == 2  # a reference of other settings is not used
+    fewer = measure_drift(a, b, drafter, data.ids[:8], data.counted[:8], k=3, batch_size=4, reference=reference)
+    assert fewer.positions == int(data.counted[:8].sum())  # nor one of other text
 
 
 def test_the_cycle_walk_replays_decoding_over_teacher_forced_hits():

@@ -163,13 +163,21 @@ class Reference:
         batches: per batch of ``batch_size`` sequences, in order.
         on_a: the drafter teacher forced on A (``acc``, ``chain``, ``accept_len``, ``walk_accept_len``,
             ``seq_hits``, ``seq_counted``).
-        k, batch_size: what it was computed with (a measure with other settings recomputes it).
+        sequences, counted, k, batch_size: what it was computed on and with (a measure on other text or with
+            other settings recomputes it).
     """
 
     batches: list[ReferenceBatch]
     on_a: dict
+    sequences: torch.Tensor
+    counted: torch.Tensor
     k: int
     batch_size: int
+
+    def fits(self, sequences: torch.Tensor, counted: torch.Tensor, k: int, batch_size: int) -> bool:
+        """Whether this is A's side of exactly these sequences, counted positions and settings."""
+        return ((self.k, self.batch_size) == (k, batch_size) and torch.equal(self.sequences, sequences)
+                and torch.equal(self.counted.bool(), counted.bool()))
 
 
 #: what :class:`DriftMeasures` keeps of a tally
@@ -199,7 +207,7 @@ def reference_pass(model_a, drafter: Eagle3Drafter, sequences: torch.Tensor, cou
         target.close()
     on_a = {**{key: tally.result()[key] for key in _TALLY_KEYS}, "walk_accept_len": walk.value(),
             "seq_hits": tally.seq_hits, "seq_counted": tally.seq_counted}
-    return Reference(batches, on_a, k, batch_size)
+    return Reference(batches, on_a, sequences, counted, k, batch_size)
 
 
 @torch.no_grad()
@@ -217,7 +225,7 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
             a sweep passes the one it computed for its first point.
     """
 
-    if reference is None or (reference.k, reference.batch_size) != (k, batch_size):
+    if reference is None or not reference.fits(sequences, counted, k, batch_size):
         reference = reference_pass(model_a, drafter, sequences, counted, k, batch_size)
     tb = Target.for_drafter(model_b, drafter.spec)
     sim = SimilarityAccumulator(layer_labels(tb.aux_layer_outputs))
