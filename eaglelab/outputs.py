@@ -26,6 +26,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -50,7 +51,6 @@ def finite_json(obj: Any) -> tuple[Any, dict[str, str]]:
         (``{"plan.rows[2].samples": "inf"}``). Every JSON file eaglelab writes for others to read
         (findings, ``--json`` output, records) is strict, so a strict reader (its own included) takes it.
     """
-    import math
 
     replaced: dict[str, str] = {}
 

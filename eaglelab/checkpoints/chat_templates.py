@@ -18,10 +18,12 @@ can hold memory or time past the caps. The renderings of one command share one c
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -224,8 +226,6 @@ def text_diff(old: str, new: str, limit: int = 40, context: int = 3) -> list[str
     shown with the few pieces before it. Renderings are compared on their first 20,000 characters (the
     sample conversation is far shorter).
     """
-    import difflib
-    import re
 
     a, b = re.findall(_PIECE, old[:20_000]), re.findall(_PIECE, new[:20_000])
     out = []

@@ -14,10 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
 from eaglelab.checkpoints.spec import drafter_spec_from_config
 from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
 from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
 from eaglelab.errors import CheckpointMismatchError, ConfigError
+from eaglelab.outputs import open_output_folder
 
 FORMATS = ("speculators", "specforge")
 
@@ -50,8 +52,6 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
-    from eaglelab.outputs import open_output_folder
 
     if to not in FORMATS:
         raise ConfigError(str(out_dir), f"unknown export format {to!r} (choose {' or '.join(FORMATS)})")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.errors import HeaderError
+from eaglelab.errors import HeaderError, SourceError
 from eaglelab.inputs import json_type, open_regular, printable, shown
 
 #: Bits per element of every dtype safetensors knows (sub-byte types pack several per byte).
@@ -266,7 +266,6 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, TensorInfo], di
         HeaderError: anything safetensors itself would refuse; the message never quotes the
             file's bytes (an 8-byte length that is really text is not printed as a number).
     """
-    from eaglelab.errors import SourceError
 
     where = printable(str(path))
     with open_regular(path, SourceError) as fh:

@@ -33,7 +33,9 @@ import re
 import struct
 import threading
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+from urllib.parse import unquote
 
 from eaglelab.checkpoints.config_types import check_config_types
 from eaglelab.checkpoints.headers import MAX_HEADER_BYTES, parse_header_json
@@ -60,7 +62,6 @@ def hub_timeout() -> float:
 
 def hub_problem(exc: Exception, revision: str | None, timeout: float) -> str:
     """One line saying what went wrong with a hub request, from huggingface_hub's typed errors."""
-    from urllib.parse import unquote
 
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -122,7 +123,6 @@ def _token() -> str | None:
 @functools.cache
 def _user_agent() -> str:
     """``eaglelab/<version>; hf_hub/<version>; python/<version>``, as huggingface_hub writes its own."""
-    from importlib.metadata import PackageNotFoundError, version
 
     from huggingface_hub import __version__ as hub_version
 

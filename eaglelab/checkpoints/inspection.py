@@ -9,25 +9,29 @@ Used by notebook 02 and by ``eaglelab inspect`` / ``eaglelab compare``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.config_diff import ConfigDiff, diff_configs
-from eaglelab.checkpoints.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
+from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
+from eaglelab.checkpoints.sources import Checkpoint, is_hub_id, load_checkpoint, local_path, read_config, read_small_tensor
 from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
-from eaglelab.checkpoints.target_config import TargetWeights
+from eaglelab.checkpoints.target_config import TargetWeights, target_weights
 from eaglelab.checkpoints.tensor_table import (
     canonical_tensor_name,
     check_tensors_against_spec,
     check_vocab_maps,
     expected_eagle3_tensors,
+    expected_parameters,
     head_cautions,
     layer_named,
     strip_prefix,
+    table_problems,
 )
 from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
 from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
-from eaglelab.errors import ConfigError, EaglelabError
-from eaglelab.inputs import printable, quoted
+from eaglelab.errors import ConfigError, EaglelabError, HubError, SourceError
+from eaglelab.inputs import path_kind, printable, quoted, read_json_object
 
 
 @dataclass
@@ -164,7 +168,6 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
     where = ck.config_path or source
     family = drafter_family(ck.config)
     if family.name == "target model":
-        from eaglelab.checkpoints.target_config import target_weights
 
         return Inspection(ck, None, [], family, [family.line],
                           target=target_weights(ck.tensors, ck.config, source, modelopt_config(ck)))
@@ -180,10 +183,7 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
 
 def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:
     """NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local checkpoint's weights (None when absent)."""
-    from pathlib import Path
 
-    from eaglelab.errors import SourceError
-    from eaglelab.inputs import path_kind, read_json_object
 
     if not ck.local or not ck.weight_files:
         return None
@@ -356,10 +356,7 @@ def config_table(paths) -> list[dict[str, Any]]:
     Raises:
         SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
     """
-    from pathlib import Path
 
-    from eaglelab.checkpoints.tensor_table import expected_parameters, table_problems
-    from eaglelab.errors import SourceError
 
     paths = list(paths)
     if not paths:
@@ -388,10 +385,6 @@ def load_target_config(target: str, revision: str | None = None) -> dict[str, An
         HubError: the hub id cannot be read (offline, missing, no answer within the timeout).
     """
 
-    from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
-    from eaglelab.checkpoints.sources import is_hub_id, local_path
-    from eaglelab.errors import HubError
-    from eaglelab.inputs import path_kind
 
     p = local_path(target, ConfigError)
     kind = path_kind(p, ConfigError)
@@ -428,11 +421,7 @@ def read_target_weights(target: str, revision: str | None = None,
     Raises:
         SourceError, HeaderError, HubError: the headers cannot be read.
     """
-    from pathlib import Path
 
-    from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint, local_path
-    from eaglelab.checkpoints.target_config import target_weights
-    from eaglelab.inputs import path_kind
 
     if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
             Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):

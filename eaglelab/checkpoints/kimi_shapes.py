@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.sources import read_config
 from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, synthetic_drafter_entries, write_sparse_safetensors
+from eaglelab.outputs import open_output_folder
 
 Entry = tuple[str, tuple[int, ...], str]
 
@@ -74,7 +76,6 @@ K25_TEMPLATE = """\
 
 def read_fixture(fixtures: str | Path, name: str) -> dict[str, Any]:
     """One of the Kimi configs shipped in ``data/fixtures/kimi`` (strict JSON, typed)."""
-    from eaglelab.checkpoints.sources import read_config
 
     return read_config(Path(fixtures) / name)
 
@@ -194,7 +195,6 @@ def build_kimi_sample(out_dir: str | Path, fixtures: str | Path, force: bool = F
     Raises:
         ConfigError: a fixture is missing or not a config; OverwriteError / OutputError: the folder.
     """
-    from eaglelab.outputs import open_output_folder
 
     k25_llama = read_fixture(fixtures, "torchspec-k25-llama-drafter-config.json")
     k25_mla = read_fixture(fixtures, "torchspec-k25-mla-drafter-config.json")

@@ -17,9 +17,10 @@ from eaglelab.checkpoints.inspection import load_target_config, read_target_weig
 from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
 from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.target_config import target_field, target_layer_count, text_config
+from eaglelab.checkpoints.tensor_table import check_tensors_against_spec
 from eaglelab.checkpoints.variants import Family, check_computed, drafter_family
 from eaglelab.checkpoints.verdicts import drafter_vs_target
-from eaglelab.errors import CheckpointMismatchError, ConfigError, UnsupportedDrafterError
+from eaglelab.errors import CheckpointMismatchError, ConfigError, ParameterError, UnsupportedDrafterError
 from eaglelab.inputs import printable
 
 #: :func:`~eaglelab.checkpoints.variants.drafter_family`'s names for a config that is no drafter.
@@ -82,7 +83,6 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
             run on the target (hidden size, vocabulary, aux layers outside it).
         SourceError, HeaderError: the target's files (see :func:`check_target`).
     """
-    from eaglelab.checkpoints.tensor_table import check_tensors_against_spec
 
     ck = load_checkpoint(source)
     if ck.config is None:
@@ -134,7 +134,6 @@ def check_context(tokens: int, flag: str, *targets: tuple[str, dict]) -> None:
     Raises:
         ParameterError: naming ``flag``, the target and its ``max_position_embeddings``.
     """
-    from eaglelab.errors import ParameterError
 
     for name, cfg in targets:
         ctx = text_config(cfg).get("max_position_embeddings")

@@ -24,7 +24,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglelab.errors import EaglelabError, SourceError
+from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
+from eaglelab.checkpoints.sources import is_hub_id, local_path
+from eaglelab.errors import EaglelabError, HubError, SourceError
 from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, path_kind, printable, read_bytes, shown
 
 #: The small files of a target eaglelab reads beside its config (none of them is code).
@@ -84,7 +86,6 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
     Raises:
         SourceError, HubError: a file that cannot be read or is over its cap, naming it.
     """
-    from eaglelab.checkpoints.sources import is_hub_id, local_path
 
     path = local_path(source)
     if path_kind(path, SourceError) is None and is_hub_id(source):
@@ -103,8 +104,6 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
 
 
 def _hub_files(repo_id: str, revision: str | None) -> TargetFiles:
-    from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
-    from eaglelab.errors import HubError
 
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")

@@ -15,6 +15,7 @@ import sys
 
 from eaglelab.cli.arguments import missing_required
 from eaglelab.errors import EaglelabError
+from eaglelab.inputs import printable
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -51,7 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eaglelab.inputs import printable
 
     parser = build_parser()
     args = parser.parse_args(argv)

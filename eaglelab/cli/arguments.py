@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from eaglelab.inputs import is_ascii_digits
 
@@ -87,7 +88,6 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import sys
 
         print(f"note: {option_string} is now {self.new}; the old spelling goes in the next release", file=sys.stderr)
         setattr(namespace, self.dest, values)

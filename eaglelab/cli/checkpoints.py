@@ -5,9 +5,12 @@ Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never impor
 
 from __future__ import annotations
 
+from eaglelab.checkpoints.inspection import inspect_checkpoint
 from eaglelab.cli.arguments import checkpoint
 from eaglelab.cli.output import print_json, table
 from eaglelab.inputs import printable, quoted
+from eaglelab.jobs.compare import CompareSettings, compare_drafters
+from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 
 # --------------------------------------------------------------------------- inspect / compare
 
@@ -19,7 +22,6 @@ def _say(*lines: str) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from eaglelab.checkpoints.inspection import inspect_checkpoint
 
     insp = inspect_checkpoint(args.source, args.revision)
     if args.json:
@@ -41,7 +43,6 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from eaglelab.jobs.compare import CompareSettings, compare_drafters
 
     report = compare_drafters(CompareSettings(args.old_drafter, args.new_drafter, args.new_target))
     cmp_ = report.comparison
@@ -70,7 +71,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_compare_targets(args) -> int:
-    from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 
     report = compare_targets(TargetCompareSettings(args.old_target, args.new_target, args.old_drafter, args.revision))
     if args.json:

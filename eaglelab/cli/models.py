@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from eaglelab.checkpoints.export import export_drafter
+from eaglelab.checkpoints.preflight import check_drafter, check_target
 from eaglelab.cli.arguments import alias, checkpoint, count, count0, positive
 from eaglelab.cli.output import print_json
+from eaglelab.data.world import default_world_dir
+from eaglelab.decisions import Option
+from eaglelab.errors import EngineError, ParameterError, SourceError
+from eaglelab.inputs import read_bytes
+from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
+from eaglelab.jobs.probe import DTYPES, DumpSettings, ProbeSettings, dump_states, probe_checkpoints
+from eaglelab.worlds.build import build_world
 
 
 def _target_config(target: str) -> dict:
     """The target's config, and its weight headers checked, before anything loads."""
-    from eaglelab.checkpoints.preflight import check_target
 
     return check_target(target)
 
@@ -20,7 +29,6 @@ def _target_config(target: str) -> dict:
 def cmd_drafter_init(args) -> int:
     import torch
 
-    from eaglelab.errors import SourceError
     from eaglelab.model.drafter import Eagle3Drafter
     from eaglelab.model.drafter_files import save_drafter
     from eaglelab.model.vocab import build_vocab_map, count_tokens
@@ -32,7 +40,6 @@ def cmd_drafter_init(args) -> int:
     if args.text:
         from transformers import AutoTokenizer
 
-        from eaglelab.inputs import read_bytes
 
         text = read_bytes(args.text, SourceError, 1 << 31, "text source").decode("utf-8", errors="replace")
         tok = AutoTokenizer.from_pretrained(args.target, trust_remote_code=args.trust_remote_code)
@@ -46,9 +53,6 @@ def cmd_drafter_init(args) -> int:
 
 
 def cmd_drafter_export(args) -> int:
-    from eaglelab.checkpoints.export import export_drafter
-    from eaglelab.checkpoints.preflight import check_drafter
-    from eaglelab.errors import ParameterError
 
     if args.to == "speculators" and not args.target:
         raise ParameterError("--target", "a speculators (vLLM) export records its verifier: give --target")
@@ -69,8 +73,6 @@ def cmd_drafter_export(args) -> int:
 # --------------------------------------------------------------------------- speculate
 
 def cmd_speculate(args) -> int:
-    from eaglelab.checkpoints.preflight import check_drafter
-    from eaglelab.errors import ParameterError, SourceError
     from eaglelab.model.decoding import benchmark_speculation
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import Target, load_target
@@ -121,7 +123,6 @@ def cmd_speculate(args) -> int:
 
 def probe_settings(args):
     """The command line's :class:`~eaglelab.jobs.probe.ProbeSettings` (its flags' defaults are the dataclass's)."""
-    from eaglelab.jobs.probe import ProbeSettings
 
     return ProbeSettings(args.old_target, args.new_target, args.old_drafter, data=args.data, world_dir=args.world_dir,
                          sequences=args.sequences, seq_len=args.seq_len, k=args.k, batch_size=args.batch_size,
@@ -131,7 +132,6 @@ def probe_settings(args):
 
 
 def cmd_probe(args) -> int:
-    from eaglelab.jobs.probe import probe_checkpoints
 
     report = probe_checkpoints(probe_settings(args), progress=not args.json)
     if args.json:
@@ -142,7 +142,6 @@ def cmd_probe(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    from eaglelab.jobs.probe import DumpSettings, dump_states
 
     settings = DumpSettings(args.target, args.drafter, args.out, layout=args.layout, compress=args.compress,
                             data=args.data, world_dir=args.world_dir, sequences=args.sequences, seq_len=args.seq_len,
@@ -161,7 +160,6 @@ def cmd_dump(args) -> int:
 
 def finetune_settings(args):
     """The command line's :class:`~eaglelab.jobs.finetune.FinetuneSettings` (its flags' defaults are the dataclass's)."""
-    from eaglelab.jobs.finetune import FinetuneSettings
 
     return FinetuneSettings(args.new_target, old_drafter=args.old_drafter, data=args.data, world_dir=args.world_dir,
                             seq_len=args.seq_len,
@@ -172,9 +170,6 @@ def finetune_settings(args):
 
 
 def cmd_finetune(args) -> int:
-    from eaglelab.decisions import Option
-    from eaglelab.errors import ParameterError
-    from eaglelab.jobs.finetune import check_finetune, load_inputs, train_one
     from eaglelab.train.training import init_distributed
 
     if bool(args.old_drafter) == bool(args.scratch):
@@ -218,7 +213,6 @@ def _nums(xs) -> str:
 
 def cmd_engine(args) -> int:
     from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
-    from eaglelab.errors import EngineError
 
     ok, line = engine_status()
     if args.engine_command == "status":
@@ -226,7 +220,6 @@ def cmd_engine(args) -> int:
             raise EngineError("vllm", line)
         print(line)
         return 0
-    from eaglelab.checkpoints.preflight import check_drafter
     from eaglelab.data.sets import measure_prompts, world_of
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
@@ -237,7 +230,6 @@ def cmd_engine(args) -> int:
         raise EngineError("vllm", line)
     model, tok = load_target(args.target, dtype="float32", device="cpu")
     if tok is None:
-        from eaglelab.errors import SourceError
 
         raise SourceError(args.target, "no tokenizer found beside the target (the prompts are its token ids)")
     prompts = measure_prompts(tok, args.prompts, world_of(args.target))
@@ -271,8 +263,6 @@ def cmd_engine(args) -> int:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
-    from eaglelab.data.world import default_world_dir
-    from eaglelab.worlds.build import build_world
 
     root = Path(args.out) if args.out else default_world_dir(args.world)
     world = build_world(args.world, root, force=args.force)
@@ -284,15 +274,12 @@ def cmd_demo_build(args) -> int:
 
 
 def argparse_suppress():
-    import argparse
 
     return argparse.SUPPRESS  # test hook: stop as if interrupted after N steps
 
 
 def add_parsers(sub) -> None:
     """Register the model subcommands on the ``eaglelab`` subparsers (defaults: the jobs' settings dataclasses)."""
-    from eaglelab.jobs.finetune import FinetuneSettings
-    from eaglelab.jobs.probe import DTYPES, ProbeSettings
 
     d = sub.add_parser("drafter", help="create or export drafter checkpoints",
                        description="Create a fresh drafter for a target, or export one for vLLM.")
@@ -382,7 +369,6 @@ def add_parsers(sub) -> None:
                                    "at the drafter's layers in an engine's layout: what `probe --old-states / --new-states` "
                                    "reads. "
                                    "At scale the engines write them (`eaglelab recipe --job probe`).")
-    from eaglelab.jobs.probe import DumpSettings
 
     ud = DumpSettings.__dataclass_fields__
     u.add_argument("--target", required=True, help="target folder or hub id")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from eaglelab.inputs import printable
+from eaglelab.outputs import strict_json_text
 
 
 def print_json(obj) -> None:
     """Strict JSON (no ``NaN`` / ``Infinity``): a number that is not finite becomes null, and the
     object's ``non_finite`` entry says which ones and what they were (``{"summary.speedup": "inf"}``)."""
-    from eaglelab.outputs import strict_json_text
 
     print(strict_json_text(obj))
 

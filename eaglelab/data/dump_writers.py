@@ -12,10 +12,13 @@ import io
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from eaglelab.data.dumps import LAYOUTS, counted_length, tokens_from_counted
 from eaglelab.errors import DumpError
 from eaglelab.inputs import printable
+from eaglelab.model.targets import Target, decoder_layers
+from eaglelab.progress import progress as bar
 
 
 def specforge_payload(input_ids: torch.Tensor, loss_mask: torch.Tensor, aux: torch.Tensor,
@@ -65,10 +68,7 @@ def capture_dumps(model, drafter_spec, ids: torch.Tensor, counted: torch.Tensor,
     Returns:
         the number of samples written.
     """
-    from safetensors.torch import save_file
 
-    from eaglelab.model.targets import Target, decoder_layers
-    from eaglelab.progress import progress as bar
 
     if layout not in LAYOUTS:
         raise DumpError("layout", f"must be one of {', '.join(LAYOUTS)}, got {printable(repr(layout))}")

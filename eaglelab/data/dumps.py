@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from eaglelab.checkpoints.headers import read_safetensors_header
 from eaglelab.errors import DumpError, EaglelabError
@@ -307,7 +308,6 @@ def _read_specforge(index: int, path: Path) -> DumpSample:
 
 
 def _read_vllm(index: int, path: Path) -> DumpSample:
-    from safetensors import safe_open
 
 
     where = printable(str(path))

@@ -21,8 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
+from eaglelab.atomic import atomic_path
+from eaglelab.data.states import HiddenStates, capture_hidden_states
+from eaglelab.data.tokens import encode_prompts
 from eaglelab.errors import SourceError
+from eaglelab.progress import progress
 
 
 @dataclass
@@ -50,9 +55,7 @@ class Responses:
 
     def save(self, path: str | Path) -> Path:
         """One safetensors file: ``prompt_ids`` / ``reply_ids`` [N, max] padded with -1, and lengths."""
-        from safetensors.torch import save_file
 
-        from eaglelab.atomic import atomic_path
 
         def padded(rows):
             out = torch.full((len(rows), max(map(len, rows), default=0)), -1, dtype=torch.int64)
@@ -70,7 +73,6 @@ class Responses:
 
     @classmethod
     def load(cls, path: str | Path) -> Responses:
-        from safetensors.torch import load_file
 
         try:
             d = load_file(str(path))
@@ -96,7 +98,6 @@ def end_of_turn_ids(tokenizer) -> list[int]:
 def _generate(model, tokenizer, encoded: list[list[int]], max_new_tokens: int, batch_size: int, desc: str,
               on_batch=None) -> list[list[int]]:
     """Greedy replies to encoded prompts, batched by length; ``on_batch(rows, width, replies)`` after each batch."""
-    from eaglelab.progress import progress
 
     stop = end_of_turn_ids(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
@@ -136,7 +137,6 @@ def generate_responses(model, tokenizer, prompts: list[str], max_new_tokens: int
     Returns:
         Responses in the order of ``prompts``.
     """
-    from eaglelab.data.tokens import encode_prompts
 
     encoded = encode_prompts(tokenizer, prompts)
     return Responses(encoded, _generate(model, tokenizer, encoded, max_new_tokens, batch_size, desc))
@@ -160,8 +160,6 @@ def generate_training_data(target, tokenizer, prompts: list[str], max_new_tokens
         (Responses, HiddenStates [N, S, ...]). ``target_ids`` is the target's greedy token where
         the loss mask is set (the reply itself); elsewhere it is the data's next token.
     """
-    from eaglelab.data.states import HiddenStates
-    from eaglelab.data.tokens import encode_prompts
 
     encoded = encode_prompts(tokenizer, prompts)
     kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> its window's (aux, last)
@@ -222,7 +220,6 @@ def capture_response_states(target, data: Responses, context: int | None = 16, b
     Returns:
         :class:`eaglelab.data.states.HiddenStates` [N, S_kept, ...] with the target's greedy ids.
     """
-    from eaglelab.data.states import HiddenStates, capture_hidden_states
 
     full_ids, _, _ = response_rows(data, None)
     ids, mask, dropped = response_rows(data, context)

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
-from eaglelab.errors import SourceError
+from eaglelab.atomic import atomic_path
+from eaglelab.errors import ConfigError, SourceError
 from eaglelab.model.targets import Target
+from eaglelab.progress import progress as bar
 
 
 @dataclass
@@ -52,9 +56,7 @@ class HiddenStates:
 
     def save(self, path: str | Path) -> Path:
         """Write as one safetensors file, atomically."""
-        from safetensors.torch import save_file
 
-        from eaglelab.atomic import atomic_path
 
         with atomic_path(path) as tmp:
             tensors = {"input_ids": self.input_ids.contiguous(), "loss_mask": self.loss_mask.contiguous(),
@@ -67,8 +69,6 @@ class HiddenStates:
 
     @classmethod
     def load(cls, path: str | Path) -> HiddenStates:
-        from safetensors import safe_open
-        from safetensors.torch import load_file
 
         try:
             d = load_file(str(path))
@@ -97,7 +97,6 @@ def capture_hidden_states(target: Target, sequences: torch.Tensor, loss_mask: to
         batch_size: sequences per forward.
         dtype: storage dtype of the states.
     """
-    from eaglelab.progress import progress as bar
 
     aux, last, greedy = [], [], []
     for i in bar(range(0, len(sequences), batch_size), desc="capture", disable=not progress):
@@ -121,7 +120,6 @@ class FinetuneData:
     @classmethod
     def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
         """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
-        from eaglelab.errors import ConfigError
 
         tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
         if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:

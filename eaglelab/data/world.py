@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from eaglelab.errors import ConfigError
+from eaglelab.inputs import printable, read_json_object
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,6 @@ class World:
 
     def held_out_prompts(self) -> list[str]:
         """The world's held-out prompts, read back as hostile input (strict JSON, a list of texts)."""
-        from eaglelab.errors import ConfigError
-        from eaglelab.inputs import printable, read_json_object
 
         held = read_json_object(self.prompts, ConfigError).get("held_out")
         if not isinstance(held, list) or not all(isinstance(p, str) and p for p in held):
@@ -60,7 +62,6 @@ class World:
 
 def default_world_dir(kind: str = "tiny") -> Path:
     """``data/worlds/<kind>`` under the checkout (gitignored), or ``$EAGLELAB_WORLDS/<kind>``."""
-    import os
 
     base = os.environ.get("EAGLELAB_WORLDS")
     if base:

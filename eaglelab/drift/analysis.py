@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eaglelab.atomic import write_json_atomic
 from eaglelab.drift.predictors import (
     PREDICTORS,
     HeldOut,
@@ -148,6 +149,5 @@ def calibration(choice: dict) -> dict:
 
 def save_calibration(path: str | Path, choice: dict, source: str) -> Path:
     """Write the calibration JSON (atomically), saying which sweep it came from."""
-    from eaglelab.atomic import write_json_atomic
 
     return write_json_atomic(Path(path), {"source": source, "numbers": calibration(choice)})

@@ -14,9 +14,16 @@ No torch here: ``eaglelab predict`` runs from engine files alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from eaglelab.engines.logprob_files import compare_targets, read_logprob_file
+from eaglelab.errors import LogFormatError, ParameterError
+from eaglelab.inputs import field_number, printable, read_json_object
+from eaglelab.serving import perf
+from eaglelab.serving.logs import parse_log
+from eaglelab.serving.perf import rate_for_accept_len
 
 
 @dataclass(frozen=True)
@@ -255,7 +262,6 @@ def choose(rows: Sequence[dict], engine_only: bool = False) -> dict:
 
 def chain_from_tau(tau: float, k: int) -> list[float]:
     """Chain rates of a constant per-draft acceptance α that gives τ with k drafts: c_i = α^(i + 1)."""
-    from eaglelab.serving.perf import rate_for_accept_len
 
     a = rate_for_accept_len(tau, k)
     return [a ** (i + 1) for i in range(k)]
@@ -285,7 +291,6 @@ class Prediction:
     calibration_error: float | None = None
 
     def to_json(self) -> dict:
-        from dataclasses import asdict
 
         return asdict(self)
 
@@ -302,7 +307,6 @@ def predict_plugin(chains: Sequence[Sequence[float]], comparison, method: str = 
         gamma: its exponent (1 unless fitted by a drift sweep).
         calibration_error: the predictor's held-out worst relative error, widening the band.
     """
-    from eaglelab.errors import ParameterError
 
     p = by_name(method)
     if not p.engine or p.measure == "conditional":
@@ -329,8 +333,6 @@ def chains_from_log(path, k: int | None = None) -> list[list[float]]:
     vLLM prints per-position acceptance rates, the share of drafts whose position i was accepted
     (a chain rate). SGLang prints τ only: with ``k`` drafts, a constant per-draft rate is assumed.
     """
-    from eaglelab.errors import LogFormatError, ParameterError
-    from eaglelab.serving.logs import parse_log
 
     records = parse_log(path).records
     per_pos = [r.per_position for r in records if r.per_position]
@@ -356,8 +358,6 @@ def calibration_from_probe(probe: dict, where: str) -> dict:
     Raises:
         ParameterError: the file holds no probe numbers of that shape.
     """
-    from eaglelab.errors import ParameterError
-    from eaglelab.inputs import field_number
 
     plugin = probe.get("plugin")
     if not isinstance(plugin, dict):
@@ -394,8 +394,6 @@ def load_calibration(path) -> dict:
         ``{"method", "gamma", "error", "source"}`` of the chosen engine-computable predictor;
         ``source`` says which sweep or probe (whose checkpoints) it was fitted on.
     """
-    from eaglelab.errors import ParameterError
-    from eaglelab.inputs import field_number, printable, read_json_object
 
     where = printable(str(path))
     data = read_json_object(path, ParameterError)
@@ -438,8 +436,6 @@ def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: fl
         ``tau_on_old``, ``cycle_ms``, ``tokens_per_s`` (central, low, high) and, with a baseline,
         ``break_even_tau``.
     """
-    from eaglelab.engines.logprob_files import compare_targets, read_logprob_file
-    from eaglelab.serving import perf
 
     cal = load_calibration(calibration) if calibration else None
     method = method or (cal["method"] if cal else "agreement")

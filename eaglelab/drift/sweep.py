@@ -13,6 +13,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from eaglelab.atomic import write_json_atomic
 from eaglelab.data.corpus import docstrings, split_held_out
 from eaglelab.data.responses import Responses, response_rows
@@ -166,7 +168,6 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     Returns:
         every point's record, in the order of ``points``, and the pair's.
     """
-    import torch
 
 
     settings = settings or SweepSettings()

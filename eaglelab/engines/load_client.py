@@ -43,6 +43,7 @@ import json
 import math
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -432,7 +433,6 @@ def alive(pid: int) -> bool:
 def port_free(args: argparse.Namespace) -> None:
     """Refuse to start a server where one already answers (its numbers would be measured instead)."""
     _, host, port = split_url(args.url)
-    import socket
 
     try:
         with socket.create_connection((host, port), timeout=5):

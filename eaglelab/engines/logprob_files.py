@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eaglelab.atomic import write_text_atomic
 from eaglelab.errors import EaglelabError
 from eaglelab.inputs import is_ascii_digits, open_regular
 
@@ -287,6 +288,5 @@ def sglang_response(seq: dict) -> dict:
 
 def write_jsonl(path: str | Path, responses: list[dict]) -> Path:
     """Write responses one per line, atomically."""
-    from eaglelab.atomic import write_text_atomic
 
     return write_text_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in responses))

@@ -24,6 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.inspection import load_target_config
+from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.target_config import is_mla_target, target_layer_count
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, script_value, steps_text
 from eaglelab.engines.template_names import chat_template_for
@@ -97,10 +101,6 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
         ParameterError: an unknown engine, a value the script cannot hold, vLLM asked for an MLA target.
         ConfigError, CheckpointMismatchError: the checkpoints (from configs and headers).
     """
-    from eaglelab.checkpoints.inspection import load_target_config
-    from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
-    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-    from eaglelab.checkpoints.target_config import is_mla_target, target_layer_count
 
     if s.engine not in TRAINING_ENGINES:
         raise ParameterError("--engine", f"unknown engine {s.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,6 @@ def script_value(name: str, value: Any) -> str:
     Raises:
         ParameterError: naming the setting and the first offending character.
     """
-    import unicodedata
 
     if not isinstance(value, str) or not value:
         raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")

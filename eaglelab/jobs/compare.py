@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from eaglelab.checkpoints.inspection import compare_checkpoints
 from eaglelab.inputs import renamed_fields
 
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
@@ -71,6 +72,5 @@ class ComparisonReport:
 
 def compare_drafters(settings: CompareSettings) -> ComparisonReport:
     """Configs, tensor tables, vocabulary maps and (with a target) each drafter's fit, from metadata only."""
-    from eaglelab.checkpoints.inspection import compare_checkpoints
 
     return ComparisonReport(settings, compare_checkpoints(settings.old_drafter, settings.new_drafter, settings.new_target))

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eaglelab.progress import progress as progress_bar
+
 
 @dataclass
 class EngineComparison:
@@ -51,7 +53,6 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         engine: ``vllm``, or None to skip (the notebooks' ``SERVING_ENGINE = None``).
     """
     from eaglelab.engines.vllm import compare_with_workbook, engine_refusal, engine_status, measure_in_engine
-    from eaglelab.progress import progress as progress_bar
 
     if engine is None:
         return EngineComparison(status="SERVING_ENGINE = None")

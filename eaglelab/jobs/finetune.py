@@ -11,8 +11,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.decisions import Option
+from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+from eaglelab.checkpoints.export import export_drafter
+from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
+from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.data.world import World
+from eaglelab.decisions import Option, recommend
+from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
+from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import renamed_fields
+from eaglelab.progress import progress as progress_bar
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: The two starts a fine-tune can take.
@@ -66,7 +74,6 @@ class FinetuneSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        from eaglelab.errors import ParameterError, require_whole
         from eaglelab.train.ttt import LOSS_CONVENTIONS
 
         for name in ("seq_len", "train_sequences", "eval_sequences", "steps", "batch_size", "ttt_length", "k",
@@ -108,7 +115,6 @@ class FinetuneInputs:
 
 def check_finetune(settings: FinetuneSettings) -> dict:
     """Every checkpoint checked from configs and headers before anything loads; the target's config returned."""
-    from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
 
     if settings.old_drafter:
         _, tcfg = check_drafter(settings.old_drafter, settings.new_target)
@@ -123,11 +129,7 @@ def load_inputs(settings: FinetuneSettings, device: str | None = None, progress:
 
     The layers captured are those the old drafter reads, or a fresh drafter's defaults for the target.
     """
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-    from eaglelab.checkpoints.spec import drafter_spec_from_config
     from eaglelab.data.sets import finetune_set, world_of
-    from eaglelab.data.world import World
-    from eaglelab.errors import ParameterError, SourceError
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
 
@@ -161,7 +163,6 @@ def train_one(settings: FinetuneSettings, inputs: FinetuneInputs, start: str, ru
     Returns:
         :class:`eaglelab.train.training.TrainResult`.
     """
-    from eaglelab.errors import ParameterError
     from eaglelab.train.finetune import finetune
 
     if start not in STARTS:
@@ -226,9 +227,6 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
         inputs: what :func:`load_inputs` loaded (a notebook keeps it for its other sections); None: loaded here.
         runs_dir: where the two runs' folders go (``warm``, ``scratch``; replaced, they are eaglelab's); None: memory only.
     """
-    from eaglelab.decisions import recommend
-    from eaglelab.errors import ParameterError
-    from eaglelab.progress import progress as progress_bar
     from eaglelab.train.finetune import initial_drafter
     from eaglelab.train.ttt import evaluate_drafter
 
@@ -302,7 +300,6 @@ def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, draft
 
     ``force`` replaces an export eaglelab wrote there before (never a file it did not write).
     """
-    from eaglelab.checkpoints.export import export_drafter
     from eaglelab.model.drafter_files import save_drafter
 
     sglang = save_drafter(drafter, Path(out_dir) / "sglang", dtype="bfloat16", overwrite=force)
@@ -319,7 +316,6 @@ def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | P
     Returns:
         ``{engine: (Recipe, folder)}`` with each recipe written to ``out_dir/<engine>``.
     """
-    from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 
     out = {}
     for engine in TRAINING_ENGINES:

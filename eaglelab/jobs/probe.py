@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eaglelab.inputs import renamed_fields
+from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
+from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.target_config import target_layer_count
+from eaglelab.data.probe_data import probe_world
+from eaglelab.data.world import World
+from eaglelab.errors import ParameterError, SourceError, require_whole
+from eaglelab.inputs import printable, renamed_fields
+from eaglelab.outputs import open_output_folder
+from eaglelab.progress import progress as progress_bar
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -65,7 +73,6 @@ class ProbeSettings:
         return self.old_states is not None or self.new_states is not None
 
     def __post_init__(self):
-        from eaglelab.errors import ParameterError, require_whole
 
         for name in ("sequences", "seq_len", "k", "batch_size", "measure_tokens"):
             require_whole(name, getattr(self, name))
@@ -168,7 +175,6 @@ def check_probe(settings: ProbeSettings) -> None:
     Raises:
         EaglelabError subclasses: one line naming the file and the problem.
     """
-    from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
 
     _, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
     cfg_b = check_target(settings.new_target)
@@ -178,9 +184,7 @@ def check_probe(settings: ProbeSettings) -> None:
 
 def load_pair(settings: ProbeSettings, bar=None) -> ProbePair:
     """Check, then load both targets, the drafter and the probe's data (``bar``: a progress bar to advance by 3)."""
-    from eaglelab.data.probe_data import probe_world
     from eaglelab.data.sets import probe_set
-    from eaglelab.errors import SourceError
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
     from eaglelab.probe.memory import check_live_probe_memory
@@ -221,10 +225,7 @@ def probe_checkpoints(settings: ProbeSettings, pair: ProbePair | None = None, pr
         progress: show the bar.
         measure: also decode ``settings.measure_prompts`` prompts for real on A and B (when > 0).
     """
-    from eaglelab.errors import SourceError
-    from eaglelab.inputs import printable
     from eaglelab.probe.plugin import ProbeSource, measure_plugin, run_probe
-    from eaglelab.progress import progress as progress_bar
 
     if settings.from_dumps:
         return probe_dumps(settings, progress)
@@ -254,7 +255,6 @@ def check_dump_probe(settings: ProbeSettings) -> tuple[Any, dict[str, Any], dict
     Returns:
         ``(spec, cfg_a, cfg_b)``.
     """
-    from eaglelab.checkpoints.preflight import check_drafter, check_target, check_target_pair
 
     spec, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
     cfg_b = check_target(settings.new_target)
@@ -271,12 +271,8 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     """
     import torch
 
-    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-    from eaglelab.checkpoints.target_config import target_layer_count
     from eaglelab.data.dumps import open_dumps, pair_dumps
-    from eaglelab.inputs import printable
     from eaglelab.probe.dumps import load_dump_probe, run_dump_probe
-    from eaglelab.progress import progress as progress_bar
 
     spec, cfg_a, _ = check_dump_probe(settings)
     # the folders are listed and paired (one folder twice is refused) before any head is read
@@ -341,7 +337,6 @@ class DumpSettings:
 
     def __post_init__(self):
         from eaglelab.data.dumps import LAYOUTS
-        from eaglelab.errors import ParameterError, require_whole
 
         for name in ("sequences", "seq_len", "batch_size"):
             require_whole(name, getattr(self, name))
@@ -361,14 +356,10 @@ def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]
     """
     import torch
 
-    from eaglelab.checkpoints.preflight import check_context, check_drafter
     from eaglelab.data.dump_writers import capture_dumps
     from eaglelab.data.sets import probe_set, world_of
-    from eaglelab.data.world import World
-    from eaglelab.errors import SourceError
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
-    from eaglelab.outputs import open_output_folder
 
     _, cfg = check_drafter(settings.drafter, settings.target)
     check_context(settings.seq_len, "--seq-len", (settings.target, cfg))

@@ -8,9 +8,16 @@ and their tokenizer, template and generation files, from local folders or hub id
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config, read_target_weights
+from eaglelab.checkpoints.sources import read_small_tensor
+from eaglelab.checkpoints.target_compare import compare_templates, compare_tokenizers, diff_target_configs, target_verdict
+from eaglelab.checkpoints.target_config import quantization_of
+from eaglelab.checkpoints.tensor_table import strip_prefix
+from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
+from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import renamed_fields
 
 
@@ -74,7 +81,6 @@ class TargetComparisonReport:
         return f"{self.verdict.line} ({s.old_target} -> {s.new_target})"
 
     def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
 
         return {"a": self.a.to_json(), "b": self.b.to_json(), "config_diff": [asdict(d) for d in self.config_diff],
                 "tokenizers": self.tokenizers.to_json(), "templates": self.templates.to_json(),
@@ -88,9 +94,6 @@ def read_target(source: str, revision: str | None = None) -> TargetSide:
     Raises:
         ConfigError, SourceError, HubError: naming the file and the problem.
     """
-    from eaglelab.checkpoints.inspection import load_target_config, read_target_weights
-    from eaglelab.checkpoints.target_config import quantization_of
-    from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
 
     config = load_target_config(source, revision)
     files = read_target_files(source, revision)
@@ -106,10 +109,6 @@ def drafter_target_ids(drafter: str) -> list[int]:
     Raises:
         ConfigError, SourceError: the drafter cannot be read; CheckpointMismatchError: its maps are not readable.
     """
-    from eaglelab.checkpoints.inspection import inspect_checkpoint
-    from eaglelab.checkpoints.sources import read_small_tensor
-    from eaglelab.checkpoints.tensor_table import strip_prefix
-    from eaglelab.errors import CheckpointMismatchError, ConfigError
 
     insp = inspect_checkpoint(drafter)
     if insp.spec is None:
@@ -127,7 +126,6 @@ def drafter_target_ids(drafter: str) -> list[int]:
 
 def compare_targets(settings: TargetCompareSettings) -> TargetComparisonReport:
     """Configs, quantization, tokenizers and chat templates of two targets, and the verdict for the old drafter."""
-    from eaglelab.checkpoints.target_compare import compare_templates, compare_tokenizers, diff_target_configs, target_verdict
 
     a, b = read_target(settings.old_target, settings.revision), read_target(settings.new_target, settings.revision)
     ids = drafter_target_ids(settings.old_drafter) if settings.old_drafter else None

@@ -15,14 +15,17 @@ target's own argmax given the accepted prefix.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from eaglelab.model.attention import DrafterKV
+from eaglelab.model.cpu_kernels import small_batch_kernels
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target, crop_cache
+from eaglelab.progress import progress as bar
 
 
 @dataclass
@@ -247,8 +250,6 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
         timing check (``timing``: medians and ranges; ``timing_ok`` and ``timing_note``: "ok" or
         what was seen), and with ``keep_outputs`` the generated ids per prompt (``outputs``).
     """
-    from eaglelab.model.cpu_kernels import small_batch_kernels
-    from eaglelab.progress import progress as bar
 
     if cpu_kernels is None:
         cpu_kernels = target.device.type == "cpu"
@@ -334,7 +335,6 @@ def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: 
         ``speedup_range`` ([min, median, max]), ``noise`` (the smaller relative range of the two),
         ``speedup_bound``, ``predicted_speedup`` (τ × step / cycle).
     """
-    import statistics
 
     def spread(xs: list[float], scale: float = 1.0) -> list[float]:
         return [min(xs) * scale, statistics.median(xs) * scale, max(xs) * scale] if xs else [float("nan")] * 3

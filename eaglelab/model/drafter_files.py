@@ -11,14 +11,16 @@ import copy
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from eaglelab.checkpoints.headers import TensorInfo
-from eaglelab.checkpoints.sources import read_tensor_into
+from eaglelab.checkpoints.sources import load_checkpoint, read_tensor_into
 from eaglelab.checkpoints.tensor_table import check_vocab_maps
 from eaglelab.errors import CheckpointMismatchError, ConfigError, SourceError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.vocab import identity_vocab_map
+from eaglelab.outputs import open_output_folder
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -64,7 +66,6 @@ def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: b
         OverwriteError: ``out_dir`` holds a drafter and ``overwrite`` is False, or files eaglelab did not write.
         OutputError: the folder cannot be written.
     """
-    from eaglelab.outputs import open_output_folder
 
     with open_output_folder(out_dir, "drafter", force=overwrite) as out:
         write_drafter(out, model, include_embedding, dtype, extra_config)
@@ -74,7 +75,6 @@ def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: b
 def write_drafter(out, model: Eagle3Drafter, include_embedding: bool = False, dtype: str | None = None,
                   extra_config: dict | None = None) -> None:
     """Write the drafter's two files into an open :class:`eaglelab.outputs.OutputFolder`."""
-    from safetensors.torch import save_file
 
     sd = drafter_state_dict(model, include_embedding, _DTYPES[dtype] if dtype else None)
     with out.writing("model.safetensors") as tmp:
@@ -181,7 +181,6 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device:
         SourceError / ConfigError: unreadable folder or config.
         CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
     """
-    from eaglelab.checkpoints.sources import load_checkpoint
 
     ck = load_checkpoint(str(source))
     if ck.kind == "hub":

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from eaglelab.model.targets import decoder_layers
+from eaglelab.progress import progress
+
 
 def projection_weights(model) -> dict[str, nn.Linear]:
     """Every linear layer inside the decoder blocks, by module name (``model.layers.3.mlp.up_proj``), in order."""
-    from eaglelab.model.targets import decoder_layers
 
     blocks = {id(m) for m in decoder_layers(model)}
     out = {}
@@ -50,7 +52,6 @@ class LoRASnapshots:
         Args:
             sequences: [N, S] token ids of the drift domain.
         """
-        from eaglelab.progress import progress
 
         hooks = [base.register_forward_hook(lambda m, i, o, a=a, b=b: o + (i[0] @ a.T) @ b.T * self.scale)
                  for _, base, a, b in self.adapters]

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from eaglelab.checkpoints.sources import load_checkpoint
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.errors import ConfigError, SourceError
 
@@ -183,7 +184,6 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from eaglelab.checkpoints.sources import load_checkpoint
 
     src = str(source)
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):

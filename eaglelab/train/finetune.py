@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -89,7 +90,6 @@ def budget_sweep(model, init: str | Path | Eagle3Drafter, data: FinetuneData, bu
         ``{"warm start": [(0, τ_plugin), (n, τ), ...], "from scratch": [(n, τ), ...]}``, held-out τ with
         ``cfg.eval_k`` (else ``cfg.ttt_length``) drafts.
     """
-    from dataclasses import replace
 
 
     init = init if isinstance(init, Eagle3Drafter) else load_drafter(init)  # read once, copied for every warm run

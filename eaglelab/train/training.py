@@ -10,17 +10,22 @@ each rank taking its share of every batch; rank 0 writes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
+from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
 from eaglelab.data.states import HiddenStates
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.model.drafter import Eagle3Drafter
-from eaglelab.model.drafter_files import load_drafter
+from eaglelab.model.drafter_files import load_drafter, write_drafter
+from eaglelab.outputs import OutputError, open_output_folder, os_problem, where
+from eaglelab.progress import progress as progress_bar
 from eaglelab.train.run_files import (
     METRICS,
     RECORD,
@@ -100,7 +105,6 @@ class TrainConfig:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up then cosine to 10% of ``lr``."""
-    import math
 
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -134,7 +138,6 @@ def init_distributed() -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo()
-    import torch.distributed as dist
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -145,8 +148,6 @@ def init_distributed() -> DistInfo:
 
 def _save_checkpoint(out, step: int, drafter: Eagle3Drafter, opt, cfg: TrainConfig, keep: int = 2) -> Path:
     """``checkpoints/step-N`` written whole into a hidden folder, then renamed into place; the newest ``keep`` stay."""
-    from eaglelab.model.drafter_files import write_drafter
-    from eaglelab.outputs import OutputError, open_output_folder, os_problem, where
 
     rel, tmp_rel = f"checkpoints/step-{step}", f"checkpoints/.tmp-step-{step}"
     with open_output_folder(out.file(tmp_rel), "training checkpoint", force=True) as tmp:
@@ -216,7 +217,6 @@ def train_drafter(
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     out = None
     if run is not None and dist.main:  # rank 0 writes; the folder is eaglelab's, locked while the run lasts
-        from eaglelab.outputs import open_output_folder
 
         out = open_output_folder(run, RUN_KIND, force=overwrite and not resume, resume=resume or None)
     try:
@@ -253,7 +253,6 @@ def train_drafter(
 
 def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress, stop_after, dist, opt, params,
                 start_step, notes) -> TrainResult:
-    from eaglelab.progress import progress as progress_bar
 
     objective = TTTObjective(drafter)
     if dist.world > 1:
@@ -295,8 +294,6 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
             _save_checkpoint(out, done, drafter, opt, cfg)
     final_dir = None
     if out is not None and end == cfg.steps:
-        from eaglelab.model.drafter_files import write_drafter
-        from eaglelab.outputs import open_output_folder
 
         out.remove("final")  # this run's earlier final drafter (a resumed run writes it again)
         with open_output_folder(out.file("final"), "drafter", force=True) as final:
@@ -318,7 +315,6 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -
     gradients over ``target_rows`` rows: the draft vocabulary when the capture kept the target's greedy ids,
     its whole vocabulary otherwise.
     """
-    from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
 
     H, Ht = spec.hidden_size, spec.target_hidden_size
     layer = sum(e.shape[0] * e.shape[1] for name, e in expected_eagle3_tensors(spec).items()

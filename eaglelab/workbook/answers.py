@@ -10,9 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from eaglelab.jobs.compare import CompareSettings, compare_drafters
+from eaglelab.jobs.finetune import warm_vs_scratch
+from eaglelab.jobs.probe import probe_checkpoints
+from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
+from eaglelab.planning import provenance as pv
+
 
 def _tag(paths: list[str | None], root: str) -> str:
-    from eaglelab.planning import provenance as pv
 
     return pv.tag(pv.evidence_source(paths, root)) if root else ""
 
@@ -27,7 +32,6 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
     import pandas as pd
     from IPython.display import Markdown
 
-    from eaglelab.jobs.compare import CompareSettings, compare_drafters
 
     settings = CompareSettings(values["OLD_DRAFTER"], values["NEW_DRAFTER"], values.get("NEW_TARGET") or None)
     report = compare_drafters(settings)
@@ -38,7 +42,6 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
              else "- vocabulary maps: not readable",
              *(f"- {label.upper()} on the target: **{v.level}**" for label, v in c.target_verdicts.items())]
     if values.get("OLD_TARGET") and values.get("NEW_TARGET"):  # the two targets too, before any probe
-        from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 
         targets = compare_targets(TargetCompareSettings(values["OLD_TARGET"], values["NEW_TARGET"], settings.old_drafter))
         lines.append(f"- the targets: **{targets.verdict.level}**: {targets.verdict.line}")
@@ -60,7 +63,6 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
     import pandas as pd
     from IPython.display import Markdown
 
-    from eaglelab.jobs.probe import probe_checkpoints
 
     picked = replace(settings, old_target=values["OLD_TARGET"], new_target=values["NEW_TARGET"],
                      old_drafter=values["OLD_DRAFTER"],
@@ -81,7 +83,6 @@ def finetune_answer(settings, values: dict[str, str], root: str = "") -> list[An
     import pandas as pd
     from IPython.display import Markdown
 
-    from eaglelab.jobs.finetune import warm_vs_scratch
 
     picked = replace(settings, new_target=values["NEW_TARGET"], old_drafter=values["OLD_DRAFTER"],
                      data=values.get("DATA") or None)

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.preflight import check_drafter, check_target
 from eaglelab.checkpoints.sources import local_path
+from eaglelab.checkpoints.target_config import text_config
 from eaglelab.data.probe_data import describe_probe_data
 from eaglelab.errors import EaglelabError, ParameterError, SourceError
 from eaglelab.inputs import printable, shown
@@ -206,8 +208,6 @@ def check_source(kind: str, value: str, target: str | None = None, world_dir: st
     Returns:
         a :class:`Check`: what it is, or the typed error's message, as one printable line.
     """
-    from eaglelab.checkpoints.preflight import check_drafter, check_target
-    from eaglelab.checkpoints.target_config import text_config
 
     value = locate((value or "").strip())
     target = locate(target) if target else target

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from eaglelab.outputs import open_output_folder
+
 PALETTE = ["#1f4e79", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f", "#30638e"]
 
 
@@ -55,7 +57,6 @@ def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping
 
     Returns nothing, so a notebook cell that ends with it shows the figure, not a list of paths.
     """
-    from eaglelab.outputs import open_output_folder
 
     with open_output_folder(figures_dir, "figures", shared=True) as out:  # never over a file eaglelab did not write
         for ext in ("png", "pdf"):

@@ -19,6 +19,7 @@ from eaglelab.outputs import open_output_folder, output_path, write_owned_file
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import FOUNDING, PARTLY, founding_fields, plan_markdown, whose_case
+from eaglelab.workbook import plots
 from eaglelab.workbook.inputs_record import MIXED, InputsRecord, conflicts, inputs_section, on_words, resting_on, whose_words
 
 SECTIONS = {
@@ -174,7 +175,6 @@ def _options_figure(decision, figures_dir: Path) -> Path:
     """Draw the decision's options (``plan_options``): redrawn here, as notebook 03 / 04 evidence may change them."""
     import matplotlib.pyplot as plt
 
-    from eaglelab.workbook import plots
 
     s = decision.scenario
     fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.goal_tau, s.k + 1)

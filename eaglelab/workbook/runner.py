@@ -8,7 +8,10 @@ kernel starts: names, types against the defaults, and the local folders and file
 from __future__ import annotations
 
 import ast
+import difflib
 import io
+import json
+import math
 import sys
 import time
 import tokenize
@@ -18,6 +21,7 @@ from typing import Any
 
 from eaglelab.errors import NotebookError, ParameterError
 from eaglelab.outputs import make_folder, open_output_folder, output_path, resolved
+from eaglelab.progress import progress as progress_bar
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.choices import check_local_paths
 from eaglelab.workbook.feasibility import cannot_run, stand_in
@@ -93,7 +97,6 @@ def as_json_value(value: Any, where: str) -> Any:
         ParameterError: a set, bytes, complex number, non-finite float, non-string key, or nesting
             deeper than 32 levels.
     """
-    import math
 
     def walk(v: Any, depth: int) -> Any:
         if depth > 32:
@@ -125,7 +128,6 @@ def injected_cell(parameters: dict[str, Any]) -> str:
     for any text is a literal that evaluates to that same text; ``json.loads`` then gives data
     only. Nothing a user types can become code.
     """
-    import json
 
     payload = json.dumps(parameters, ensure_ascii=True, allow_nan=False)
     return ("# Parameters set by `eaglelab run` (JSON decoded as data: a value is never read as code)\n"
@@ -263,7 +265,6 @@ def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
     Raises:
         ParameterError: naming the parameter and, for a typo, the likely intended name.
     """
-    import difflib
 
     defaults = [notebook_parameters(nb) for nb in notebooks]
     optional = [optional_parameters(nb) for nb in notebooks]
@@ -405,7 +406,6 @@ def run_workbook(
         prepare_only: write each notebook with its parameters cell filled in (:func:`prepare_notebook`),
             without running it: what would run, to read or to open in JupyterLab.
     """
-    from eaglelab.progress import progress as progress_bar
 
     notebooks_dir = notebooks_dir or find_notebooks_dir()
     out_dir = resolved(output_path(out_dir))

@@ -7,6 +7,7 @@ pickers, :func:`explorer_numbers` (:func:`eaglelab.serving.perf.diagnose`) behin
 
 from __future__ import annotations
 
+import fnmatch
 import html
 import os
 import time
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eaglelab.checkpoints.spec import is_eagle3_config
 from eaglelab.errors import ConfigError, EaglelabError
 from eaglelab.inputs import printable, read_json_object
 from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
@@ -31,7 +33,6 @@ def _files(root: Path, pattern: str, max_depth: int):
     A bounded walk: hidden folders skipped, symlinked folders not followed, at most
     :data:`MAX_ENTRIES` entries looked at, unreadable folders passed over.
     """
-    import fnmatch
 
     if not root.is_dir():
         return
@@ -80,14 +81,12 @@ def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
     Returns:
         sorted folder paths (strings), speculators exports included.
     """
-    from eaglelab.checkpoints.spec import is_eagle3_config
 
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth) if is_eagle3_config(cfg))
 
 
 def find_targets(root: str | Path, max_depth: int = 4) -> list[str]:
     """Causal-LM folders under ``root`` (a ``*ForCausalLM`` config plus weights), drafters excluded."""
-    from eaglelab.checkpoints.spec import is_eagle3_config
 
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth)
                   if not is_eagle3_config(cfg) and any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []))

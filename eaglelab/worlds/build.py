@@ -6,6 +6,7 @@ from pathlib import Path
 
 from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import ParameterError
+from eaglelab.worlds.demo import build_demo_world
 
 
 def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool = False) -> World:
@@ -15,7 +16,6 @@ def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool 
 
         return build_tiny_world(root, force=force)
     if kind == "demo":
-        from eaglelab.worlds.demo import build_demo_world
 
         return build_demo_world(root, force=force)
     raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")

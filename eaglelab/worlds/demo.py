@@ -21,12 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
 
+from eaglelab.atomic import write_json_atomic
+from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
 from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import SourceError
 from eaglelab.worlds.artifacts import cached_build, check_replaceable, read_manifest, verify_manifest
@@ -123,7 +128,6 @@ def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, s
 
 def demo_prompts(n_train: int, n_held: int) -> dict[str, list[str]]:
     """Chat prompts from stdlib docstrings (explain) and function signatures (write code), alternated."""
-    from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
 
     def explain(doc: str) -> str:
         first = doc.split(". ")[0][:200]
@@ -236,8 +240,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
     def build_replies(model_stage: Path, n: int | None):
         """The target's replies to the train / held-out prompts and its states on them (one pass)."""
         def build(out: Path):
-            from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-            from eaglelab.checkpoints.spec import drafter_spec_from_config
             from eaglelab.data.responses import generate_training_data
             from eaglelab.model.targets import Target
 
@@ -270,7 +272,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         return build
 
     def build_target_b(out: Path):
-        from eaglelab.data.corpus import code_blocks, split_held_out
         from eaglelab.data.tokens import pack_sequences
 
         model, tok = _load_model(s_target_a / "model")
@@ -296,7 +297,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         _stage(stages[name], sp, builders[name], force, log)
 
     def assemble(tmp: Path):
-        from eaglelab.atomic import write_json_atomic
 
         w = World.at(tmp)
         for src, dst in ((s_target_a / "model", w.target_a), (s_target_b / "model", w.target_b),
@@ -316,7 +316,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
 
 def _link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     """Hard-link (or copy, across file systems) every file of ``src`` into ``dst``."""
-    import shutil
 
     for f in sorted(src.rglob("*")):
         if f.is_file() and f.name not in skip:

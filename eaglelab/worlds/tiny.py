@@ -12,10 +12,23 @@ Built in about a minute on a CPU, seeded, for tests and ``--smoke`` runs:
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 
+import torch
+from safetensors.torch import save_file
+
+from eaglelab.atomic import write_json_atomic
+from eaglelab.data.corpus import code_blocks, docstrings, prompts_from_docstrings, split_held_out
+from eaglelab.data.states import capture_hidden_states
 from eaglelab.data.tokens import pack_sequences
 from eaglelab.data.world import World, default_world_dir
+from eaglelab.model.drafter_files import save_drafter
+from eaglelab.model.targets import Target, load_target
+from eaglelab.progress import progress
+from eaglelab.train.finetune import initial_drafter
+from eaglelab.train.training import TrainConfig, train_drafter
 from eaglelab.worlds.artifacts import cached_build
 
 TINY_PARAMS = {
@@ -58,11 +71,8 @@ def _train_tokenizer(texts: list[str], vocab_size: int, out: Path):
 
 def train_causal_lm(model, sequences, steps: int, lr: float, batch_size: int, seed: int, desc: str = "lm"):
     """Plain next-token training of a transformers causal LM (AdamW, cosine), in place."""
-    import math
 
-    import torch
 
-    from eaglelab.progress import progress
 
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -82,7 +92,6 @@ def train_causal_lm(model, sequences, steps: int, lr: float, batch_size: int, se
 
 
 def _save_sequences(path: Path, seqs) -> None:
-    from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"input_ids": seqs.contiguous()}, str(path))
@@ -92,13 +101,7 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
                         seed: int, batch_size: int = 8, lr: float = 3e-3,
                         loss_convention: str = TINY_PARAMS["loss_convention"]):
     """Capture a target's states on ``sequences`` and train a drafter on them (SpecForge layout)."""
-    import torch
 
-    from eaglelab.data.states import capture_hidden_states
-    from eaglelab.model.drafter_files import save_drafter
-    from eaglelab.model.targets import Target, load_target
-    from eaglelab.train.finetune import initial_drafter
-    from eaglelab.train.training import TrainConfig, train_drafter
 
     model, _ = load_target(target_dir, device="cpu")
     drafter = initial_drafter(model, None, sequences, draft_vocab_size, seed=seed)
@@ -125,13 +128,9 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
     root = Path(root) if root is not None else default_world_dir("tiny")
 
     def build(tmp: Path) -> dict:
-        import sys
 
-        import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from eaglelab.atomic import write_json_atomic
-        from eaglelab.data.corpus import code_blocks, docstrings, prompts_from_docstrings, split_held_out
 
         w = World.at(tmp)
         torch.manual_seed(p["seed"])
