@@ -84,7 +84,7 @@ def main() -> None:
         print(f"  vLLM-layout file {mb:.1f} MB: json.loads alone {raw:.3f} s, read + validated {read:.3f} s: "
               f"{read / raw:.2f}x ({mb / read:.0f} MB/s)")
         seqs = ef.read_logprob_file(path)
-        cmp_t = statistics.median(_best(lambda: ef.compare_targets(seqs, seqs), 1) for _ in range(args.repeat))
+        cmp_t = statistics.median(_best(lambda: ef.compare_logprobs(seqs, seqs), 1) for _ in range(args.repeat))
         print(f"  comparing two such files {cmp_t:.3f} s ({tokens / cmp_t:,.0f} positions/s)")
 
 

@@ -366,27 +366,6 @@ def field_number(obj: dict[str, Any], key: str, where: str, error: type[Eaglelab
     return float(value)
 
 
-def field_bool(obj: dict[str, Any], key: str, where: str, error: type[EaglelabError], default: bool) -> bool:
-    """A boolean field (``true`` / ``false`` only; null means the default)."""
-    value = obj.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise error(where, f"field {key!r} must be true or false, got {shown(value)}")
-    return value
-
-
-def check_number_arg(value: float, name: str, error: type[EaglelabError], low: float = 0.0,
-                     low_open: bool = True, high: float = math.inf) -> float:
-    """A command-line number: finite and within its range, else one line naming the flag."""
-    if not math.isfinite(value) or not (value > low if low_open else value >= low) or value > high:
-        bound = f"> {low:g}" if low_open else f">= {low:g}"
-        if high < math.inf:
-            bound += f" and <= {high:g}"
-        raise error(name, f"must be a finite number {bound}, got {value!r}")
-    return value
-
-
 def renamed_fields(renames: dict[str, str]):
     """A settings dataclass whose fields had other names (``target_a`` -> ``old_target``): for one release the old
     keyword is still taken, and the old attribute still read, each with a :class:`DeprecationWarning`.

@@ -238,12 +238,6 @@ class OutputFolder:
         base = self.path / _relative(rel)
         self.record(*(p.relative_to(self.path).as_posix() for p in sorted(base.rglob("*")) if p.is_file()))
 
-    def forget(self, *rels: str | Path) -> None:
-        gone = set(map(_relative, rels))
-        if gone & set(self._files):
-            self._files = [f for f in self._files if f not in gone]
-            self._save_marker()
-
     def owns(self, rel: str | Path) -> bool:
         return _relative(rel) in self._files
 

@@ -82,7 +82,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
-from eaglelab.serving.logs import by_concurrency, parse_log
+from eaglelab.serving.logs import log_by_concurrency, parse_log
 from eaglelab.workbook import plots
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.inputs_record import record_inputs
@@ -185,7 +185,7 @@ records = [r for p in parsed for r in p.to_json()["records"]]
 log_table = pd.DataFrame(records)
 display(pd.DataFrame([{"file": p.path, **{k: v for k, v in p.summary().items() if k != "by_source"},
                        "skipped": p.skipped_lines, "malformed": len(p.malformed)} for p in parsed]))
-display(pd.DataFrame([{"file": p.path, **g} for p in parsed for g in by_concurrency(p)]))
+display(pd.DataFrame([{"file": p.path, **g} for p in parsed for g in log_by_concurrency(p)]))
 fig = plots.plot_log_points(records, accept_grid, {f"model, cycle {CYCLE_MS:g} ms": perf.effective_tps(accept_grid, CYCLE_MS / 1e3)},
                             BASELINE_TPS)
 plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
@@ -364,7 +364,7 @@ findings = f"""
 - **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
   {T['cycle_ms']} cycle gives **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s
   {T['baseline_tps']} of plain decoding [derived].
-- **Break-even** is τ = **{diag['break_even_accept_len']:.2f}** [derived]; at τ = {ACCEPT_LEN:g} the cycle would have to
+- **Break-even** is τ = **{diag['break_even_tau']:.2f}** [derived]; at τ = {ACCEPT_LEN:g} the cycle would have to
   shrink to {diag['max_cycle_ms_for_break_even']:.1f} ms [derived].
 - **Goals:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {K_CHAIN} that is a
   per-position acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; a measured
@@ -380,7 +380,7 @@ findings = f"""
 - **Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
 - **Under load** ({load.source}, calibrated at your point, {AT_CONCURRENCY} request(s) in flight
   {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
-  f"{r['break_even_accept_len']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived]{'; ' + load.why[0] if load.why else ''}.
+  f"{r['break_even_tau']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived]{'; ' + load.why[0] if load.why else ''}.
 - **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests {LOOP_TAG}:** {
   '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
             f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"

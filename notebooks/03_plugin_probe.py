@@ -247,7 +247,7 @@ tau_a, tau_b = probe.tau_a, probe.tau_b
 proj_a, proj_b = (float(perf.effective_tps(t, CYCLE_MS / 1e3)) for t in (tau_a, tau_b))
 low, high = similarity["cosine_mean"].idxmin(), similarity["cosine_mean"].idxmax()
 scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on the new target (the old target's τ would give "
-            f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
+            f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
             + (plan_uses_plugin_tau(FIGURES_DIR, K) if result.decision.decided else
                "the game plan's decision table does not use this τ: the probe gave no verdict on it.")
             if EVIDENCE == pv.YOURS else

@@ -194,7 +194,7 @@ curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, ban
 levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in BUDGETS[1:]})  # τ that scratch reached
 lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin}
 if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
-    lines |= {"break-even τ": float(perf.break_even_accept_len(CYCLE_MS / 1e3, BASELINE_TPS)),
+    lines |= {"break-even τ": float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)),
               f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
 fig = plots.plot_scaling(points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
 plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,

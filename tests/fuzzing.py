@@ -1578,7 +1578,7 @@ def _check_perf_numbers(outcome: Outcome):
     js = outcome.json
     if not isinstance(js, dict):
         return None
-    for key in ("effective_tps", "speedup", "break_even_accept_len", "max_cycle_ms_for_break_even"):
+    for key in ("effective_tps", "speedup", "break_even_tau", "max_cycle_ms_for_break_even"):
         v = js.get(key)
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
             return "garbage", f"args: perf --json {key} is not a finite number for valid inputs", f"{key} = {v!r}"

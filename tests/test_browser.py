@@ -131,7 +131,7 @@ def test_notebook_01_explorer_prints_its_numbers_live(tiny_world, tmp_path):
         at_start = explorer_numbers(82.0, 30.0, 2.0, [100, 150, 200])
         wait_for_widget_text(page, f"{at_start['effective_tps']:.1f} tok/s · {at_start['speedup']:.2f}× plain")
         first = _numbers(page)
-        assert f"break-even τ {at_start['break_even_accept_len']:.2f}" in first and "150 tok/s → τ 4.50" in first
+        assert f"break-even τ {at_start['break_even_tau']:.2f}" in first and "150 tok/s → τ 4.50" in first
         screenshot(page, out, "1-explorer")
 
         move_slider(page, "accept len τ", +20)  # one action: τ 2.0 -> 3.0 with the keyboard

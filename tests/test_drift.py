@@ -251,7 +251,7 @@ def test_files_written_from_a_model_give_the_sweeps_measures(tiny_world, tmp_pat
     counted[:, :3] = False  # the "prompt": not counted
     ef.write_jsonl(tmp_path / "a.jsonl", [ef.vllm_response(s) for s in top_logprobs(a, data.ids, counted, k=5)])
     ef.write_jsonl(tmp_path / "b.jsonl", [ef.sglang_response(s) for s in top_logprobs(b, data.ids, counted, k=5)])
-    cmp_ = ef.compare_targets(ef.read_logprob_file(tmp_path / "a.jsonl"), ef.read_logprob_file(tmp_path / "b.jsonl"))
+    cmp_ = ef.compare_logprobs(ef.read_logprob_file(tmp_path / "a.jsonl"), ef.read_logprob_file(tmp_path / "b.jsonl"))
     with torch.no_grad():
         la, lb = (torch.log_softmax(m(input_ids=data.ids).logits, -1)[:, :-1] for m in (a, b))
     keep = counted[:, :-1]  # positions with a next token in the text
@@ -262,7 +262,7 @@ def test_files_written_from_a_model_give_the_sweeps_measures(tiny_world, tmp_pat
     ids_b = ef.read_logprob_file(tmp_path / "b.jsonl")
     ids_b[0].token_ids[-1] += 1
     with pytest.raises(ef.EngineFileError, match="response 1: the two targets scored different texts"):
-        ef.compare_targets(ef.read_logprob_file(tmp_path / "a.jsonl"), ids_b)
+        ef.compare_logprobs(ef.read_logprob_file(tmp_path / "a.jsonl"), ids_b)
 
 
 # --------------------------------------------------------------------------- predictors
@@ -301,13 +301,13 @@ def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_
                                                           ("train", (0.8, 0.75))) for a in ags]
     held = pr.leave_one_family_out(recs, [pr.by_name("agreement^γ"), pr.by_name("agreement")])
     bands = pr.held_out_bands(held, recs, reps=200)
-    rows = {r["predictor"]: r for r in pr.summarise(held, bands)}
+    rows = {r["predictor"]: r for r in pr.rank_predictors(held, bands)}
     for name, (lo, hi) in bands.items():
         assert 0 <= lo < hi and lo <= rows[name]["worst"] + 0.01
     assert bands["agreement^γ"][1] < bands["agreement"][1]  # the fitted law is the better one, band and all
     # the ranking reads the band's upper end: a smaller worst with a wider band loses
     fake = {"agreement^γ": (0.01, 0.30), "agreement": (0.05, 0.10)}
-    assert pr.summarise(held, fake)[0]["predictor"] == "agreement"
+    assert pr.rank_predictors(held, fake)[0]["predictor"] == "agreement"
     bare = [dict(r, on_a={"chain": chain}) for r in recs]  # records without per-sequence hits: no band, no claim
     assert pr.held_out_bands(held, bare) == {}
 
@@ -320,9 +320,9 @@ def test_a_fitted_exponent_is_recovered_and_held_out_errors_vanish():
                                                   for a in ags]
     assert pr.fit_gamma(pr.by_name("agreement^γ"), recs) == pytest.approx(1.7, rel=1e-3)
     held = pr.leave_one_family_out(recs)
-    worst = {r["predictor"]: r["worst"] for r in pr.summarise(held)}
+    worst = {r["predictor"]: r["worst"] for r in pr.rank_predictors(held)}
     assert worst["agreement^γ"] < 1e-3 and worst["conditional"] < 1e-9 and worst["unchanged"] > 0.2
-    assert pr.choose(pr.summarise(held), engine_only=True)["predictor"] == "agreement^γ"
+    assert pr.choose(pr.rank_predictors(held), engine_only=True)["predictor"] == "agreement^γ"
     assert {h.family for h in held} == {"path", "quant", "train"}
 
 

@@ -30,7 +30,7 @@ from eaglelab.serving import load as ld
 from eaglelab.serving import target_shape as ts
 from eaglelab.serving.load_checks import TOLERANCE
 from eaglelab.serving.log_tally import MAX_DISTINCT, Values, median
-from eaglelab.serving.logs import by_concurrency, parse_log, parse_log_text, parse_plain_log
+from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_log_text, parse_plain_log
 from tests import fuzzing as fz
 
 
@@ -254,7 +254,7 @@ def test_a_log_is_parsed_in_memory_a_small_fraction_of_its_size(tmp_path):
     tracemalloc.start()
     try:
         parsed = parse_log(path)
-        rows, summary = by_concurrency(parsed), parsed.summary()
+        rows, summary = log_by_concurrency(parsed), parsed.summary()
         _, parse_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         for _ in parsed.json_chunks():
@@ -316,7 +316,7 @@ def test_a_vllm_log_pairs_each_record_with_its_stats_line_when_streamed():
     assert [(r.source, r.concurrency, r.gen_throughput) for r in parsed.records] == [
         ("vllm", 4, 20.0), ("sglang", 2, 9.0), ("vllm", 4, 20.0), ("vllm", 4, 20.0)]
     assert parsed.plain == []
-    assert math.isclose(by_concurrency(parsed)[-1]["accept_len"], 2.2)
+    assert math.isclose(log_by_concurrency(parsed)[-1]["accept_len"], 2.2)
 
 
 def test_a_plain_log_is_read_by_the_same_stream(tmp_path):

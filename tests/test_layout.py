@@ -133,6 +133,99 @@ def test_nothing_tracked_points_outside_the_repository():
     assert offenders == [], offenders
 
 
+#: Packages a module may import inside a function, and only when it does not import them at module level
+#: already (itself or through the eaglelab modules it imports): heavy ones that the metadata commands and
+#: torch-free paths must not pay for, and optional ones that are not installed everywhere.
+LAZY_PACKAGES = {"torch", "transformers", "safetensors", "accelerate", "numpy", "pandas", "matplotlib", "seaborn", "tqdm",
+                 "huggingface_hub", "tokenizers", "nbformat", "papermill", "ipywidgets", "IPython", "vllm"}
+#: Files that run on their own, in another environment (copied to a cluster, run inside vLLM's venv, a
+#: sandboxed child process): they import nothing of eaglelab and keep their own small helpers.
+STANDALONE = {"eaglelab.engines.load_client", "eaglelab.engines.vllm_worker", "eaglelab.checkpoints.template_child"}
+
+
+def _imports(module: str, tree: ast.Module) -> tuple[set[str], list[tuple[int, set[str]]]]:
+    """A module's imports: the modules named at module level (outside ``TYPE_CHECKING``), and each
+    function-body import (outside ``try``, which marks an optional one) with its line and modules."""
+    top: set[str] = set()
+    body: list[tuple[int, set[str]]] = []
+
+    def named(node: ast.Import | ast.ImportFrom) -> set[str]:
+        if isinstance(node, ast.Import):
+            return {a.name for a in node.names}
+        assert not node.level, f"{module}: relative import"
+        return {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
+
+    def walk(node: ast.AST, in_function: bool, guarded: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            function = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            guard = guarded or isinstance(child, ast.Try) or (
+                isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                if in_function and not guarded:
+                    body.append((child.lineno, named(child)))
+                elif not in_function and not guarded:
+                    top.update(named(child))
+            walk(child, function, guard)
+
+    walk(tree, False, False)
+    return top, body
+
+
+def package_imports() -> dict[str, tuple[set[str], list[tuple[int, set[str]]]]]:
+    mods = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in PACKAGE.rglob("*.py")}
+    return {m: _imports(m, ast.parse(p.read_text())) for m, p in mods.items()}
+
+
+def heavy_packages(imports) -> dict[str, set[str]]:
+    """Module -> the lazy-worthy packages importing it loads (module-level imports, followed through eaglelab)."""
+    memo: dict[str, set[str]] = {}
+
+    def of(name: str) -> set[str]:
+        if name.split(".")[0] != "eaglelab":
+            return {name.split(".")[0]} & LAZY_PACKAGES
+        if name not in imports:  # `from eaglelab.x import function`: the module is named as well
+            return set()
+        if name not in memo:
+            memo[name] = set()
+            parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+            memo[name] = set().union(*(of(m) for m in imports[name][0] | set(parents) if m != name))
+        return memo[name]
+
+    return {m: of(m) for m in imports}
+
+
+def test_function_body_imports_only_keep_a_heavy_or_optional_package_off_a_path():
+    """An import inside a function hides the dependency graph; it pays only where the module does not
+    load the package anyway (#39): everything else sits at module level."""
+    imports = package_imports()
+    heavy = heavy_packages(imports)
+    assert "torch" in heavy["eaglelab.model.drafter"] and heavy["eaglelab.cli"] == set()
+
+    def brings(names: set[str]) -> set[str]:
+        return set().union(*(heavy.get(n, {n.split(".")[0]} & LAZY_PACKAGES) for n in names))
+
+    idle = [f"{m}:{line} {sorted(names)}" for m, (_, body) in sorted(imports.items()) if m not in STANDALONE
+            for line, names in body if not brings(names) - heavy[m]]
+    assert idle == [], "\n".join(["imports to move to module level:"] + idle)
+
+
+def test_distinct_things_have_distinct_public_names():
+    """One name for one thing: no two modules define the same public function or class, except the CLI's
+    and the standalone files' entry points."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        if module in STANDALONE:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(module)
+    protocol = {"add_parsers", "main"}  # each CLI module adds its parsers; a module run as a program has main
+    twice = {name: mods for name, mods in where.items() if len(mods) > 1 and name not in protocol}
+    assert twice == {}, twice
+
+
 def test_the_format_reference_and_fixtures_ship_with_the_repository():
     doc = (REPO / "docs" / "EAGLE3_FORMAT.md").read_text()
     assert "d2t" in doc and "eagle_aux_hidden_state_layer_ids" in doc

@@ -25,7 +25,7 @@ from eaglelab.errors import ParameterError
 from eaglelab.serving import load as ld
 from eaglelab.serving import load_fit as lf
 from eaglelab.serving import target_shape as ts
-from eaglelab.serving.logs import by_concurrency, parse_log, parse_log_text, parse_plain_log
+from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_log_text, parse_plain_log
 
 
 def cli_json(*args: str) -> dict:
@@ -107,9 +107,9 @@ def test_the_seeds_numbers_are_unchanged_at_its_own_point():
     first = out["by_concurrency"][0]
     assert first["concurrency"] == 1
     assert first["speedup"] == pytest.approx(out["speedup"], rel=1e-9) == pytest.approx(2.0 / 30 * 1e3 / 82)
-    assert first["break_even_accept_len"] == pytest.approx(out["break_even_accept_len"]) == pytest.approx(2.46)
+    assert first["break_even_tau"] == pytest.approx(out["break_even_tau"]) == pytest.approx(2.46)
     assert [r["concurrency"] for r in out["by_concurrency"]] == [1, 8, 64, 128]
-    assert {"concurrency", "break_even_accept_len", "speedup"} <= set(out["by_concurrency"][-1])
+    assert {"concurrency", "break_even_tau", "speedup"} <= set(out["by_concurrency"][-1])
 
 
 def test_calibration_recovers_a_known_machine_from_several_points():
@@ -192,7 +192,7 @@ def test_a_mixed_concurrency_sglang_log_is_grouped_and_set_beside_a_plain_log(tm
     plain = tmp_path / "plain.log"
     plain.write_text("\n".join(SGLANG_PLAIN.format(s=i, b=b, tps=tps) for i, (b, tps) in enumerate(
         [(1, 80.0), (1, 82.0), (8, 500.0), (64, 1200.0), (64, 1300.0)])) + "\n")
-    rows = by_concurrency(parse_log(spec), parse_plain_log(plain))
+    rows = log_by_concurrency(parse_log(spec), parse_plain_log(plain))
     assert [(r["concurrency"], r["n"]) for r in rows] == [(1, 2), (8, 3), (64, 1)]
     one, eight, many = rows
     assert one["accept_len"] == pytest.approx(2.1) and one["throughput"] == pytest.approx(61.0)
@@ -214,7 +214,7 @@ def test_vllm_spec_lines_take_the_concurrency_of_their_stats_line(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     parsed = parse_log(log)
     assert [r.concurrency for r in parsed.records] == [1, 1, 4] and parsed.plain == []
-    assert [(r["concurrency"], r["n"], r["throughput"]) for r in by_concurrency(parsed)] == [(1, 2, 61.0), (4, 1, 200.0)]
+    assert [(r["concurrency"], r["n"], r["throughput"]) for r in log_by_concurrency(parsed)] == [(1, 2, 61.0), (4, 1, 200.0)]
 
 
 @settings(max_examples=60, deadline=None)

@@ -19,7 +19,8 @@ from eaglelab.serving.target_shape import distinct_experts_touched
 def test_seed_figures():
     d = perf.diagnose(82, 30, 2.0, [150, 200])
     assert round(d["effective_tps"], 1) == 66.7
-    assert round(d["break_even_accept_len"], 2) == 2.46
+    assert round(d["break_even_tau"], 2) == 2.46
+    assert d["break_even_accept_len"] == d["break_even_tau"]  # the old spelling, kept for one release
     assert d["required_accept_len"] == {"150": pytest.approx(4.5), "200": pytest.approx(6.0)}
     assert d["speedup"] < 1 and "loses" in d["verdict"]
 
@@ -70,5 +71,5 @@ def test_cli_perf_json():
                           "--accept-len", "2.0", "--goal-tps", "150", "200", "--json"],
                          capture_output=True, text=True, check=True).stdout
     d = json.loads(out)
-    assert round(d["effective_tps"], 1) == 66.7 and round(d["break_even_accept_len"], 2) == 2.46
+    assert round(d["effective_tps"], 1) == 66.7 and round(d["break_even_tau"], 2) == 2.46
     assert d["required_accept_len"] == {"150": pytest.approx(4.5), "200": pytest.approx(6.0)}

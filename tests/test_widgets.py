@@ -122,7 +122,7 @@ def test_the_explorer_prints_its_numbers_and_resets():
     first = numbers.value
     expected = explorer_numbers(82.0, 30.0, 2.0, [100, 150])
     assert f"{expected['effective_tps']:.1f} tok/s" in first and f"{expected['speedup']:.2f}×" in first
-    assert f"break-even τ {expected['break_even_accept_len']:.2f}" in first
+    assert f"break-even τ {expected['break_even_tau']:.2f}" in first
     assert "100 tok/s → τ 3.00," in first and "150 tok/s → τ 4.50 (beyond k + 1 = 4)" in first
     tau.value = 3.0
     assert "100.0 tok/s · 1.22×" in numbers.value

@@ -20,7 +20,7 @@ from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
 from eaglelab.serving.gpus import GPUS
 from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV, scales_table
-from eaglelab.serving.logs import by_concurrency, parse_log
+from eaglelab.serving.logs import log_by_concurrency, parse_log
 from eaglelab.serving.perf import diagnose
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES
 from eaglelab.workbook.report import write_game_plan
@@ -56,7 +56,7 @@ def cmd_perf(args) -> int:
         print(f"{args.log}: {s['n']} metrics lines, {parsed.skipped_lines} other lines skipped, "
               f"{parsed.n_malformed} malformed")
         print(f"median accept length {s['median_accept_len']:.2f}, median throughput {s['median_throughput']}")
-        rows = by_concurrency(parsed)
+        rows = log_by_concurrency(parsed)
         if rows:
             print(table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
                           _tps(r["throughput_per_request"])] for r in rows],
@@ -74,7 +74,7 @@ def cmd_perf(args) -> int:
         print_json(out)
         return 0
     print(f"effective tok/s        {out['effective_tps']:.1f}  ({out['speedup']:.2f}x baseline {args.baseline_tps})")
-    print(f"break-even accept len  {out['break_even_accept_len']:.2f}")
+    print(f"break-even τ           {out['break_even_tau']:.2f}")
     print(f"max cycle at break-even {out['max_cycle_ms_for_break_even']:.1f} ms")
     for tps, tau in out["required_accept_len"].items():
         print(f"{tps} tok/s needs accept len {tau:.2f}")
@@ -117,7 +117,7 @@ def _perf_under_load(args) -> int:
         print()
     if report.rows:
         print(table([[r["concurrency"], f"{r['decode_ms']:.1f}", f"{r['verify_ms']:.1f}", f"{r['cycle_ms']:.1f}",
-                      f"{r['speedup']:.2f}x", f"{r['break_even_accept_len']:.2f}", r["best_k"],
+                      f"{r['speedup']:.2f}x", f"{r['break_even_tau']:.2f}", r["best_k"],
                       f"{r['best_speedup']:.2f}x"] for r in report.rows],
                     ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {report.tau:.2f})",
                      "break-even τ", "best k", "at best k"]))

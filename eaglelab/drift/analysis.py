@@ -19,7 +19,7 @@ from eaglelab.drift.predictors import (
     fit_gamma,
     held_out_bands,
     leave_one_family_out,
-    summarise,
+    rank_predictors,
 )
 
 #: the measures notebook 05 plots τ against: key -> axis label
@@ -85,11 +85,11 @@ def held_out_choice(records: Sequence[dict], pair: Sequence[dict] = ()) -> dict:
     """Leave one family out for every predictor, rank them, choose, and fit the chosen ones on everything.
 
     Returns:
-        ``held_out`` (list of :class:`HeldOut`), ``summary`` (rows of :func:`summarise`), ``chosen`` and
+        ``held_out`` (list of :class:`HeldOut`), ``summary`` (rows of :func:`rank_predictors`), ``chosen`` and
         ``chosen_engine`` (names), and ``gamma_all`` (each predictor's γ fitted on all records).
     """
     held = leave_one_family_out(records, extra=pair)
-    rows = summarise(held, held_out_bands(held, records, pair))
+    rows = rank_predictors(held, held_out_bands(held, records, pair))
     return {"held_out": held, "summary": rows, "chosen": choose(rows)["predictor"],
             "chosen_engine": choose(rows, engine_only=True)["predictor"],
             "gamma_all": {p.name: fit_gamma(p, records) for p in PREDICTORS}}

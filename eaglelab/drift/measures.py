@@ -71,7 +71,7 @@ def tv_top_k(logp: torch.Tensor, logq: torch.Tensor, text: torch.Tensor, k: int)
     Each engine returns its top k plus the text's next token; on the tokens both returned (C) the
     distributions are compared exactly, everything else is lumped into one "rest" outcome:
     ``½ (Σ_C |p - q| + |p(rest) - q(rest)|)``, a lower bound of the true TV
-    (:func:`eaglelab.engines.logprob_files.compare_targets` computes the same from the files).
+    (:func:`eaglelab.engines.logprob_files.compare_logprobs` computes the same from the files).
 
     Args:
         logp, logq: [N, V] log-probabilities of A and B'.

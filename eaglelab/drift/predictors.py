@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from eaglelab.engines.logprob_files import compare_targets, read_logprob_file
+from eaglelab.engines.logprob_files import compare_logprobs, read_logprob_file
 from eaglelab.errors import LogFormatError, ParameterError
 from eaglelab.inputs import field_number, printable, read_json_object
 from eaglelab.serving import perf
@@ -236,7 +236,7 @@ def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[dict], extra: 
     return out
 
 
-def summarise(held_out: Sequence[HeldOut], bands: dict[str, tuple] | None = None) -> list[dict]:
+def rank_predictors(held_out: Sequence[HeldOut], bands: dict[str, tuple] | None = None) -> list[dict]:
     """One row per predictor: worst and mean held-out error over all left-out families, and the worst's band.
 
     Ranked by the upper end of the band of the worst error where there is one (a predictor whose
@@ -255,7 +255,7 @@ def summarise(held_out: Sequence[HeldOut], bands: dict[str, tuple] | None = None
 
 
 def choose(rows: Sequence[dict], engine_only: bool = False) -> dict:
-    """The predictor ranked first by :func:`summarise` (among the engine-computable ones if asked)."""
+    """The predictor ranked first by :func:`rank_predictors` (among the engine-computable ones if asked)."""
     pool = [r for r in rows if r["engine"] or not engine_only]
     return pool[0]
 
@@ -440,7 +440,7 @@ def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: fl
     cal = load_calibration(calibration) if calibration else None
     method = method or (cal["method"] if cal else "agreement")
     fitted = cal is not None and cal["method"] == method
-    comparison = compare_targets(read_logprob_file(old), read_logprob_file(new), f"{old} vs {new}")
+    comparison = compare_logprobs(read_logprob_file(old), read_logprob_file(new), f"{old} vs {new}")
     pred = predict_plugin(chains, comparison, method, cal["gamma"] if fitted else 1.0, cal["error"] if fitted else None)
     cycle_s = cycle_ms / 1e3
     out = {**pred.to_json(), "calibration": cal["source"] if cal else None,
@@ -448,5 +448,5 @@ def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: fl
            "tau_on_old": 1.0 + sum(pred.chain_a), "cycle_ms": cycle_ms,
            "tokens_per_s": [float(perf.effective_tps(t, cycle_s)) for t in (pred.tau, pred.low, pred.high)]}
     if baseline_tps:
-        out["break_even_tau"] = float(perf.break_even_accept_len(cycle_s, baseline_tps))
+        out["break_even_tau"] = float(perf.break_even_tau(cycle_s, baseline_tps))
     return out

@@ -246,7 +246,7 @@ def _tv_common(p: dict[int, float], q: dict[int, float]) -> float:
     return 0.5 * (sum(abs(a[t] - b[t]) for t in common) + rest)
 
 
-def compare_targets(old: list[LogprobSequence], new: list[LogprobSequence], where: str = "files") -> TargetComparison:
+def compare_logprobs(old: list[LogprobSequence], new: list[LogprobSequence], where: str = "files") -> TargetComparison:
     """Pair the two targets' responses line by line (same text) and count agreement and TV per sequence."""
     if len(old) != len(new):
         raise EngineFileError(where, f"the old target's file has {len(old)} responses, the new one's {len(new)}")

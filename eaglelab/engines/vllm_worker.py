@@ -103,6 +103,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -391,8 +392,6 @@ def run(req: dict, log_path: str) -> dict:
 
 def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version: str) -> dict:
     """Batched generates of the first c prompts per concurrency c, timed apart, repeated, after a warm-up."""
-    import statistics
-
     from vllm import SamplingParams
 
     warm = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False, seed=req["seed"])

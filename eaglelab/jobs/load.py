@@ -37,8 +37,7 @@ from eaglelab.serving.load import (
 )
 from eaglelab.serving.load_checks import calibration_of, residuals
 from eaglelab.serving.load_fit import Point, calibrate
-from eaglelab.serving.logs import by_concurrency as log_groups
-from eaglelab.serving.logs import parse_log, parse_plain_log
+from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
 from eaglelab.serving.target_shape import require_kv_dtype, shape_from_config
 
@@ -142,7 +141,7 @@ class LoadReport:
 
     Attributes:
         rows: the calibrated model at each concurrency (:func:`eaglelab.serving.load.by_concurrency`).
-        log_rows: the speculative log grouped by concurrency (:func:`eaglelab.serving.logs.by_concurrency`).
+        log_rows: the speculative log grouped by concurrency (:func:`eaglelab.serving.logs.log_by_concurrency`).
         tau: the τ the model's rows use (the entered one, else the logs' median).
         pays_up_to: from ``at_concurrency`` up, the largest concurrency (then powers of two to 1024) up to
             which speculation pays at ``tau`` with the KV cache fitting; None when it does not pay at
@@ -264,7 +263,7 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
                                      "or --accept-len alone for the datasheets' answer")
     spec = parse_log(s.log) if s.log else None
     plain = parse_plain_log(s.plain_log) if s.plain_log else None
-    log_rows = log_groups(spec, plain) if spec is not None else []
+    log_rows = log_by_concurrency(spec, plain) if spec is not None else []
     points, notes = [], []
     if s.baseline_tps is not None:
         points.append(Point(s.at_concurrency, decode_s=1.0 / s.baseline_tps, cycle_s=s.cycle_ms / 1e3, k=s.k))

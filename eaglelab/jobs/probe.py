@@ -7,7 +7,7 @@ parameters cell and the command line's flags to them).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
@@ -296,11 +296,6 @@ def probe_dumps(settings: ProbeSettings, progress: bool = True) -> ProbeReport:
     notes += result.notes
     notes.append("from dumps nothing is decoded for real: the measured τ needs the targets (live probe or an engine)")
     return ProbeReport(settings, result, data, result.tokens, None, notes)
-
-
-def settings_json(settings) -> dict[str, Any]:
-    """A settings dataclass as a record (the findings keep what produced them)."""
-    return asdict(settings)
 
 
 @dataclass(frozen=True)

@@ -85,16 +85,6 @@ class TargetHeads:
         return self.norm_weight.to(hidden.device, torch.float32) * x
 
 
-def head_names(ck: Checkpoint) -> dict[str, str]:
-    """The checkpoint's names of ``embed_tokens``, the final ``norm`` and ``lm_head`` (prefixes followed).
-
-    Raises:
-        CheckpointMismatchError: no language-model embedding, no norm beside it, or no lm_head where the
-            config does not tie it to the embedding.
-    """
-    return target_heads(ck.tensors, ck.config, ck.source, ck.weight_files).as_dict()
-
-
 def _where(ck: Checkpoint, info: TensorInfo) -> str:
     """The file holding a tensor, for messages: its local path, or ``owner/name/file`` on the hub."""
     return printable(info.file if ck.local else f"{ck.source}/{info.file}")
@@ -258,7 +248,7 @@ def plan_target_heads(source: str, revision: str | None = None) -> HeadsPlan:
         CheckpointMismatchError: the tensors are missing, or do not fit one another or the vocabulary.
     """
     ck = load_checkpoint(source, revision)
-    infos, notes = _head_infos(ck, head_names(ck))
+    infos, notes = _head_infos(ck, target_heads(ck.tensors, ck.config, ck.source, ck.weight_files).as_dict())
     return HeadsPlan(ck, infos, notes)
 
 

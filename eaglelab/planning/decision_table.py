@@ -145,7 +145,7 @@ class Scenario:
 
     @property
     def break_even_tau(self) -> float:
-        return float(perf.break_even_accept_len(self.cycle_ms / 1e3, self.baseline_tps))
+        return float(perf.break_even_tau(self.cycle_ms / 1e3, self.baseline_tps))
 
     @property
     def goal_tau(self) -> float:

@@ -59,11 +59,6 @@ def evidence_source(paths: Iterable[str | Path | None], world_dir: str | Path) -
     return DEMO if given and all(inside) else YOURS
 
 
-def parameter_source(value, default) -> str:
-    """:data:`DEFAULT` when a parameter was left at its default, else :data:`ENTERED`."""
-    return DEFAULT if value == default else ENTERED
-
-
 def files_source(paths: Iterable[str | Path], bundled_dir: str | Path) -> str:
     """:data:`SAMPLE` when every file lies in the repository's bundled ``bundled_dir``, else :data:`LOGS`."""
     bundled = Path(bundled_dir).resolve()

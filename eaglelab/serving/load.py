@@ -53,7 +53,7 @@ import numpy as np
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.serving.gpus import LINK_SOURCES, LINKS, link_key
 from eaglelab.serving.gpus import gpu as gpu_named
-from eaglelab.serving.perf import accept_len_constant_rate, rate_for_accept_len
+from eaglelab.serving.perf import BREAK_EVEN_OLD_KEY, accept_len_constant_rate, rate_for_accept_len
 from eaglelab.serving.target_shape import KERNELS_PER_LAYER, TargetShape, shape_from_config
 
 #: Concurrencies scanned for "up to which concurrency does it pay" (the answer is the largest that pays).
@@ -483,7 +483,7 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, ta
 
     Returns:
         rows with ``concurrency``, ``accept_len``, ``decode_ms``, ``verify_ms``, ``cycle_ms``, ``speedup``,
-        ``break_even_accept_len``, ``kv_fits``, ``pays`` (speedup >= 1 and the KV fits), ``best_k`` and
+        ``break_even_tau``, ``kv_fits``, ``pays`` (speedup >= 1 and the KV fits), ``best_k`` and
         ``best_speedup``.
     """
     rows = []
@@ -496,7 +496,8 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, ta
         kk, best = model.best_k(b, t, k)
         rows.append({"concurrency": b, "accept_len": t, "decode_ms": 1e3 * float(model.decode_s(b)),
                      "verify_ms": 1e3 * float(model.verify_s(b, k)), "cycle_ms": 1e3 * float(model.cycle_s(b, k)),
-                     "speedup": speedup, "break_even_accept_len": float(model.break_even_tau(b, k)),
+                     "speedup": speedup, "break_even_tau": float(model.break_even_tau(b, k)),
+                     BREAK_EVEN_OLD_KEY: float(model.break_even_tau(b, k)),
                      "kv_fits": fits, "pays": fits and speedup >= 1.0, "best_k": kk, "best_speedup": best})
     return rows
 
@@ -504,7 +505,7 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, ta
 def load_curve(model: LoadModel, k: int, tau: float, grid: Sequence[float] | None = None) -> dict[str, np.ndarray]:
     """The model's speedup and break-even τ over a dense grid of concurrencies (for a figure)."""
     b = np.asarray(grid if grid is not None else np.geomspace(1, 1024, 64))
-    return {"concurrency": b, "speedup": model.speedup(b, k, tau), "break_even_accept_len": model.break_even_tau(b, k),
+    return {"concurrency": b, "speedup": model.speedup(b, k, tau), "break_even_tau": model.break_even_tau(b, k),
             "kv_fits": model.kv_fits(b, k)}
 
 

@@ -14,7 +14,7 @@ Recognised lines (``docs/EAGLE3_FORMAT.md``); every other line is skipped:
 
 A server without speculation logs the same decode and stats lines without the acceptance: they are
 kept apart (:attr:`ParsedLog.plain`), so a plain log of the same server gives the measured speedup per
-concurrency (:func:`by_concurrency`).
+concurrency (:func:`log_by_concurrency`).
 
 A log is streamed line by line into running aggregates (:mod:`eaglelab.serving.log_tally`): its
 memory grows with its groups and distinct numbers, not its lines (at most 8 bytes a number). Every
@@ -273,7 +273,7 @@ class _Ahead:
 class ParsedLog:
     """A parsed log: its records' counts and medians per group, read in one pass in bounded memory.
 
-    The summaries (:meth:`summary`, :func:`by_concurrency`) come from running aggregates, whose memory grows
+    The summaries (:meth:`summary`, :func:`log_by_concurrency`) come from running aggregates, whose memory grows
     with the log's groups (source and concurrency) and its distinct numbers, not with its lines.
     :attr:`records`, :attr:`plain` and :attr:`malformed` read the log again for a caller that needs every
     line's record (their lists grow with the log); :meth:`json_chunks` streams them.
@@ -326,7 +326,7 @@ class ParsedLog:
 
     def to_json(self) -> dict:
         return {"path": self.path, "records": [asdict(r) for r in self.records], "summary": self.summary(),
-                "by_concurrency": by_concurrency(self), "skipped_lines": self.skipped_lines,
+                "by_concurrency": log_by_concurrency(self), "skipped_lines": self.skipped_lines,
                 "malformed": [{"line_no": n, "problem": p} for n, p in self.malformed]}
 
     def json_chunks(self) -> Iterator[str]:
@@ -344,7 +344,7 @@ class ParsedLog:
                 yield ("\n" if first else ",\n") + _indented(vars(item), 4)  # its fields, as asdict orders them
                 first = False
         yield "]" if first else "\n  ]"
-        rest, replaced = finite_json({"summary": fresh.summary(), "by_concurrency": by_concurrency(fresh),
+        rest, replaced = finite_json({"summary": fresh.summary(), "by_concurrency": log_by_concurrency(fresh),
                                       "skipped_lines": fresh.skipped_lines})
         yield ",\n" + json.dumps(rest, indent=2, default=str, allow_nan=False)[2:-2] + ',\n  "malformed": ['
         first = True
@@ -412,7 +412,7 @@ def parse_plain_log(path: str | Path) -> ParsedLog:
     return parsed
 
 
-def by_concurrency(spec: ParsedLog, plain: ParsedLog | None = None) -> list[dict]:
+def log_by_concurrency(spec: ParsedLog, plain: ParsedLog | None = None) -> list[dict]:
     """The speculative log's records grouped by concurrency: count, median τ and tok/s; with a plain log, the speedup.
 
     Returns:
@@ -442,11 +442,3 @@ def by_concurrency(spec: ParsedLog, plain: ParsedLog | None = None) -> list[dict
             row["speedup"] = row["throughput"] / row["plain_throughput"] if row["throughput"] else None
         rows.append(row)
     return rows
-
-
-def summarise(records: Iterable[LogRecord]) -> dict:
-    """Median accept length and throughput overall and grouped by source and concurrency."""
-    tally = Tally()
-    for r in records:
-        tally.add(r)
-    return group_summary(tally.groups)

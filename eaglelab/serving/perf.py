@@ -39,7 +39,12 @@ def effective_tps(accept_len, cycle_s):
     return np.asarray(accept_len, dtype=float) / np.asarray(cycle_s, dtype=float)
 
 
-def break_even_accept_len(cycle_s, baseline_tps):
+#: perf's earlier spelling of the ``break_even_tau`` key (plan and predict always wrote ``break_even_tau``):
+#: still written beside it, with the same value, for one release, then dropped.
+BREAK_EVEN_OLD_KEY = "break_even_accept_len"
+
+
+def break_even_tau(cycle_s, baseline_tps):
     """The tau at which speculation only matches plain decoding: T_cycle x baseline tok/s."""
     _positive("cycle_s", cycle_s)
     _positive("baseline_tps", baseline_tps)
@@ -209,7 +214,7 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
     cycle_s = cycle_ms / 1000.0
     with np.errstate(all="ignore"):  # an overflow is refused below in one line, not warned about
         eff = float(effective_tps(accept_len, cycle_s))
-        be = float(break_even_accept_len(cycle_s, baseline_tps))
+        be = float(break_even_tau(cycle_s, baseline_tps))
         required = {str(_fmt(t)): float(required_accept_len(t, cycle_s)) for t in goal_tps}
         numbers = [eff, be, eff / baseline_tps, 1000.0 * accept_len / baseline_tps, *required.values()]
     if not all(np.isfinite(numbers)):
@@ -229,7 +234,8 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         "accept_len": accept_len,
         "effective_tps": eff,
         "speedup": eff / baseline_tps,
-        "break_even_accept_len": be,
+        "break_even_tau": be,
+        BREAK_EVEN_OLD_KEY: be,
         "max_cycle_ms_for_break_even": 1000.0 * accept_len / baseline_tps,
         "required_accept_len": required,
         "verdict": verdict,

@@ -332,7 +332,7 @@ def plot_concurrency(curves: Mapping[str, Mapping[str, np.ndarray]], tau: float,
     """Speedup (left) and break-even τ (right) against concurrency, log-scaled, with measured points.
 
     Args:
-        curves: label -> ``{"concurrency", "speedup", "break_even_accept_len"}`` arrays (a model's).
+        curves: label -> ``{"concurrency", "speedup", "break_even_tau"}`` arrays (a model's).
         tau: the drafter's τ: the right panel's horizontal line (it pays where the curve is below).
         points: label -> (concurrencies, measured speedups[, (low, high) per point: the runs' range,
             drawn as error bars]), on the left.
@@ -343,7 +343,7 @@ def plot_concurrency(curves: Mapping[str, Mapping[str, np.ndarray]], tau: float,
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, c in curves.items():
         left.plot(c["concurrency"], c["speedup"], label=label)
-        right.plot(c["concurrency"], c["break_even_accept_len"], label=label)
+        right.plot(c["concurrency"], c["break_even_tau"], label=label)
     for (label, (xs, ys, *spread)), marker in zip(dict(points).items(), "osD^v"):
         bars = None
         if spread:

@@ -261,7 +261,7 @@ def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, go
     """What the explorer prints for a point: tok/s, speedup, break-even τ and the τ each target needs.
 
     Returns:
-        ``perf.diagnose``'s dict (``effective_tps``, ``speedup``, ``break_even_accept_len``,
+        ``perf.diagnose``'s dict (``effective_tps``, ``speedup``, ``break_even_tau``,
         ``required_accept_len`` {target: τ}, ``verdict``, ...).
     """
     from eaglelab.serving import perf
@@ -275,7 +275,7 @@ def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:
                      for t, v in numbers["required_accept_len"].items())
     colour = "#1a7f37" if numbers["speedup"] > 1 else "#cf222e"
     return (f"<b style='color:{colour}'>{numbers['effective_tps']:.1f} tok/s · {numbers['speedup']:.2f}× plain</b>"
-            f" · break-even τ {numbers['break_even_accept_len']:.2f} · needed: {need}")
+            f" · break-even τ {numbers['break_even_tau']:.2f} · needed: {need}")
 
 
 def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float],
