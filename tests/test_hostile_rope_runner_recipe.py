@@ -294,11 +294,11 @@ def test_a_chat_template_named_like_an_option_is_one_word_with_its_flag(tiny_wor
 
 
 def test_paths_starting_with_a_dash_are_the_same_files(tmp_path):
-    from eaglelab.engines.scripts import option, path_word
+    from eaglelab.engines.scripts import flag_value, path_word
 
     assert path_word("-k2") == "./-k2" and path_word("k2") == "k2" and path_word("/abs/-x") == "/abs/-x"
     assert path_word("org/model") == "org/model"  # hub ids never start with "-"
     (tmp_path / "-k2").mkdir()
     assert (tmp_path / path_word("-k2")).resolve() == (tmp_path / "-k2").resolve()
-    assert option("--t", "-x") == ["--t=-x"] and option("--t", "x") == ["--t", "x"]
+    assert flag_value("--t", "-x") == ["--t=-x"] and flag_value("--t", "x") == ["--t", "x"]
     shutil.rmtree(tmp_path / "-k2")

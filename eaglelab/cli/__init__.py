@@ -1,4 +1,4 @@
-"""The ``eaglelab`` command line: argument parsing only.
+"""The ``eaglelab`` command line: flags (generated from the jobs' settings where a command has them) and printing.
 
 Every subcommand calls the same package functions the notebooks call: the metadata commands
 (:mod:`eaglelab.cli.checkpoints`: ``inspect``, ``compare``, ``compare-targets``; :mod:`eaglelab.cli.metadata`:

@@ -7,10 +7,13 @@ Used as argparse ``type=`` functions, so an impossible value (``--accept-len 0.5
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import re
 import sys
 
 from eaglelab.inputs import is_ascii_digits
+from eaglelab.settings import default_of, field_help, flag_name, settings_fields
 
 #: Largest count a flag takes (steps, sequences, tokens): far beyond any real run, small enough to stay exact.
 MAX_COUNT = 10**12
@@ -129,3 +132,99 @@ def missing_required(args) -> str | None:
         if getattr(args, flag[2:].replace("-", "_"), None) is None:
             return flag
     return None
+
+
+# --------------------------------------------------------------------------- flags from the settings
+
+def _annotation(text: str) -> tuple[str, bool]:
+    """A field's annotation as (the type of one value, whether the flag takes several)."""
+    parts = [p.strip() for p in str(text).split("|") if p.strip() != "None"]
+    many = re.fullmatch(r"(?:tuple|list|Sequence)\[(\w+)(?:, \.\.\.)?\]", parts[0]) if len(parts) == 1 else None
+    if many:
+        return many.group(1), True
+    return (parts[0] if len(parts) == 1 else "str"), False
+
+
+def _value_type(base: str, meta, where: str):
+    """The argparse ``type`` of one value: whole numbers and finite numbers within the field's range."""
+    low, above, high = meta.get("min"), meta.get("above"), meta.get("max")
+    if base == "int":
+        if above is not None or high is not None or low not in (0, 1):
+            raise TypeError(f"{where}: a whole-number flag takes min=0 or min=1")
+        return count if low == 1 else count0
+    if base == "float":
+        known = {(None, 0, None): positive, (1, None, None): accept_len, (0, None, 1): fraction,
+                 (None, None, None): _number}
+        if (low, above, high) not in known:
+            raise TypeError(f"{where}: no flag type for the range min={low} above={above} max={high}")
+        return known[(low, above, high)]
+    if base in ("str", "Path"):
+        return None
+    raise TypeError(f"{where}: no flag for a field of type {base}")
+
+
+def _plain(text: str) -> str:
+    """A docstring's words as help: ``code`` and :func:`roles` without their markup."""
+    return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
+
+
+def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] | None = None,
+                 into: dict | None = None) -> None:
+    """One flag per field of the settings dataclass ``cls``, declared by the field alone.
+
+    The flag's name, type and range, choices and default come from the field (:func:`eaglelab.settings.option`),
+    its help from the class docstring's ``Attributes`` entry, unless the field or ``helps`` gives another.
+    A checkpoint's field becomes its shared flag (:func:`checkpoint`); a field without a default is required.
+
+    Args:
+        skip: fields this command sets itself (not flags).
+        helps: field name -> help on this command, where it says more than the docstring.
+        into: field name -> the group its flag joins (a mutually exclusive one), instead of ``parser``.
+    """
+    docs = field_help(cls)
+    parser.set_defaults(settings_class=cls)  # the command's settings, for the parity test and --help readers
+    for f in settings_fields(cls):
+        if f.name in skip:
+            continue
+        meta, name, default = f.metadata, flag_name(f), default_of(f)
+        text = _plain((helps or {}).get(f.name) or meta.get("help") or docs.get(f.name, "")).rstrip(".")
+        if default is not dataclasses.MISSING and default is not None and not isinstance(default, bool) and default != ():
+            text += f" (default: {','.join(map(str, default)) if isinstance(default, tuple) else default})"
+        required = default is dataclasses.MISSING
+        where = (into or {}).get(f.name, parser)
+        if meta.get("positional"):
+            where.add_argument(f.name, metavar=f.name.upper(), help=text)
+            continue
+        if name in CHECKPOINT_FLAGS:
+            checkpoint(where, name, text, required=required, old=meta.get("old", ()))
+            continue
+        base, many = _annotation(f.type)
+        kw: dict = {"dest": f.name, "help": text}
+        if not isinstance(default, bool):
+            kw["metavar"] = name.upper().replace("-", "_")
+        if base == "bool":
+            kw.update(action=argparse.BooleanOptionalAction if default else "store_true", default=bool(default))
+        else:
+            kw.update(type=_value_type(base, meta, f"{cls.__name__}.{f.name}"))
+            if meta.get("choices"):
+                kw["choices"] = list(meta["choices"])
+            if many:
+                kw["nargs"] = "+"
+            if required:
+                kw["required"] = True
+            else:
+                kw["default"] = list(default) if many and default is not None else default
+        where.add_argument(f"--{name}", **kw)
+        for spelling in meta.get("old", ()):
+            alias(where, spelling, f"--{name}", f.name, **({"type": kw["type"]} if kw.get("type") else {}))
+
+
+def settings_from(args, cls, **given):
+    """The settings the parsed flags describe; ``given`` sets the fields the command sets itself."""
+    values = {}
+    for f in settings_fields(cls):
+        if f.name in given or not hasattr(args, f.name):
+            continue
+        value = getattr(args, f.name)
+        values[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values, **given)

@@ -6,7 +6,7 @@ Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never impor
 from __future__ import annotations
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint
-from eaglelab.cli.arguments import checkpoint
+from eaglelab.cli.arguments import add_settings, settings_from
 from eaglelab.cli.output import print_json, table
 from eaglelab.inputs import printable, quoted
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
@@ -44,7 +44,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_compare(args) -> int:
 
-    report = compare_drafters(CompareSettings(args.old_drafter, args.new_drafter, args.new_target))
+    report = compare_drafters(settings_from(args, CompareSettings))
     cmp_ = report.comparison
     if args.json:
         print_json(report.to_json())
@@ -72,7 +72,7 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_targets(args) -> int:
 
-    report = compare_targets(TargetCompareSettings(args.old_target, args.new_target, args.old_drafter, args.revision))
+    report = compare_targets(settings_from(args, TargetCompareSettings))
     if args.json:
         print_json(report.to_json())
         return 0
@@ -114,9 +114,7 @@ def add_parsers(sub) -> None:
 
     c = sub.add_parser("compare", help="config and tensor diff of two drafters, with a verdict",
                        description="Compare two drafter checkpoints from metadata only.")
-    c.add_argument("old_drafter", metavar="OLD_DRAFTER", help="the old drafter, A (folder, file, index or hub id)")
-    c.add_argument("new_drafter", metavar="NEW_DRAFTER", help="the other drafter, B (the new target's own, when it has one)")
-    checkpoint(c, "new-target", "the new target (folder, config.json or hub id) to check both against", old=("--target",))
+    add_settings(c, CompareSettings)
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 
@@ -125,9 +123,6 @@ def add_parsers(sub) -> None:
                        description="Compare two target models before any probe: the language models' configs "
                                    "(classified), quantization, tokenizers id by id and chat templates rendered on "
                                    "one conversation, from metadata only (local folders or hub ids).")
-    t.add_argument("old_target", metavar="OLD_TARGET", help="the old target (folder, config.json or hub id)")
-    t.add_argument("new_target", metavar="NEW_TARGET", help="the new target")
-    checkpoint(t, "old-drafter", "the old target's drafter: check the ids its draft vocabulary uses", old=("--drafter",))
-    t.add_argument("--revision", help="hub revision")
+    add_settings(t, TargetCompareSettings)
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.set_defaults(func=cmd_compare_targets)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.preflight import check_drafter, check_target
-from eaglelab.cli.arguments import alias, checkpoint, count, count0, positive
+from eaglelab.cli.arguments import add_settings, count, count0, settings_from
 from eaglelab.cli.output import print_json
 from eaglelab.data.world import default_world_dir
 from eaglelab.decisions import Option
 from eaglelab.errors import EngineError, ParameterError, SourceError
 from eaglelab.inputs import read_bytes
 from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
-from eaglelab.jobs.probe import DTYPES, DumpSettings, ProbeSettings, dump_states, probe_checkpoints
+from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
 from eaglelab.worlds.build import build_world
 
 
@@ -121,19 +121,9 @@ def cmd_speculate(args) -> int:
 
 # --------------------------------------------------------------------------- probe
 
-def probe_settings(args):
-    """The command line's :class:`~eaglelab.jobs.probe.ProbeSettings` (its flags' defaults are the dataclass's)."""
-
-    return ProbeSettings(args.old_target, args.new_target, args.old_drafter, data=args.data, world_dir=args.world_dir,
-                         sequences=args.sequences, seq_len=args.seq_len, k=args.k, batch_size=args.batch_size,
-                         measure_prompts=args.measure_prompts, measure_tokens=args.measure_tokens, dtype=args.dtype,
-                         device=args.device, device_map=args.device_map, trust_remote_code=args.trust_remote_code,
-                         old_states=args.old_states, new_states=args.new_states)
-
-
 def cmd_probe(args) -> int:
 
-    report = probe_checkpoints(probe_settings(args), progress=not args.json)
+    report = probe_checkpoints(settings_from(args, ProbeSettings), progress=not args.json)
     if args.json:
         print_json(report.to_json())
         return 0
@@ -143,10 +133,7 @@ def cmd_probe(args) -> int:
 
 def cmd_dump(args) -> int:
 
-    settings = DumpSettings(args.target, args.drafter, args.out, layout=args.layout, compress=args.compress,
-                            data=args.data, world_dir=args.world_dir, sequences=args.sequences, seq_len=args.seq_len,
-                            batch_size=args.batch_size, dtype=args.dtype, force=args.force,
-                            trust_remote_code=args.trust_remote_code)
+    settings = settings_from(args, DumpSettings)
     done = dump_states(settings, progress=not args.json)
     if args.json:
         print_json(done)
@@ -158,17 +145,6 @@ def cmd_dump(args) -> int:
 
 # --------------------------------------------------------------------------- finetune
 
-def finetune_settings(args):
-    """The command line's :class:`~eaglelab.jobs.finetune.FinetuneSettings` (its flags' defaults are the dataclass's)."""
-
-    return FinetuneSettings(args.new_target, old_drafter=args.old_drafter, data=args.data, world_dir=args.world_dir,
-                            seq_len=args.seq_len,
-                            train_sequences=args.sequences, eval_sequences=args.eval_sequences, steps=args.steps,
-                            batch_size=args.batch_size, lr=args.lr, ttt_length=args.ttt_length, k=args.k,
-                            loss_convention=args.loss_convention, seed=args.seed, draft_vocab_size=args.draft_vocab,
-                            dtype=args.dtype, device=args.device, trust_remote_code=args.trust_remote_code)
-
-
 def cmd_finetune(args) -> int:
     from eaglelab.train.training import init_distributed
 
@@ -178,7 +154,7 @@ def cmd_finetune(args) -> int:
         raise ParameterError("finetune", "give --resume (continue the run) or --force (start over), not both")
     import torch
 
-    settings = finetune_settings(args)
+    settings = settings_from(args, FinetuneSettings)
     check_finetune(settings)  # everything from metadata before the target loads
     dist = init_distributed()
     device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
@@ -334,33 +310,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("probe", help="similarity of two targets and the old drafter's plug-in acceptance",
                        description="Capture targets A and B on the same tokens, compare their hidden states at the "
                                    "drafter's layers, and measure the drafter's acceptance on both.")
-    d = ProbeSettings.__dataclass_fields__
-    checkpoint(p, "old-target", "the old target (the drafter was trained on it)", required=True, old=("--target-a",))
-    checkpoint(p, "new-target", "the new target", required=True, old=("--target-b",))
-    checkpoint(p, "old-drafter", "the old drafter", required=True, old=("--drafter",))
-    p.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
-    p.add_argument("--world-dir", help="world folder whose held-out conversations to probe on (default: the world "
-                                       "--old-target lies in, if any)")
-    alias(p, "--world", "--world-dir", "world_dir")
-    p.add_argument("--sequences", type=count, default=d["sequences"].default,
-                   help="sequences (conversations, or rows of --seq-len tokens)")
-    p.add_argument("--seq-len", type=count, default=d["seq_len"].default, help="tokens per row of packed text")
-    p.add_argument("--k", type=count, default=d["k"].default, help="drafts per cycle, for the acceptance")
-    alias(p, "--steps", "--k", "k", type=count)
-    p.add_argument("--measure-prompts", type=count0, default=d["measure_prompts"].default,
-                   help="held-out prompts decoded for real on A and B (0: none)")
-    p.add_argument("--measure-tokens", type=count, default=d["measure_tokens"].default,
-                   help="new tokens per measured prompt")
-    p.add_argument("--dtype", choices=list(DTYPES), default=d["dtype"].default)
-    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
-    p.add_argument("--device-map", choices=["auto"], help="spread each target over all GPUs (needs accelerate)")
-    p.add_argument("--batch-size", type=count, default=d["batch_size"].default,
-                   help="sequences per forward (memory is bounded by this)")
-    p.add_argument("--trust-remote-code", action="store_true")
-    checkpoint(p, "old-states", "folder of the old target's hidden-state dumps (SpecForge or vLLM layout): the probe "
-                              "then loads neither target, only their heads and embeddings", old=("--states-a",))
-    checkpoint(p, "new-states", "folder of the new target's dumps, on the same conversations as --old-states",
-               old=("--states-b",))
+    add_settings(p, ProbeSettings)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_probe)
 
@@ -370,20 +320,7 @@ def add_parsers(sub) -> None:
                                    "reads. "
                                    "At scale the engines write them (`eaglelab recipe --job probe`).")
 
-    ud = DumpSettings.__dataclass_fields__
-    u.add_argument("--target", required=True, help="target folder or hub id")
-    u.add_argument("--drafter", required=True, help="the drafter whose three layers to dump")
-    u.add_argument("--out", required=True, help="folder to write")
-    u.add_argument("--layout", choices=["specforge", "vllm"], default=ud["layout"].default)
-    u.add_argument("--compress", action="store_true", help="SpecForge's --compress (.ckpt.gz)")
-    u.add_argument("--data", help="text or JSONL file (default: the world's conversations, else built-in text)")
-    u.add_argument("--world-dir", help="world folder whose held-out conversations to dump")
-    u.add_argument("--sequences", type=count, default=ud["sequences"].default)
-    u.add_argument("--seq-len", type=count, default=ud["seq_len"].default)
-    u.add_argument("--batch-size", type=count, default=ud["batch_size"].default)
-    u.add_argument("--dtype", choices=list(DTYPES), default=ud["dtype"].default, help="storage dtype")
-    u.add_argument("--force", action="store_true", help="replace an earlier dump eaglelab wrote in --out")
-    u.add_argument("--trust-remote-code", action="store_true")
+    add_settings(u, DumpSettings)
     u.add_argument("--json", action="store_true", help="machine-readable output")
     u.set_defaults(func=cmd_dump)
 
@@ -391,43 +328,17 @@ def add_parsers(sub) -> None:
                        description="EAGLE-3 training-time test on the target's own states. Writes checkpoints and "
                                    "metrics.jsonl under --out; --resume continues an interrupted run. Runs under "
                                    "torchrun for DDP.")
-    t = FinetuneSettings.__dataclass_fields__
-    checkpoint(f, "new-target", "the new target folder or hub id (the one to train a drafter for)", required=True,
-               old=("--target",))
     g = f.add_mutually_exclusive_group()
-    checkpoint(g, "old-drafter", "warm start from the old drafter (its d2t / t2d are kept)", old=("--init",))
     g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
-    f.add_argument("--steps", type=count, default=t["steps"].default, help="total optimizer steps")
+    add_settings(f, FinetuneSettings, skip=("measure_prompts", "measure_tokens"), into={"old_drafter": g})
     f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
     f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
     f.add_argument("--force", action="store_true", help="start over, replacing the run eaglelab wrote in --out")
-    f.add_argument("--data", help="text or JSONL file (default: the world's replies of the target, else built-in text)")
-    f.add_argument("--world-dir", help="world folder whose target-B replies to train on (default: the world "
-                                       "--new-target lies in, if any)")
-    alias(f, "--world", "--world-dir", "world_dir")
-    f.add_argument("--sequences", type=count, default=t["train_sequences"].default, help="training sequences (at most)")
-    f.add_argument("--eval-sequences", type=count, default=t["eval_sequences"].default,
-                   help="held-out sequences (at most)")
-    f.add_argument("--seq-len", type=count, default=t["seq_len"].default)
-    f.add_argument("--batch-size", type=count, default=t["batch_size"].default)
-    f.add_argument("--ttt-length", type=count, default=t["ttt_length"].default,
-                   help="training-time-test unroll (SpecForge's ttt_length)")
-    alias(f, "--ttt-steps", "--ttt-length", "ttt_length", type=count)
-    f.add_argument("--k", type=count, default=t["k"].default, help="drafts per cycle of the held-out τ")
-    f.add_argument("--lr", type=positive, default=t["lr"].default)
-    f.add_argument("--loss-convention", choices=["specforge", "speculators"], default=t["loss_convention"].default,
-                   help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
     f.add_argument("--log-every", type=count0, help="metrics line every N steps (default steps/12)")
     f.add_argument("--eval-every", type=count0, help="held-out evaluation every N steps (default steps/6)")
     f.add_argument("--checkpoint-every", type=count0, help="resumable checkpoint every N steps (default steps/2)")
-    f.add_argument("--draft-vocab", type=count, help="draft vocabulary size for --scratch")
     f.add_argument("--rebuild-vocab", action="store_true", help="warm start but rebuild d2t / t2d from the data")
-    f.add_argument("--seed", type=count0, default=t["seed"].default)
-    f.add_argument("--device", help="cpu or cuda (default: cuda when available, one GPU per rank)")
-    f.add_argument("--dtype", choices=list(DTYPES), default=t["dtype"].default,
-                   help="the target's dtype (its states are stored in float32)")
     f.add_argument("--stop-after", type=count, help=argparse_suppress())
-    f.add_argument("--trust-remote-code", action="store_true")
     f.set_defaults(func=cmd_finetune)
 
     en = sub.add_parser("engine", help="measure a drafter in vLLM itself (its own environment: make engine)",

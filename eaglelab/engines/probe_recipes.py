@@ -29,7 +29,7 @@ from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import is_mla_target, target_layer_count
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, option, script_value, steps_text
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, flag_value, script_value, steps_text
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import renamed_fields
@@ -186,7 +186,7 @@ def build_probe_recipe(s: ProbeRecipeSettings) -> ProbeRecipe:
                 f"dump target {key.upper()}'s hidden states at the old drafter's layers (SpecForge repository script)",
                 ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
                  targets[key], "--strategy", "eagle3", "--draft-model-config", draft_config, "--data-path",
-                 s.data, "--output-path", folders[key], *option("--chat-template", layers["chat_template"][0]),
+                 s.data, "--output-path", folders[key], *flag_value("--chat-template", layers["chat_template"][0]),
                  "--max-length", str(s.max_length)],
                 [f"Layer outputs {layers['aux_layer_outputs']} (the old drafter's) and the last hidden state after the "
                  "final norm;", "the same data, template, GPUs and batch size for both targets: the probe pairs the "

@@ -33,7 +33,7 @@ from eaglelab.engines.scripts import (
     Step,
     Var,
     comment_line,
-    option,
+    flag_value,
     path_word,
     script_value,
     steps_text,
@@ -390,7 +390,7 @@ def _specforge(s: RecipeSettings, vocab: dict, v: dict) -> tuple[list[Step], dic
         "capture the new target's hidden states at the old drafter's layers (SpecForge repository script)",
         ["torchrun", f"--nproc_per_node={s.gpus}", "scripts/prepare_hidden_states.py", "--target-model-path",
          s.new_target, "--strategy", "eagle3", "--draft-model-config", f"{old}/config.json", "--data-path",
-         f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", *option("--chat-template", s.chat_template),
+         f"{w}/regenerated.jsonl", "--output-path", f"{w}/hidden_states", *flag_value("--chat-template", s.chat_template),
          "--max-length", str(s.max_length)],
         ["It also writes hidden_states/vocab_mapping/vocab_mapping.pt, built from the new data: do NOT use that",
          "file; the training config points at the old drafter's map."]))

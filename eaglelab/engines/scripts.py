@@ -122,7 +122,7 @@ def path_word(value: str) -> str:
     return f"./{value}" if value.startswith("-") else value
 
 
-def option(flag: str, value: str) -> list[str]:
+def flag_value(flag: str, value: str) -> list[str]:
     """``[flag, value]``, or ``[flag=value]`` when ``value`` starts with ``-`` (a name, not a path: see
     :func:`path_word`), so that the engine's parser reads it as the flag's value, not as another option.
 

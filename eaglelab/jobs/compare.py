@@ -13,6 +13,7 @@ from typing import Any
 
 from eaglelab.checkpoints.inspection import compare_checkpoints
 from eaglelab.inputs import renamed_fields
+from eaglelab.settings import option
 
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
 
@@ -28,9 +29,10 @@ class CompareSettings:
         new_target: the target both should serve (folder, config.json or hub id); None: drafters only.
     """
 
-    old_drafter: str
-    new_drafter: str
-    new_target: str | None = None
+    old_drafter: str = option(positional=True, help="the old drafter, A (folder, file, index or hub id)")
+    new_drafter: str = option(positional=True, help="the other drafter, B (the new target's own, when it has one)")
+    new_target: str | None = option(None, old=("--target",),
+                                    help="the new target (folder, config.json or hub id) to check both against")
 
 
 @dataclass

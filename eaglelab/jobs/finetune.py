@@ -21,6 +21,8 @@ from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_rec
 from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
+from eaglelab.settings import option
+from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: The two starts a fine-tune can take.
@@ -52,30 +54,30 @@ class FinetuneSettings:
         trust_remote_code: allow the target's own code (off unless asked).
     """
 
-    new_target: str
-    old_drafter: str | None = None
-    data: str | None = None
-    world_dir: str | None = None
-    seq_len: int = 64
-    train_sequences: int = 128
-    eval_sequences: int = 32
-    steps: int = 60
-    batch_size: int = 4
-    lr: float = 2e-3
-    ttt_length: int = 3
-    k: int = 3
-    loss_convention: str = "specforge"
-    seed: int = 0
-    draft_vocab_size: int | None = None
-    measure_prompts: int = 4
-    measure_tokens: int = 48
-    dtype: str = "float32"
-    device: str | None = None
+    new_target: str = option(old=("--target",), help="the new target folder or hub id (the one to train a drafter for)")
+    old_drafter: str | None = option(None, old=("--init",), help="warm start from the old drafter (its d2t / t2d are kept)")
+    data: str | None = option(None, help="text or JSONL file (default: the world's replies of the target, else built-in text)")
+    world_dir: str | None = option(None, old=("--world",), help="world folder whose target-B replies to train on "
+                                                               "(default: the world --new-target lies in, if any)")
+    seq_len: int = option(64, min=1, help="tokens per row of packed text")
+    train_sequences: int = option(128, min=1, flag="sequences", help="training sequences (at most)")
+    eval_sequences: int = option(32, min=1, help="held-out sequences (at most)")
+    steps: int = option(60, min=1, help="total optimizer steps")
+    batch_size: int = option(4, min=1)
+    lr: float = option(2e-3, above=0)
+    ttt_length: int = option(3, min=1, old=("--ttt-steps",))
+    k: int = option(3, min=1)
+    loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS,
+                                  help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
+    seed: int = option(0, min=0)
+    draft_vocab_size: int | None = option(None, min=1, flag="draft-vocab", help="draft vocabulary size for --scratch")
+    measure_prompts: int = option(4, min=0)
+    measure_tokens: int = option(48, min=1)
+    dtype: str = option("float32", choices=DTYPES)
+    device: str | None = option(None, help="cpu or cuda (default: cuda when available, one GPU per rank)")
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        from eaglelab.train.ttt import LOSS_CONVENTIONS
-
         for name in ("seq_len", "train_sequences", "eval_sequences", "steps", "batch_size", "ttt_length", "k",
                      "measure_tokens"):
             require_whole(name, getattr(self, name))

@@ -19,6 +19,7 @@ from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
+from eaglelab.settings import option
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -50,23 +51,23 @@ class ProbeSettings:
             their heads and embeddings; ``sequences`` caps the sample pairs probed.
     """
 
-    old_target: str
-    new_target: str
-    old_drafter: str
-    data: str | None = None
-    world_dir: str | None = None
-    sequences: int = 24
-    seq_len: int = 64
-    k: int = 3
-    batch_size: int = 8
-    measure_prompts: int = 6
-    measure_tokens: int = 48
-    dtype: str = "float32"
-    device: str | None = None
-    device_map: str | None = None
-    trust_remote_code: bool = False
-    old_states: str | None = None
-    new_states: str | None = None
+    old_target: str = option(old=("--target-a",))
+    new_target: str = option(old=("--target-b",))
+    old_drafter: str = option(old=("--drafter",))
+    data: str | None = option(None, help="text or JSONL file (default: the world's conversations, else built-in text)")
+    world_dir: str | None = option(None, old=("--world",))
+    sequences: int = option(24, min=1)
+    seq_len: int = option(64, min=1)
+    k: int = option(3, min=1, old=("--steps",))
+    batch_size: int = option(8, min=1)
+    measure_prompts: int = option(6, min=0)
+    measure_tokens: int = option(48, min=1)
+    dtype: str = option("float32", choices=DTYPES)
+    device: str | None = option(None, help="cpu, cuda, cuda:1 (default: cuda when available)")
+    device_map: str | None = option(None, choices=("auto",), help="spread each target over all GPUs (needs accelerate)")
+    trust_remote_code: bool = option(False)
+    old_states: str | None = option(None, old=("--states-a",))
+    new_states: str | None = option(None, old=("--states-b",))
 
     @property
     def from_dumps(self) -> bool:
@@ -314,19 +315,21 @@ class DumpSettings:
         data, world_dir, sequences, seq_len: the sequences, as the probe picks them (:class:`ProbeSettings`).
         batch_size: sequences per forward.
         dtype: the storage dtype (``bfloat16`` is what engines write; ``float32`` keeps the live probe's numbers).
+        force: replace an earlier dump eaglelab wrote in ``out``.
+        trust_remote_code: allow the target's own code (off unless asked).
     """
 
     target: str
     drafter: str
     out: str
-    layout: str = "specforge"
+    layout: str = option("specforge", choices=("specforge", "vllm"))
     compress: bool = False
-    data: str | None = None
-    world_dir: str | None = None
-    sequences: int = 24
-    seq_len: int = 64
-    batch_size: int = 8
-    dtype: str = "float32"
+    data: str | None = option(None, help="text or JSONL file (default: the world's conversations, else built-in text)")
+    world_dir: str | None = option(None, help="world folder whose held-out conversations to dump")
+    sequences: int = option(24, min=1, help="sequences dumped (whole conversations, or rows of --seq-len tokens)")
+    seq_len: int = option(64, min=1, help="tokens per row of packed text")
+    batch_size: int = option(8, min=1)
+    dtype: str = option("float32", choices=DTYPES)
     force: bool = False
     trust_remote_code: bool = False
 

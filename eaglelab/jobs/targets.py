@@ -19,6 +19,7 @@ from eaglelab.checkpoints.tensor_table import strip_prefix
 from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import renamed_fields
+from eaglelab.settings import option
 
 
 @renamed_fields({"target_a": "old_target", "target_b": "new_target", "drafter": "old_drafter"})
@@ -33,9 +34,10 @@ class TargetCompareSettings:
         revision: hub revision for hub ids.
     """
 
-    old_target: str
-    new_target: str
-    old_drafter: str | None = None
+    old_target: str = option(positional=True, help="the old target (folder, config.json or hub id)")
+    new_target: str = option(positional=True)
+    old_drafter: str | None = option(None, old=("--drafter",),
+                                     help="the old target's drafter: check the ids its draft vocabulary uses")
     revision: str | None = None
 
 

@@ -26,6 +26,7 @@ from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, write_drafter
 from eaglelab.outputs import OutputError, open_output_folder, os_problem, where
 from eaglelab.progress import progress as progress_bar
+from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 from eaglelab.train.run_files import (
     METRICS,
     RECORD,
@@ -40,8 +41,6 @@ from eaglelab.train.run_files import (
     run_record,
 )
 from eaglelab.train.ttt import (
-    DEFAULT_CONVENTION,
-    LOSS_CONVENTIONS,
     TargetTokens,
     TTTObjective,
     evaluate_drafter,

@@ -29,11 +29,7 @@ import torch.nn.functional as F
 
 from eaglelab.data.states import HiddenStates
 from eaglelab.model.drafter import Eagle3Drafter
-
-LOSS_CONVENTIONS = ("specforge", "speculators")
-DEFAULT_CONVENTION = "specforge"
-# each reference's default per-step loss weight base (SpecForge's ploss_decay, speculators' ttt_step_loss_decay)
-CONVENTION_DECAY = {"specforge": 0.8, "speculators": 1.0}
+from eaglelab.train.conventions import CONVENTION_DECAY, DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
 
 def shift_mask(x: torch.Tensor, n: int, length: int | None = None) -> torch.Tensor:

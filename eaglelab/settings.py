@@ -1,0 +1,86 @@
+"""A settings field declared once: its default, its range, its choices and its command-line spelling.
+
+Every job's settings dataclass declares its fields with :func:`option`; the command line builds the
+command's flags from them (:func:`eaglelab.cli.arguments.add_settings`: the type and range check, the
+choices, the default, and the help from the class docstring's ``Attributes``), and the notebooks'
+parameters are the same fields' names in capitals. So a default, a range or a help text is written in one
+place, and ``tests/test_parity.py`` ties every command and notebook to it. Standard library only: the
+metadata commands import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+#: The metadata keys :func:`option` writes and the command line reads.
+KEYS = ("min", "above", "max", "choices", "flag", "old", "help", "cli", "positional")
+
+
+def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,
+           above: float | None = None, max: float | None = None, choices: tuple | None = None, flag: str | None = None,
+           old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False) -> Any:
+    """A dataclass field with its command-line face.
+
+    Args:
+        default, factory: the field's default (or a factory for a mutable one); neither: required.
+        min, above, max: the range of a number (``min`` and ``max`` inclusive, ``above`` exclusive).
+        choices: the values a string may take.
+        flag: the flag's name when it is not the field's (``sequences`` for ``train_sequences``).
+        old: the flag's earlier spellings (``--target-a``): still taken for one release, with a note.
+        help: the flag's help when the class docstring's entry for the field is not it.
+        cli: False keeps the field off the command line (set by code, not by the user).
+        positional: the command takes it as an argument, not a flag (``compare OLD_DRAFTER NEW_DRAFTER``).
+    """
+    meta = {"min": min, "above": above, "max": max, "choices": tuple(choices) if choices else None, "flag": flag,
+            "old": tuple(old) or None, "help": help, "cli": None if cli else False,
+            "positional": positional or None}
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={k: v for k, v in meta.items() if v is not None})
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's entry in the class docstring's ``Attributes:`` section (``a, b: text`` documents both)."""
+    doc = cls.__doc__ or ""
+    section = re.split(r"\n\s*Attributes:\s*\n", doc, maxsplit=1)
+    if len(section) < 2:
+        return {}
+    entries: dict[str, str] = {}
+    names: list[str] = []
+    indent = None
+    for line in section[1].splitlines():
+        if not line.strip():
+            continue
+        width = len(line) - len(line.lstrip())
+        indent = width if indent is None else indent
+        if width < indent:  # the section ended
+            break
+        head = re.match(r"\s*([A-Za-z_][\w, ]*?):\s+(.*)", line) if width == indent else None
+        if head:
+            names = [n.strip() for n in head.group(1).split(",")]
+            for n in names:
+                entries[n] = head.group(2).strip()
+        else:
+            for n in names:
+                entries[n] += " " + line.strip()
+    return entries
+
+
+def settings_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of a settings dataclass that are on the command line."""
+    return [f for f in dataclasses.fields(cls) if f.metadata.get("cli", True) and f.init]
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """The field's flag, without the dashes: its name with ``-`` for ``_`` unless the field says otherwise."""
+    return f.metadata.get("flag") or f.name.replace("_", "-")
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """The field's default (its factory's value), or :data:`dataclasses.MISSING` for a required field."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
