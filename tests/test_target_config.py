@@ -2,7 +2,8 @@
 
 Quantization is named from each scheme's own config or, without one, from the tensors its format writes
 (compressed-tensors, FP8 blocks, ModelOpt NVFP4, GPTQ); weight names are found under any prefix; and none
-of the readers fails on a config of any shape (a property test over arbitrary JSON).
+of the readers fails on a config of any shape (a property test over arbitrary JSON). Targets' config diffs run
+on the one engine the drafters' use, each family with its own rule table.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eaglelab.checkpoints.config_diff import DRAFTER_RULES, ConfigDiff, diff_configs, diff_views, flatten
 from eaglelab.checkpoints.inspection import inspect_checkpoint
 from eaglelab.checkpoints.synthetic import write_synthetic_weights
-from eaglelab.checkpoints.target_compare import diff_target_configs, target_view
+from eaglelab.checkpoints.target_compare import TARGET_RULES, diff_target_configs, target_view
 from eaglelab.checkpoints.target_config import head_names, quantization_of, target_field, target_layer_count
 from eaglelab.errors import CheckpointMismatchError
 
@@ -102,6 +104,29 @@ def test_any_config_reads_without_a_crash(a, b, modelopt):
     assert all(d.category for d in diffs) and target_view(a) is not None
     target_field(a, "hidden_size")
     target_layer_count(b)
+
+
+def test_drafters_and_targets_diff_through_one_engine():
+    """One engine under both diffs: one flattening (a nested dict's fields as ``key.field``), one walk, one record
+    type, one reading of a key no table knows; each family's table says only which keys nest and what they mean."""
+    rope_a, rope_b = {"rope_type": "yarn", "factor": 8.0}, {"rope_type": "yarn", "factor": 16.0}
+    a = {"hidden_size": 64, "eagle_config": rope_a, "rope_scaling": rope_a, "a_new_field": 1}
+    b = {"hidden_size": 64, "eagle_config": rope_b, "rope_scaling": rope_b, "a_new_field": 2}
+    drafter, target = diff_configs(a, b), diff_target_configs(a, b)
+    # the same nested dict spreads into the same field, under whichever key the family nests
+    assert [(d.key, d.category, d.a, d.b) for d in drafter] == [
+        ("eagle_config.factor", "behaviour", 8.0, 16.0), ("rope_scaling", "behaviour", rope_a, rope_b),
+        ("a_new_field", "unknown", 1, 2)]
+    assert [(d.key, d.category, d.a, d.b) for d in target] == [
+        ("rope_scaling.factor", "rope and context", 8.0, 16.0), ("a_new_field", "unknown", 1, 2),
+        ("eagle_config", "unknown", rope_a, rope_b)]
+    assert {type(d) for d in drafter + target} == {ConfigDiff}
+    assert drafter[-1].why == target[1].why  # one reading of an unknown key
+    # each family's diff is the engine's walk over its own view with its own table
+    assert drafter == diff_views(flatten(a, DRAFTER_RULES.nested), flatten(b, DRAFTER_RULES.nested), DRAFTER_RULES)
+    assert target == diff_views(target_view(a), target_view(b), TARGET_RULES)
+    assert {k: v for k, v in target_view(b).items() if k.startswith("rope_scaling")} == \
+        flatten({"rope_scaling": rope_b}, TARGET_RULES.nested)
 
 
 def test_a_prefixed_multimodal_target_is_followed_wherever_a_tensor_is_looked_up(tiny_world, tmp_path):

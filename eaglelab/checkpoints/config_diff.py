@@ -1,11 +1,136 @@
-"""Config diffs of two drafters: one spelling of each config, every key classified by what a difference does."""
+"""Config diffs: one engine for any two configs, and the drafters' reading of their keys.
+
+The engine reads two configs through one flattening (:func:`flatten`: a nested dict's fields as
+``key.field``), walks the union of their keys, compares values and attaches each differing key's
+:class:`KeyRule` (:func:`diff_views`, one :class:`ConfigDiff` a key). What a difference means, which
+keys are nested and which absences are no difference is a family's own :class:`RuleTable`: the
+drafters' here (:data:`DRAFTER_RULES`, :func:`diff_configs`), the targets' in
+:mod:`eaglelab.checkpoints.target_compare` (:data:`~eaglelab.checkpoints.target_compare.TARGET_RULES`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.spec import DEFAULT_DRAFT_VOCAB, is_speculators_config
+
+# --------------------------------------------------------------------------- the engine
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """How a difference in one config key matters."""
+
+    category: str
+    why: str
+
+
+#: The rule of a key no table knows.
+UNKNOWN = KeyRule("unknown", "not a key eaglelab knows; check what reads it")
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    """One differing key between two configs (two drafters' or two targets').
+
+    Attributes:
+        key: dotted key (a nested dict's fields flattened one level: ``eagle_config.*`` for drafters,
+            ``rope_scaling.*`` for targets).
+        a: value in A (None when absent).
+        b: value in B.
+        category: one of the family's categories (:attr:`RuleTable.order`): for drafters ``architecture``,
+            ``behaviour``, ``loader``, ``metadata`` or ``unknown``.
+        why: one line on what the difference does.
+    """
+
+    key: str
+    a: Any
+    b: Any
+    category: str
+    why: str
+
+
+@dataclass(frozen=True)
+class RuleTable:
+    """One family's reading of config keys: what a difference in each means, and which differences are none.
+
+    Attributes:
+        rules: key (dotted for a nested field) -> its rule.
+        order: the categories, most telling first and ``unknown`` last: the order diffs are listed in.
+        nested: keys whose dict value is read field by field, as ``key.field`` (:func:`flatten`).
+        inner: nested keys whose fields mean what the same key means at the top level.
+        by_head: the rule of a dotted key no rule names, by the part before its first dot.
+        defaults: what an absent key means to every reader: writing the default is no difference.
+        null_is_absent: a null value reads as an absent key (as transformers reads a config), not as a value.
+    """
+
+    rules: Mapping[str, KeyRule]
+    order: tuple[str, ...]
+    nested: tuple[str, ...] = ()
+    inner: tuple[str, ...] = ()
+    by_head: Mapping[str, KeyRule] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    null_is_absent: bool = False
+
+    def rule(self, key: str) -> KeyRule:
+        """Category and reason for a (possibly dotted) key; unknown keys stay unknown."""
+        if key in self.rules:
+            return self.rules[key]
+        head, dot, rest = key.partition(".")
+        if not dot:
+            return UNKNOWN
+        return self.rule(rest) if head in self.inner else self.by_head.get(head, UNKNOWN)
+
+
+def flatten(cfg: Mapping[str, Any], nested: tuple[str, ...]) -> dict[str, Any]:
+    """The config with each ``nested`` key's dict value spread one level, as ``key.field`` (other values kept)."""
+    out = {}
+    for k, v in cfg.items():
+        if k in nested and isinstance(v, dict):
+            for kk, vv in v.items():
+                out[f"{k}.{kk}"] = vv
+        else:
+            out[k] = v
+    return out
+
+
+_MISSING = object()
+
+
+def diff_views(a: Mapping[str, Any], b: Mapping[str, Any], rules: RuleTable) -> list[ConfigDiff]:
+    """Every key whose value differs between two flat views of configs, with its rule, in the table's order.
+
+    An absent key is no difference where the other side holds its default (:attr:`RuleTable.defaults`);
+    with :attr:`RuleTable.null_is_absent` a null is absent. An absent value is reported as None.
+    """
+    absent = None if rules.null_is_absent else _MISSING
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key, absent), b.get(key, absent)
+        default = rules.defaults.get(key, _MISSING)
+        if va == vb or (va is absent and vb == default) or (vb is absent and va == default):
+            continue
+        rule = rules.rule(key)
+        diffs.append(ConfigDiff(key, None if va is _MISSING else va, None if vb is _MISSING else vb,
+                                rule.category, rule.why))
+    return sorted(diffs, key=lambda d: (rules.order.index(d.category), d.key))
+
+
+def _one_rope_spelling(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Plain RoPE written as Transformers 5's ``rope_parameters`` becomes ``rope_theta`` (one spelling to diff)."""
+    params = cfg.get("rope_parameters")
+    if not isinstance(params, dict) or set(params) - {"rope_theta", "rope_type"} or \
+            params.get("rope_type", "default") != "default" or "rope_theta" not in params or \
+            cfg.get("rope_theta", params["rope_theta"]) != params["rope_theta"]:
+        return cfg
+    out = {k: v for k, v in cfg.items() if k != "rope_parameters"}
+    out["rope_theta"] = params["rope_theta"]
+    return out
+
+
+# --------------------------------------------------------------------------- drafters
 
 
 def comparison_view(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -40,16 +165,6 @@ def comparison_view(cfg: dict[str, Any]) -> dict[str, Any]:
         body["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [int(i) - 1 for i in ids],
                                 "use_aux_hidden_state": True}
     return body
-
-
-# --------------------------------------------------------------------------- config diff
-
-@dataclass(frozen=True)
-class KeyRule:
-    """How a difference in one config key matters."""
-
-    category: str
-    why: str
 
 
 _ARCH = "architecture"
@@ -130,27 +245,6 @@ CONFIG_KEY_RULES: dict[str, KeyRule] = {
 }
 
 
-@dataclass(frozen=True)
-class ConfigDiff:
-    """One differing key between two configs.
-
-    Attributes:
-        key: dotted key (nested dicts flattened one level for ``eagle_config``).
-        a: value in A (None when absent).
-        b: value in B.
-        category: ``architecture``, ``behaviour``, ``loader``, ``metadata`` or ``unknown``.
-        why: one line on what the difference does.
-    """
-
-    key: str
-    a: Any
-    b: Any
-    category: str
-    why: str
-
-
-_MISSING = object()
-
 #: What an absent key means to every reader: writing the default is no difference.
 DEFAULTS: dict[str, Any] = {
     "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
@@ -161,39 +255,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _one_rope_spelling(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Plain RoPE written as Transformers 5's ``rope_parameters`` becomes ``rope_theta`` (one spelling to diff)."""
-    params = cfg.get("rope_parameters")
-    if not isinstance(params, dict) or set(params) - {"rope_theta", "rope_type"} or \
-            params.get("rope_type", "default") != "default" or "rope_theta" not in params or \
-            cfg.get("rope_theta", params["rope_theta"]) != params["rope_theta"]:
-        return cfg
-    out = {k: v for k, v in cfg.items() if k != "rope_parameters"}
-    out["rope_theta"] = params["rope_theta"]
-    return out
-
-
-def _flatten(cfg: dict[str, Any]) -> dict[str, Any]:
-    cfg = _one_rope_spelling(cfg)
-    out = {}
-    for k, v in cfg.items():
-        if k in ("eagle_config", "transformer_layer_config") and isinstance(v, dict):
-            for kk, vv in v.items():
-                out[f"{k}.{kk}"] = vv
-        else:
-            out[k] = v
-    return out
-
-
-def classify_key(key: str) -> KeyRule:
-    """Category and reason for a (possibly dotted) config key; unknown keys stay unknown."""
-    if key in CONFIG_KEY_RULES:
-        return CONFIG_KEY_RULES[key]
-    if key.startswith("transformer_layer_config."):
-        return classify_key(key.split(".", 1)[1])
-    if key.startswith("eagle_config."):
-        return KeyRule(_BEH, "EAGLE settings read by SGLang / SpecForge")
-    return KeyRule("unknown", "not a key eaglelab knows; check what reads it")
+#: The drafters' reading: ``eagle_config`` and the speculators' ``transformer_layer_config`` are read field
+#: by field (the latter's fields as the same keys at the top level); a null is absent, as transformers reads it.
+DRAFTER_RULES = RuleTable(
+    CONFIG_KEY_RULES, (_ARCH, _BEH, _LOAD, _META, "unknown"), nested=("eagle_config", "transformer_layer_config"),
+    inner=("transformer_layer_config",), by_head={"eagle_config": KeyRule(_BEH, "EAGLE settings read by SGLang / SpecForge")},
+    defaults=DEFAULTS, null_is_absent=True)
 
 
 def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[ConfigDiff]:
@@ -203,14 +270,5 @@ def diff_configs(a: dict[str, Any], b: dict[str, Any]) -> list[ConfigDiff]:
     so a format conversion alone shows no difference. Architecture differences come first,
     then behaviour, loader, metadata, unknown.
     """
-    fa, fb = _flatten(comparison_view(a or {})), _flatten(comparison_view(b or {}))
-    diffs = []
-    for key in sorted(set(fa) | set(fb)):
-        va, vb = fa.get(key), fb.get(key)  # null is absent, as transformers reads it
-        default = DEFAULTS.get(key, _MISSING)
-        if va == vb or (va is None and vb == default) or (vb is None and va == default):
-            continue
-        rule = classify_key(key)
-        diffs.append(ConfigDiff(key, va, vb, rule.category, rule.why))
-    order = {_ARCH: 0, _BEH: 1, _LOAD: 2, _META: 3, "unknown": 4}
-    return sorted(diffs, key=lambda d: (order[d.category], d.key))
+    fa, fb = (flatten(_one_rope_spelling(comparison_view(cfg or {})), DRAFTER_RULES.nested) for cfg in (a, b))
+    return diff_views(fa, fb, DRAFTER_RULES)

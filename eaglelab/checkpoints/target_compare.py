@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render_all, template_context, text_diff
-from eaglelab.checkpoints.config_diff import KeyRule
+from eaglelab.checkpoints.config_diff import ConfigDiff, KeyRule, RuleTable, diff_views, flatten
 from eaglelab.checkpoints.target_config import Quantization, is_multimodal, text_config
 from eaglelab.checkpoints.tokenizer_files import Tokenizer, describe
 from eaglelab.inputs import quoted
@@ -95,14 +95,10 @@ TARGET_KEY_RULES: dict[str, KeyRule] = {
 }
 
 
-def target_key_rule(key: str) -> KeyRule:
-    """Category and meaning of a (possibly dotted) target config key; unknown keys stay unknown."""
-    if key in TARGET_KEY_RULES:
-        return TARGET_KEY_RULES[key]
-    head = key.split(".", 1)[0]
-    if head in TARGET_KEY_RULES:
-        return TARGET_KEY_RULES[head]
-    return KeyRule("unknown", "not a key eaglelab knows; check what reads it")
+#: The targets' reading: RoPE's dicts field by field, a dotted key read by its head's rule, no defaults (an absent
+#: key differs from any value, null included: a wrapper that appears shows as its fields appearing).
+TARGET_RULES = RuleTable(TARGET_KEY_RULES, CATEGORIES, nested=("rope_scaling", "rope_parameters"),
+                         by_head=TARGET_KEY_RULES)
 
 
 def target_view(config: dict[str, Any], quantization: Quantization | None = None) -> dict[str, Any]:
@@ -114,15 +110,8 @@ def target_view(config: dict[str, Any], quantization: Quantization | None = None
     """
     config = config or {}
     inner = text_config(config)
-    view: dict[str, Any] = {}
-    for key, value in {**config, **inner}.items():
-        if key in ("text_config", "language_config", "vision_config", "quantization_config", "architectures",
-                   "model_type"):
-            continue
-        if key in ("rope_scaling", "rope_parameters") and isinstance(value, dict):
-            view.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            view[key] = value
+    skip = ("text_config", "language_config", "vision_config", "quantization_config", "architectures", "model_type")
+    view = flatten({k: v for k, v in {**config, **inner}.items() if k not in skip}, TARGET_RULES.nested)
     view["architectures"] = config.get("architectures")
     view["model_type"] = config.get("model_type")
     if is_multimodal(config):
@@ -141,30 +130,11 @@ def target_view(config: dict[str, Any], quantization: Quantization | None = None
     return view
 
 
-@dataclass(frozen=True)
-class TargetKeyDiff:
-    """One differing field of the two language models (``a``: old, ``b``: new; None when absent)."""
-
-    key: str
-    a: Any
-    b: Any
-    category: str
-    why: str
-
-
 def diff_target_configs(a: dict[str, Any], b: dict[str, Any], qa: Quantization | None = None,
-                        qb: Quantization | None = None) -> list[TargetKeyDiff]:
-    """Every field whose value differs between two targets' views (:func:`target_view`), classified, most telling first."""
-    va, vb = target_view(a, qa), target_view(b, qb)
-    missing = object()
-    out = []
-    for key in sorted(set(va) | set(vb)):
-        x, y = va.get(key, missing), vb.get(key, missing)
-        if x == y:
-            continue
-        rule = target_key_rule(key)
-        out.append(TargetKeyDiff(key, None if x is missing else x, None if y is missing else y, rule.category, rule.why))
-    return sorted(out, key=lambda d: (CATEGORIES.index(d.category), d.key))
+                        qb: Quantization | None = None) -> list[ConfigDiff]:
+    """Every field whose value differs between two targets' views (:func:`target_view`), classified, most telling
+    first (``a``: old, ``b``: new; None when absent)."""
+    return diff_views(target_view(a, qa), target_view(b, qb), TARGET_RULES)
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -359,7 +329,7 @@ class TargetVerdict:
     reasons: tuple[str, ...] = ()
 
 
-def target_verdict(diffs: list[TargetKeyDiff], tokenizers: TokenizerComparison,
+def target_verdict(diffs: list[ConfigDiff], tokenizers: TokenizerComparison,
                    templates: TemplateComparison) -> TargetVerdict:
     """The verdict line for the drafter: the most serious of widths, tokenizer, template, then the probe."""
     by_key = {d.key: d for d in diffs}
