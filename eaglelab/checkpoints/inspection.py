@@ -168,7 +168,6 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
     where = ck.config_path or source
     family = drafter_family(ck.config)
     if family.name == "target model":
-
         return Inspection(ck, None, [], family, [family.line],
                           target=target_weights(ck.tensors, ck.config, source, modelopt_config(ck)))
     if not family.computed:

@@ -104,7 +104,6 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
 
 
 def _hub_files(repo_id: str, revision: str | None) -> TargetFiles:
-
     if hub_offline():
         raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
     timeout = hub_timeout()

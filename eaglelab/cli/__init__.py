@@ -52,7 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = build_parser()
     args = parser.parse_args(argv)
     missing = missing_required(args)

@@ -91,7 +91,6 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-
         print(f"note: {option_string} is now {self.new}; the old spelling goes in the next release", file=sys.stderr)
         setattr(namespace, self.dest, values)
 

@@ -22,7 +22,6 @@ def _say(*lines: str) -> None:
 
 
 def cmd_inspect(args) -> int:
-
     insp = inspect_checkpoint(args.source, args.revision)
     if args.json:
         print_json(insp.to_json())
@@ -43,7 +42,6 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_compare(args) -> int:
-
     report = compare_drafters(settings_from(args, CompareSettings))
     cmp_ = report.comparison
     if args.json:
@@ -71,7 +69,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_compare_targets(args) -> int:
-
     report = compare_targets(settings_from(args, TargetCompareSettings))
     if args.json:
         print_json(report.to_json())

@@ -53,7 +53,6 @@ def cmd_drafter_init(args) -> int:
 
 
 def cmd_drafter_export(args) -> int:
-
     if args.to == "speculators" and not args.target:
         raise ParameterError("--target", "a speculators (vLLM) export records its verifier: give --target")
     _, tcfg = check_drafter(args.source, args.target)  # from metadata, before anything loads
@@ -82,9 +81,7 @@ def cmd_speculate(args) -> int:
     check_drafter(args.drafter, args.target)  # from metadata, before anything loads
     drafter = load_drafter(args.drafter)
     model, tok = load_target(args.target, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code)
-    if tok is None:
-        raise SourceError(args.target, "no tokenizer found beside the target")
+                             trust_remote_code=args.trust_remote_code, need_tokenizer=True)
     drafter = drafter.to(next(model.parameters()).device, model.dtype)
     target = Target.for_drafter(model, drafter.spec)
     ids = tok(args.prompt)["input_ids"]
@@ -122,7 +119,6 @@ def cmd_speculate(args) -> int:
 # --------------------------------------------------------------------------- probe
 
 def cmd_probe(args) -> int:
-
     report = probe_checkpoints(settings_from(args, ProbeSettings), progress=not args.json)
     if args.json:
         print_json(report.to_json())
@@ -132,7 +128,6 @@ def cmd_probe(args) -> int:
 
 
 def cmd_dump(args) -> int:
-
     settings = settings_from(args, DumpSettings)
     done = dump_states(settings, progress=not args.json)
     if args.json:
@@ -204,10 +199,7 @@ def cmd_engine(args) -> int:
     check_drafter(args.drafter, args.target)  # from metadata, before anything loads
     if not ok:
         raise EngineError("vllm", line)
-    model, tok = load_target(args.target, dtype="float32", device="cpu")
-    if tok is None:
-
-        raise SourceError(args.target, "no tokenizer found beside the target (the prompts are its token ids)")
+    model, tok = load_target(args.target, dtype="float32", device="cpu", need_tokenizer=True)  # the prompts' ids
     prompts = measure_prompts(tok, args.prompts, world_of(args.target))
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
     engine = measure_in_engine(args.target, args.drafter, prompts, args.tokens, k=args.k, batch=args.batch,
@@ -239,7 +231,6 @@ def cmd_engine(args) -> int:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
-
     root = Path(args.out) if args.out else default_world_dir(args.world)
     world = build_world(args.world, root, force=args.force)
     if args.json:
@@ -250,7 +241,6 @@ def cmd_demo_build(args) -> int:
 
 
 def argparse_suppress():
-
     return argparse.SUPPRESS  # test hook: stop as if interrupted after N steps
 
 

@@ -308,8 +308,6 @@ def _read_specforge(index: int, path: Path) -> DumpSample:
 
 
 def _read_vllm(index: int, path: Path) -> DumpSample:
-
-
     where = printable(str(path))
     try:
         infos, _ = read_safetensors_header(path)  # a hostile header is refused before safetensors maps it

@@ -70,14 +70,15 @@ def world_of(checkpoint: str | Path | None) -> World | None:
     return None
 
 
-def probe_world(old_target: str | None, world_dir: str | None) -> World | None:
-    """The world whose data the probe uses: ``world_dir`` when given, else the one the old target lies in.
+def world_for_data(checkpoint: str | None, world_dir: str | None) -> World | None:
+    """The world whose data a job uses (the probe, the dumps, a fine-tune): ``world_dir`` when given, else the
+    world the job's target (``checkpoint``) lies in, if any.
 
     Raises:
         ParameterError: (``--world-dir``) ``world_dir`` is not a folder.
     """
     if world_dir in (None, ""):
-        return world_of(old_target)
+        return world_of(checkpoint)
     world = World.at(world_dir)
     try:
         found = world.root.is_dir()
@@ -104,7 +105,7 @@ def probe_data_choice(data_file: str | Path | None, world: World | None, old_tar
 
     Args:
         data_file: the user's text / JSONL file (None or empty: none given).
-        world: the world whose data to use (:func:`probe_world`), or None.
+        world: the world whose data to use (:func:`world_for_data`), or None.
         old_target: the old target, when known: built-in text in a world is that world's own kind of
             text only for the world's own target (None: the world was found from the old target).
     """
@@ -141,4 +142,4 @@ def describe_probe_data(data: str | None, old_target: str, world_dir: str | None
     Raises:
         ParameterError: (``--world-dir``) ``world_dir`` is not a folder.
     """
-    return probe_data_choice(data, probe_world(old_target, world_dir), old_target)
+    return probe_data_choice(data, world_for_data(old_target, world_dir), old_target)

@@ -73,7 +73,6 @@ class Responses:
 
     @classmethod
     def load(cls, path: str | Path) -> Responses:
-
         try:
             d = load_file(str(path))
             rows = [[r[:n].tolist() for r, n in zip(d[k + "_ids"], d[k + "_lengths"].tolist())]

@@ -69,7 +69,6 @@ class HiddenStates:
 
     @classmethod
     def load(cls, path: str | Path) -> HiddenStates:
-
         try:
             d = load_file(str(path))
             with safe_open(str(path), "pt") as fh:

@@ -291,7 +291,6 @@ class Prediction:
     calibration_error: float | None = None
 
     def to_json(self) -> dict:
-
         return asdict(self)
 
 

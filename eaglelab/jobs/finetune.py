@@ -15,10 +15,10 @@ from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
 from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.data.world import World
+from eaglelab.data.probe_data import world_for_data
 from eaglelab.decisions import Option, recommend
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
-from eaglelab.errors import ParameterError, SourceError, require_whole
+from eaglelab.errors import ParameterError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
 from eaglelab.settings import option
@@ -131,27 +131,20 @@ def load_inputs(settings: FinetuneSettings, device: str | None = None, progress:
 
     The layers captured are those the old drafter reads, or a fresh drafter's defaults for the target.
     """
-    from eaglelab.data.sets import finetune_set, world_of
+    from eaglelab.data.sets import finetune_set
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
 
     check_finetune(settings)
     model, tok = load_target(settings.new_target, dtype=settings.dtype, device=device or settings.device,
-                             trust_remote_code=settings.trust_remote_code)
-    if tok is None:
-        raise SourceError(settings.new_target, "no tokenizer found beside the target")
+                             trust_remote_code=settings.trust_remote_code, need_tokenizer=True)
     old = load_drafter(settings.old_drafter) if settings.old_drafter else None
     if bar is not None:
         bar.set_postfix_str("capturing the new target's data")
         bar.update()
     spec = old.spec if old is not None else drafter_spec_from_config(
         drafter_config_for_target(model.config.to_dict(), settings.draft_vocab_size), "scratch drafter")
-    if settings.world_dir is not None:
-        world = World.at(settings.world_dir)
-        if not world.root.is_dir():
-            raise ParameterError("--world-dir", f"{settings.world_dir} is not a folder")
-    else:
-        world = world_of(settings.new_target)
+    world = world_for_data(settings.new_target, settings.world_dir)
     data, source = finetune_set(model, tok, spec, settings.data, world, settings.seq_len, settings.train_sequences,
                                 settings.eval_sequences, progress=progress)
     return FinetuneInputs(model, tok, old, data, source, world)

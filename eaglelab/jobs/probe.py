@@ -13,8 +13,7 @@ from typing import Any
 from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import target_layer_count
-from eaglelab.data.probe_data import probe_world
-from eaglelab.data.world import World
+from eaglelab.data.probe_data import world_for_data
 from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
@@ -74,7 +73,6 @@ class ProbeSettings:
         return self.old_states is not None or self.new_states is not None
 
     def __post_init__(self):
-
         for name in ("sequences", "seq_len", "k", "batch_size", "measure_tokens"):
             require_whole(name, getattr(self, name))
         require_whole("measure_prompts", self.measure_prompts, low=0)
@@ -201,14 +199,12 @@ def load_pair(settings: ProbeSettings, bar=None) -> ProbePair:
     step("checked configs and headers")
     kwargs = {"dtype": settings.dtype, "device": settings.device, "device_map": settings.device_map,
               "trust_remote_code": settings.trust_remote_code}
-    model_a, tok = load_target(settings.old_target, **kwargs)
-    if tok is None:
-        raise SourceError(settings.old_target, "no tokenizer found beside the target")
+    model_a, tok = load_target(settings.old_target, **kwargs, need_tokenizer=True)
     step("loaded target A")
     model_b, _ = load_target(settings.new_target, **kwargs)
     drafter = load_drafter(settings.old_drafter).to(next(model_a.parameters()).device)
     step("loaded target B and the drafter")
-    world = probe_world(settings.old_target, settings.world_dir)
+    world = world_for_data(settings.old_target, settings.world_dir)
     data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data, old_target=settings.old_target)
     return ProbePair(model_a, model_b, tok, drafter, data, world)
 
@@ -355,17 +351,16 @@ def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]
     import torch
 
     from eaglelab.data.dump_writers import capture_dumps
-    from eaglelab.data.sets import probe_set, world_of
+    from eaglelab.data.sets import probe_set
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
 
     _, cfg = check_drafter(settings.drafter, settings.target)
     check_context(settings.seq_len, "--seq-len", (settings.target, cfg))
     with open_output_folder(settings.out, "hidden-state dumps", force=settings.force) as out:
-        model, tok = load_target(settings.target, dtype="float32", trust_remote_code=settings.trust_remote_code)
-        if tok is None:
-            raise SourceError(settings.target, "no tokenizer found beside the target")
-        world = World.at(settings.world_dir) if settings.world_dir else world_of(settings.target)
+        model, tok = load_target(settings.target, dtype="float32", trust_remote_code=settings.trust_remote_code,
+                                 need_tokenizer=True)
+        world = world_for_data(settings.target, settings.world_dir)
         data = probe_set(tok, settings.sequences, settings.seq_len, world, settings.data)
         spec = load_drafter(settings.drafter).spec
         n = capture_dumps(model, spec, data.ids, data.counted, out, settings.layout, settings.batch_size,

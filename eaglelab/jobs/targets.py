@@ -83,7 +83,6 @@ class TargetComparisonReport:
         return f"{self.verdict.line} ({s.old_target} -> {s.new_target})"
 
     def to_json(self) -> dict[str, Any]:
-
         return {"a": self.a.to_json(), "b": self.b.to_json(), "config_diff": [asdict(d) for d in self.config_diff],
                 "tokenizers": self.tokenizers.to_json(), "templates": self.templates.to_json(),
                 "verdict": {"level": self.verdict.level, "line": self.verdict.line, "reasons": list(self.verdict.reasons)},

@@ -19,8 +19,17 @@ from eaglelab.checkpoints.spec import DrafterSpec
 from eaglelab.checkpoints.variants import Rope
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, keep_float32: bool = False) -> torch.Tensor:
+    """RMSNorm as Llama and DeepSeek compute it: the variance in float32, the normalised value cast back to
+    ``x``'s dtype (or kept in float32) before the weight multiplies it. The one formula of the drafter's norms and
+    the target's final norm read from its checkpoint (:meth:`eaglelab.model.heads.TargetHeads.norm`)."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (x32 if keep_float32 else x32.to(x.dtype))
+
+
 class RMSNorm(nn.Module):
-    """Llama RMSNorm (computed in float32, cast back)."""
+    """Llama RMSNorm with a learned weight (:func:`rms_norm`)."""
 
     def __init__(self, size: int, eps: float):
         super().__init__()
@@ -28,10 +37,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def rope_inv_freq(head_dim: int, rope: Rope) -> torch.Tensor:

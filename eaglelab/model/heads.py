@@ -28,6 +28,7 @@ from eaglelab.checkpoints.target_config import head_names as target_heads
 from eaglelab.checkpoints.target_config import target_field, text_config
 from eaglelab.errors import CheckpointMismatchError, EaglelabError, HubError, SourceError, is_whole
 from eaglelab.inputs import printable
+from eaglelab.model.attention import rms_norm
 from eaglelab.model.drafter_files import read_tensor
 
 _TORCH_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
@@ -79,10 +80,8 @@ class TargetHeads:
                            embedding, self.names, list(self.notes))
 
     def norm(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The final RMSNorm as Llama / DeepSeek compute it (float32 variance, weight after the cast back)."""
-        x = hidden.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.norm_weight.to(hidden.device, torch.float32) * x
+        """The target's final RMSNorm (:func:`~eaglelab.model.attention.rms_norm`), in float32 for the head products."""
+        return rms_norm(hidden, self.norm_weight.to(hidden.device, torch.float32), self.eps, keep_float32=True)
 
 
 def _where(ck: Checkpoint, info: TensorInfo) -> str:

@@ -165,7 +165,7 @@ def crop_cache(cache, keep: int) -> None:
 
 
 def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device: str | None = None,
-                device_map: str | None = None, trust_remote_code: bool = False):
+                device_map: str | None = None, trust_remote_code: bool = False, need_tokenizer: bool = False):
     """Load a causal LM and its tokenizer from a folder or hub id.
 
     Args:
@@ -174,6 +174,7 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
         device: ``cpu`` / ``cuda`` / ``cuda:1``...; default CUDA when available.
         device_map: ``auto`` to spread a large target over the GPUs (accelerate).
         trust_remote_code: off unless the user turns it on.
+        need_tokenizer: refuse a target without one (:class:`SourceError`), instead of returning None for it.
 
     Weights are read from safetensors only (``use_safetensors=True``): a target that has only
     ``pytorch_model.bin`` is refused with the conversion to run, never unpickled.
@@ -183,7 +184,6 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-
 
     src = str(source)
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
@@ -213,4 +213,6 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         tok = None
+    if tok is None and need_tokenizer:
+        raise SourceError(src, "no tokenizer found beside the target")
     return model.eval(), tok

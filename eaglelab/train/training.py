@@ -216,7 +216,6 @@ def train_drafter(
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     out = None
     if run is not None and dist.main:  # rank 0 writes; the folder is eaglelab's, locked while the run lasts
-
         out = open_output_folder(run, RUN_KIND, force=overwrite and not resume, resume=resume or None)
     try:
         if run is not None:
@@ -252,7 +251,6 @@ def train_drafter(
 
 def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress, stop_after, dist, opt, params,
                 start_step, notes) -> TrainResult:
-
     objective = TTTObjective(drafter)
     if dist.world > 1:
         objective = torch.nn.parallel.DistributedDataParallel(objective)
@@ -293,7 +291,6 @@ def _train_loop(drafter, train, target_lm_head, cfg, out, eval_states, progress,
             _save_checkpoint(out, done, drafter, opt, cfg)
     final_dir = None
     if out is not None and end == cfg.steps:
-
         out.remove("final")  # this run's earlier final drafter (a resumed run writes it again)
         with open_output_folder(out.file("final"), "drafter", force=True) as final:
             write_drafter(final, drafter)

@@ -18,7 +18,6 @@ from eaglelab.planning import provenance as pv
 
 
 def _tag(paths: list[str | None], root: str) -> str:
-
     return pv.tag(pv.evidence_source(paths, root)) if root else ""
 
 
@@ -42,7 +41,6 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
              else "- vocabulary maps: not readable",
              *(f"- {label.upper()} on the target: **{v.level}**" for label, v in c.target_verdicts.items())]
     if values.get("OLD_TARGET") and values.get("NEW_TARGET"):  # the two targets too, before any probe
-
         targets = compare_targets(TargetCompareSettings(values["OLD_TARGET"], values["NEW_TARGET"], settings.old_drafter))
         lines.append(f"- the targets: **{targets.verdict.level}**: {targets.verdict.line}")
     diff = report.to_json()["config_diff"]

@@ -122,7 +122,6 @@ def check_html(check: Check) -> str:
 
 
 def _one_line_error(exc: BaseException) -> str:
-
     if isinstance(exc, EaglelabError):
         return printable(str(exc))
     return printable(f"{type(exc).__name__}: {exc}") + " (run the cells below for the full error)"

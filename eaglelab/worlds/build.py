@@ -16,7 +16,6 @@ def build_world(kind: str = "tiny", root: str | Path | None = None, force: bool 
 
         return build_tiny_world(root, force=force)
     if kind == "demo":
-
         return build_demo_world(root, force=force)
     raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")
 

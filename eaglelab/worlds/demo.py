@@ -297,7 +297,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         _stage(stages[name], sp, builders[name], force, log)
 
     def assemble(tmp: Path):
-
         w = World.at(tmp)
         for src, dst in ((s_target_a / "model", w.target_a), (s_target_b / "model", w.target_b),
                          (s_drafter_a / "drafter", w.drafter_a), (s_drafter_b / "drafter", w.drafter_b_small)):

@@ -92,7 +92,6 @@ def train_causal_lm(model, sequences, steps: int, lr: float, batch_size: int, se
 
 
 def _save_sequences(path: Path, seqs) -> None:
-
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"input_ids": seqs.contiguous()}, str(path))
 
@@ -128,7 +127,6 @@ def build_tiny_world(root: str | Path | None = None, force: bool = False, params
     root = Path(root) if root is not None else default_world_dir("tiny")
 
     def build(tmp: Path) -> dict:
-
         from transformers import LlamaConfig, LlamaForCausalLM
 
 
