@@ -405,3 +405,12 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
             f"which trains each option and measures it by real decoding (ties within {TAU_TIE} go to the cheaper), "
             f"says **{action}**, and decides: the probe's {100 * PLUGIN_KEEP:.0f}% rule and the measured τ disagree "
             "on this pair, so read the measured τ of each option above.")
+
+
+def plug_in_against_break_even(low: float, high: float, break_even: float) -> str:
+    """Whether plugging the old drafter in pays, from its predicted τ band against the break-even τ."""
+    if low >= break_even:
+        return "pays even at the band's low end"
+    if high < break_even:
+        return "does not pay even at the band's high end"
+    return "straddles break-even: measure it (notebook 03) before deciding"

@@ -15,12 +15,13 @@ import re
 from typing import Any
 
 #: The metadata keys :func:`option` writes and the command line reads.
-KEYS = ("min", "above", "max", "choices", "flag", "old", "help", "cli", "positional")
+KEYS = ("min", "above", "max", "choices", "flag", "old", "help", "cli", "positional", "comma")
 
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,
            above: float | None = None, max: float | None = None, choices: tuple | None = None, flag: str | None = None,
-           old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False) -> Any:
+           old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False,
+           comma: bool = False) -> Any:
     """A dataclass field with its command-line face.
 
     Args:
@@ -32,10 +33,11 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
         help: the flag's help when the class docstring's entry for the field is not it.
         cli: False keeps the field off the command line (set by code, not by the user).
         positional: the command takes it as an argument, not a flag (``compare OLD_DRAFTER NEW_DRAFTER``).
+        comma: several values as one comma-separated word (``--chain 0.7,0.5,0.3``), not one word each.
     """
     meta = {"min": min, "above": above, "max": max, "choices": tuple(choices) if choices else None, "flag": flag,
             "old": tuple(old) or None, "help": help, "cli": None if cli else False,
-            "positional": positional or None}
+            "positional": positional or None, "comma": comma or None}
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={k: v for k, v in meta.items() if v is not None})
 

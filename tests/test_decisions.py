@@ -9,6 +9,7 @@ from eaglelab.decisions import (
     TAU_TIE,
     WARM_START_MIN_TAU,
     gain_kept,
+    plug_in_against_break_even,
     plugin_verdict,
     recommend,
 )
@@ -51,3 +52,11 @@ def test_recommend_takes_the_cheapest_option_within_the_tie():
                                                         "text": recommend({"warm start": 1.3}).text}
     with pytest.raises(ValueError):
         recommend({"fine-tune": 2.0})
+
+
+@pytest.mark.parametrize(("low", "high", "said"), [(1.7, 2.0, "pays even at the band's low end"),
+                                                   (1.6, 2.0, "pays even at the band's low end"),
+                                                   (1.2, 1.59, "does not pay even at the band's high end"),
+                                                   (1.5, 1.7, "straddles break-even")])
+def test_plugging_in_pays_only_when_the_whole_band_clears_break_even(low, high, said):
+    assert plug_in_against_break_even(low, high, 1.6).startswith(said)

@@ -368,6 +368,7 @@ def test_predict_from_engine_files_and_a_vllm_log(engine_files, tmp_path, capsys
     expected = 1 + sum(c * 0.75 ** (i + 1) for i, c in enumerate([0.5, 0.33, 0.22]))
     assert out["tau"] == pytest.approx(expected) and out["tau_on_old"] == pytest.approx(2.05)
     assert out["tokens_per_s"][0] == pytest.approx(expected / 0.02) and out["break_even_tau"] == pytest.approx(1.6)
+    assert out["low"] < 1.6 < out["high"] and out["plug_in"].startswith("straddles break-even")  # τ 1.65, band around it
     assert main(["predict", "--old-logprobs", str(old), "--new-logprobs", str(new), "--accept-len", "2.2", "--k", "3"]) == 0
     text = capsys.readouterr().out
     assert "predicted plug-in τ on the new target" in text and "tok/s" in text

@@ -209,7 +209,7 @@ def test_cli_plan_on_the_seed_numbers():
                  "--samples", "37000", "--gen-tps", "82", "--old-samples", "1400000")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "2.46" in out and "4.50" in out  # break-even and target τ
+    assert "2.46" in out and "4.50" in out  # break-even and goal τ
     assert "warm start, 37k samples (entered)" in out and "from scratch, 1M samples" in out
     assert "days" in out  # how long the data takes
     assert "No drafter reaches 150 tok/s" in out and "entered" in out and "assumed" in out

@@ -162,6 +162,15 @@ def _value_type(base: str, meta, where: str):
     raise TypeError(f"{where}: no flag for a field of type {base}")
 
 
+def _comma_separated(one):
+    """The ``type`` of a comma-separated list whose every value is ``one``'s."""
+
+    def several(text: str) -> list:
+        return [one(part) for part in text.split(",")]
+
+    return several
+
+
 def _plain(text: str) -> str:
     """A docstring's words as help: ``code`` and :func:`roles` without their markup."""
     return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
@@ -198,21 +207,27 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
             checkpoint(where, name, text, required=required, old=meta.get("old", ()))
             continue
         base, many = _annotation(f.type)
+        if required and meta.get("old"):  # argparse's own check would refuse the old spelling: checked after parsing
+            parser.set_defaults(required_checkpoints=(*(parser.get_default("required_checkpoints") or ()), f"--{name}"))
+            text, required = text + " (required)", False
         kw: dict = {"dest": f.name, "help": text}
-        if not isinstance(default, bool):
-            kw["metavar"] = name.upper().replace("-", "_")
+        if not isinstance(default, bool) and not meta.get("choices"):
+            kw["metavar"] = name.upper().replace("-", "_") + (",..." if meta.get("comma") else "")
         if base == "bool":
             kw.update(action=argparse.BooleanOptionalAction if default else "store_true", default=bool(default))
         else:
             kw.update(type=_value_type(base, meta, f"{cls.__name__}.{f.name}"))
             if meta.get("choices"):
                 kw["choices"] = list(meta["choices"])
-            if many:
+            if many and meta.get("comma"):
+                kw["type"] = _comma_separated(kw["type"] or str)
+            elif many:
                 kw["nargs"] = "+"
             if required:
                 kw["required"] = True
             else:
-                kw["default"] = list(default) if many and default is not None else default
+                kw["default"] = (None if default is dataclasses.MISSING else
+                                 list(default) if many and default is not None else default)
         where.add_argument(f"--{name}", **kw)
         for spelling in meta.get("old", ()):
             alias(where, spelling, f"--{name}", f.name, **({"type": kw["type"]} if kw.get("type") else {}))

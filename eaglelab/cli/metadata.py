@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import sys
 
-from eaglelab.cli.arguments import accept_len, alias, checkpoint, count, fraction, numbers, positive
+from eaglelab.cli.arguments import accept_len, add_settings, alias, checkpoint, count, fraction, positive, settings_from
 from eaglelab.cli.output import print_json, table
-from eaglelab.drift.predictors import chain_from_tau, chains_from_log, predict_from_files
 from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
 from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
 from eaglelab.jobs.load import LoadSettings, lines, load_model_for, speculation_under_load
+from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
 from eaglelab.serving.gpus import GPUS
@@ -172,41 +172,11 @@ PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "goal_tps", "samples", 
 
 
 def cmd_predict(args) -> int:
-    given = [n for n in ("log", "chain", "accept_len") if getattr(args, n) is not None]
-    if len(given) != 1:
-        raise ParameterError("predict", "give the old drafter's acceptance on the old target once: --log, --chain or "
-                                        "--accept-len (with --k)")
-    if args.log:
-        chains = chains_from_log(args.log, args.k)
-    elif args.chain:
-        chains = [args.chain]
-    elif args.k is None:
-        raise ParameterError("--k", "--accept-len needs the drafts per cycle, --k")
-    else:
-        chains = [chain_from_tau(args.accept_len, args.k)]
-    if any(not 0 <= c <= 1 for c in chains[0]) or any(b > a + 1e-9 for a, b in zip(chains[0], chains[0][1:])):
-        raise ParameterError("--chain", f"chain rates must lie in [0, 1] and not increase, got {chains[0]}")
-    out = predict_from_files(args.old_logprobs, args.new_logprobs, chains, args.cycle_ms, args.baseline_tps, args.method,
-                             args.calibration)
+    report = predict_plugin_tau(settings_from(args, PredictSettings))
     if args.json:
-        print_json(out)
-        return 0
-    error = out["calibration_error"]
-    band = "sampling only" if error is None else f"sampling, widened by the method's held-out error {100 * error:.0f}%"
-    print(f"old vs new target: top-1 agreement {out['measures']['agreement']:.3f}, TV through the returned top k "
-          f"{out['measures']['tv_topk']:.3f} over {out['positions']} positions of {out['sequences']} sequences")
-    print(f"old drafter on the old target: τ {out['tau_on_old']:.2f} (chain {', '.join(f'{c:.3f}' for c in out['chain_a'])})")
-    print(f"predicted plug-in τ on the new target: {out['tau']:.2f}  [90% band {out['low']:.2f}-{out['high']:.2f}: "
-          f"{band}] ({out['method']}, γ = {out['gamma']:.3g})")
-    if out["calibration"]:
-        print(f"calibration: {out['calibration']}")
-    tps = out["tokens_per_s"]
-    print(f"projected at a {args.cycle_ms:g} ms cycle: {tps[0]:.1f} tok/s [{tps[1]:.1f}-{tps[2]:.1f}]")
-    if "break_even_tau" in out:
-        be = out["break_even_tau"]
-        verdict = ("pays even at the band's low end" if out["low"] >= be else "does not pay even at the band's high end"
-                   if out["high"] < be else "straddles break-even: measure it (notebook 03) before deciding")
-        print(f"break-even τ at {args.baseline_tps:g} tok/s plain decoding: {be:.2f}: plugging in {verdict}")
+        print_json(report.to_json())
+    else:
+        print("\n".join(report.lines()))
     return 0
 
 
@@ -360,7 +330,7 @@ def add_parsers(sub) -> None:
     f.set_defaults(func=cmd_perf)
 
     pl = sub.add_parser("plan", help="the decision table: what each option (plug in, warm start, scratch) needs and gives",
-                        description="From your serving numbers to the decision table: break-even and target τ, "
+                        description="From your serving numbers to the decision table: break-even and goal τ, "
                                     "projected τ and tok/s of each option with bands, the samples still to generate "
                                     "and how long that takes, and the recommendation. Flags left out take the "
                                     "founding case's numbers (Kimi-K2.5 on 8 PCIe GPUs), labelled [default].")
@@ -399,24 +369,7 @@ def add_parsers(sub) -> None:
                                     "(prompt_logprobs) or SGLang (return_logprob) return them, one response per line "
                                     "(layouts: eaglelab/engines/logprob_files.py). Prints τ with its band and the "
                                     "projected tok/s.")
-    pr.add_argument("--old-logprobs", help="JSONL of the old target's prompt logprobs from its engine (required)")
-    alias(pr, "--old", "--old-logprobs", "old_logprobs")
-    pr.add_argument("--new-logprobs", help="JSONL of the new target's, on the same texts in the same order (required)")
-    alias(pr, "--new", "--new-logprobs", "new_logprobs")
-    pr.set_defaults(required_checkpoints=("--old-logprobs", "--new-logprobs"))
-    pr.add_argument("--log", help="SGLang / vLLM server log of the old drafter on the old target")
-    pr.add_argument("--chain", type=numbers, metavar="C1,C2,...",
-                    help="the old drafter's chain rates on the old target (share of cycles accepting drafts 1..i)")
-    pr.add_argument("--accept-len", type=accept_len, help="the old drafter's τ on the old target (with --k)")
-    pr.add_argument("--k", type=count, help="drafts per cycle (for --accept-len, or a SGLang log)")
-    pr.add_argument("--method", choices=["agreement", "agreement^γ", "1 - TV(top-k)", "(1 - TV(top-k))^γ", "unchanged"],
-                    help="predictor (default: the calibration's choice, else agreement)")
-    pr.add_argument("--calibration", help="a drift sweep's calibration (notebook 05's figures/05_predictor.json: the "
-                                          "chosen predictor, its fitted γ and held-out error), or one probe's result "
-                                          "(`eaglelab probe --json`, live or from dumps, or figures/03_findings.json): "
-                                          "agreement^γ solved on your own pair")
-    pr.add_argument("--cycle-ms", type=positive, default=30.0, help="speculative cycle on the new target, ms (default 30)")
-    pr.add_argument("--baseline-tps", type=positive, help="plain decoding tok/s, for the break-even τ")
+    add_settings(pr, PredictSettings)
     pr.add_argument("--json", action="store_true", help="machine-readable output")
     pr.set_defaults(func=cmd_predict)
 

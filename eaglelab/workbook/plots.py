@@ -381,8 +381,8 @@ def plot_cost_fit(measured: Mapping[str, tuple[Sequence[float], Sequence[float]]
     return fig
 
 
-def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: float, ceiling: float):
-    """Each option's projected τ with its band, against the τ break-even and the target need.
+def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, goal: float, ceiling: float):
+    """Each option's projected τ with its band, against the τ of break-even and the τ the goal throughput needs.
 
     Args:
         rows: dicts with ``option``, ``tau``, ``tau_lo``, ``tau_hi`` (a decision table's rows).
@@ -393,7 +393,7 @@ def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, target: f
         color = PALETTE[0] if r["tau"] >= break_even else PALETTE[1]
         ax.plot([r["tau_lo"], r["tau_hi"]], [y, y], color=color, lw=4, alpha=0.35, solid_capstyle="butt")
         ax.scatter([r["tau"]], [y], color=color, zorder=4, s=28)
-    for x, label, style in ((break_even, f"break-even τ {break_even:.2f}", "--"), (target, f"target τ {target:.2f}", "-"),
+    for x, label, style in ((break_even, f"break-even τ {break_even:.2f}", "--"), (goal, f"goal τ {goal:.2f}", "-"),
                             (ceiling, f"k + 1 = {ceiling:g}", ":")):
         ax.axvline(x, color="#333333", lw=1, ls=style, label=label)
     ax.set_yticks(ys, [r["option"] for r in rows], fontsize=8)
