@@ -14,8 +14,8 @@ import dataclasses
 import re
 from typing import Any
 
-#: The metadata keys :func:`option` writes and the command line reads.
-KEYS = ("min", "above", "max", "choices", "flag", "old", "help", "cli", "positional", "comma")
+#: The drafts per cycle every command, job and notebook starts from (``k``; the verify checks ``k + 1`` tokens).
+DEFAULT_K = 3
 
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,

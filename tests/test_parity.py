@@ -23,6 +23,7 @@ from eaglelab.jobs.compare import CompareSettings
 from eaglelab.jobs.finetune import FinetuneSettings
 from eaglelab.jobs.predict import PredictSettings
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings
+from eaglelab.jobs.speculate import SpeculateSettings
 from eaglelab.jobs.targets import TargetCompareSettings
 from eaglelab.planning.decision_table import FOUNDING_CASE
 from eaglelab.settings import default_of, flag_name, settings_fields
@@ -37,9 +38,10 @@ NOTEBOOK_SETTINGS = {"03_plugin_probe": ProbeSettings, "04_small_finetune": Fine
 #: Commands whose flags are generated from a settings dataclass (``add_settings``), and the fields each leaves off.
 SETTINGS_COMMANDS = {"probe": (ProbeSettings, ()), "dump": (DumpSettings, ()), "compare": (CompareSettings, ()),
                      "compare-targets": (TargetCompareSettings, ()), "predict": (PredictSettings, ()),
+                     "speculate": (SpeculateSettings, ()),
                      "finetune": (FinetuneSettings, ("measure_prompts", "measure_tokens"))}  # notebook 04's only
 #: Commands whose flags are still declared by hand: no settings dataclass yet (#39 item 2 gives each a job).
-HAND_DECLARED = {"inspect", "speculate", "perf", "plan", "recipe", "report", "run", "drafter", "engine",
+HAND_DECLARED = {"inspect", "perf", "plan", "recipe", "report", "run", "drafter", "engine",
                  "demo"}
 
 

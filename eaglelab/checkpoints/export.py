@@ -20,13 +20,14 @@ from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tenso
 from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.outputs import open_output_folder
+from eaglelab.settings import DEFAULT_K
 
 FORMATS = ("speculators", "specforge")
 
 
 def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "speculators",
                    target_cfg: dict[str, Any] | None = None, verifier: str | None = None,
-                   target_embedding=None, overwrite: bool = False, k: int = 3,
+                   target_embedding=None, overwrite: bool = False, k: int = DEFAULT_K,
                    drop_embedding: bool = False) -> Path:
     """Write a drafter checkpoint in another format: the same model, every tensor carried over.
 
@@ -51,7 +52,6 @@ def export_drafter(drafter_dir: str | Path, out_dir: str | Path, to: str = "spec
     """
     import torch
     from safetensors.torch import load_file, save_file
-
 
     if to not in FORMATS:
         raise ConfigError(str(out_dir), f"unknown export format {to!r} (choose {' or '.join(FORMATS)})")

@@ -183,7 +183,6 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
 def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:
     """NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local checkpoint's weights (None when absent)."""
 
-
     if not ck.local or not ck.weight_files:
         return None
     path = Path(ck.weight_files[0]).parent / "hf_quant_config.json"
@@ -356,7 +355,6 @@ def config_table(paths) -> list[dict[str, Any]]:
         SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
     """
 
-
     paths = list(paths)
     if not paths:
         raise SourceError("configs", "no drafter config files given")
@@ -383,7 +381,6 @@ def load_target_config(target: str, revision: str | None = None) -> dict[str, An
         ConfigError: no such target, or a config that is not strict JSON with typed fields.
         HubError: the hub id cannot be read (offline, missing, no answer within the timeout).
     """
-
 
     p = local_path(target, ConfigError)
     kind = path_kind(p, ConfigError)
@@ -420,7 +417,6 @@ def read_target_weights(target: str, revision: str | None = None,
     Raises:
         SourceError, HeaderError, HubError: the headers cannot be read.
     """
-
 
     if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
             Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):

@@ -39,6 +39,7 @@ from eaglelab.checkpoints.spec import (
 from eaglelab.checkpoints.target_config import is_multimodal, target_field, target_layer_count
 from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.inputs import shown
+from eaglelab.settings import DEFAULT_K
 
 # Every config field the field table (docs/EAGLE3_FORMAT.md §1.1) covers; the docs test holds it to this list.
 FIELDS = (
@@ -404,7 +405,7 @@ _LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_k
 
 
 def to_speculators_config(cfg: dict[str, Any], target_cfg: dict[str, Any], verifier: str,
-                          k: int = 3, where: str = "config.json") -> dict[str, Any]:
+                          k: int = DEFAULT_K, where: str = "config.json") -> dict[str, Any]:
     """The speculators / vLLM config of a drafter: the same model, every flag in speculators' meaning.
 
     Args:

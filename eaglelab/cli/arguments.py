@@ -201,7 +201,8 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
         required = default is dataclasses.MISSING
         where = (into or {}).get(f.name, parser)
         if meta.get("positional"):
-            where.add_argument(f.name, metavar=f.name.upper(), help=text)
+            extra = {} if required else {"nargs": "?", "default": default}
+            where.add_argument(f.name, metavar=f.name.upper(), help=text, **extra)
             continue
         if name in CHECKPOINT_FLAGS:
             checkpoint(where, name, text, required=required, old=meta.get("old", ()))
@@ -224,7 +225,7 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
             elif many:
                 kw["nargs"] = "+"
             if required:
-                kw["required"] = True
+                kw["required"], kw["help"] = True, text + " (required)"
             else:
                 kw["default"] = (None if default is dataclasses.MISSING else
                                  list(default) if many and default is not None else default)

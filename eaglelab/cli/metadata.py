@@ -23,6 +23,7 @@ from eaglelab.serving.load import LINK_LATENCY_S, STEP_KINDS, VERIFY_KV, scales_
 from eaglelab.serving.logs import log_by_concurrency, parse_log
 from eaglelab.serving.perf import diagnose
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES
+from eaglelab.settings import DEFAULT_K
 from eaglelab.workbook.report import write_game_plan
 from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
 
@@ -316,7 +317,7 @@ def add_parsers(sub) -> None:
                    help="requests in flight to answer for: speedup, break-even τ and the best k at each")
     f.add_argument("--at-concurrency", type=count, default=1,
                    help="the concurrency --baseline-tps and --cycle-ms were measured at (default 1)")
-    f.add_argument("--k", type=count, default=3, help="drafts per cycle (default 3)")
+    f.add_argument("--k", type=count, default=DEFAULT_K, help=f"drafts per cycle (default {DEFAULT_K})")
     f.add_argument("--accept-lens", type=accept_len, nargs="+", metavar="TAU",
                    help="τ at each --concurrency, one per value (τ moves with load in published sweeps)")
     f.add_argument("--costs", nargs="+", metavar="CSV",
@@ -344,7 +345,7 @@ def add_parsers(sub) -> None:
                     help="samples of the new target's data the served drafter was trained on (default 37000)")
     pl.add_argument("--gen-tps", type=positive, help="tok/s at which you generate training data, all streams (default 82)")
     pl.add_argument("--tokens-per-sample", type=positive, help="tokens per generated sample (default 512, assumed)")
-    pl.add_argument("--k", type=count, help="draft tokens per cycle (default 3)")
+    pl.add_argument("--k", type=count, help=f"draft tokens per cycle (default {DEFAULT_K})")
     pl.add_argument("--plugin-tau", type=accept_len, help="the old drafter's τ on the new target, as measured by notebook 03 "
                                                    "or `eaglelab probe` on your checkpoints")
     pl.add_argument("--old-samples", type=positive, help="samples the old drafter was trained on (e.g. 1400000)")
@@ -413,7 +414,7 @@ def add_parsers(sub) -> None:
     rc.add_argument("--lr", type=positive, help="learning rate (default: the engine's)")
     rc.add_argument("--epochs", type=count, help="epochs over the regenerated data (default: --from-run, else the engine's)")
     rc.add_argument("--ttt-length", type=count, help="training-time-test unroll (default: --from-run, else the engine's)")
-    rc.add_argument("--k", type=count, default=3, help="draft tokens per cycle when serving")
+    rc.add_argument("--k", type=count, default=DEFAULT_K, help="draft tokens per cycle when serving")
     rc.add_argument("--max-length", type=count, default=4096, help="tokens per training sequence")
     rc.add_argument("--chat-template", help="SpecForge's chat-template name for the target (default: picked from the "
                                             "target, llama3 for --job probe)")

@@ -15,6 +15,8 @@ from eaglelab.errors import EngineError, ParameterError, SourceError
 from eaglelab.inputs import read_bytes
 from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
+from eaglelab.jobs.speculate import SpeculateSettings, speculate
+from eaglelab.settings import DEFAULT_K
 from eaglelab.worlds.build import build_world
 
 
@@ -39,7 +41,6 @@ def cmd_drafter_init(args) -> int:
     how = f"first {drafter.spec.draft_vocab_size} target ids"
     if args.text:
         from transformers import AutoTokenizer
-
 
         text = read_bytes(args.text, SourceError, 1 << 31, "text source").decode("utf-8", errors="replace")
         tok = AutoTokenizer.from_pretrained(args.target, trust_remote_code=args.trust_remote_code)
@@ -72,50 +73,11 @@ def cmd_drafter_export(args) -> int:
 # --------------------------------------------------------------------------- speculate
 
 def cmd_speculate(args) -> int:
-    from eaglelab.model.decoding import benchmark_speculation
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.targets import Target, load_target
-
-    if not args.prompt.strip():
-        raise ParameterError("--prompt", "is empty: give the text to decode")
-    check_drafter(args.drafter, args.target)  # from metadata, before anything loads
-    drafter = load_drafter(args.drafter)
-    model, tok = load_target(args.target, dtype=args.dtype, device=args.device,
-                             trust_remote_code=args.trust_remote_code, need_tokenizer=True)
-    drafter = drafter.to(next(model.parameters()).device, model.dtype)
-    target = Target.for_drafter(model, drafter.spec)
-    ids = tok(args.prompt)["input_ids"]
-    if not ids:
-        raise ParameterError("--prompt", "gives no tokens with the target's tokenizer")
-    # a warm-up, then --repeats interleaved pairs (plain, speculative): one pair cannot show whether the machine was quiet
-    # timed as notebook 01 times it: on a CPU, the verify's few-row forwards take the small-batch kernels
-    run = benchmark_speculation(target, drafter, [ids], args.max_new_tokens, k=args.k, repeats=args.repeats,
-                                keep_outputs=True, progress=False)
-    result = {
-        "text": tok.decode(run["outputs"][0]),
-        "accept_len": run["accept_len"],
-        "tokens_per_s": run["tokens_per_s"],
-        "greedy_tokens_per_s": run["greedy_tokens_per_s"],
-        "speedup": run["speedup"],
-        "matches_greedy": run["matches_greedy"],
-        "k": args.k,
-        "repeats": args.repeats,
-        "new_tokens": len(run["outputs"][0]),
-        "position_acceptance": run["position_acceptance"],
-        "cycle_split_s": {name: run[name] for name in ("draft_s", "verify_s", "overhead_s")},
-        "timing": run["timing"],
-        "cpu_kernels": run["cpu_kernels"],
-    }
+    report = speculate(settings_from(args, SpeculateSettings))
     if args.json:
-        print_json(result)
+        print_json(report.to_json())
     else:
-        print(result["text"])
-        print(f"\naccept len {result['accept_len']:.2f} (k={args.k}), {result['tokens_per_s']:.1f} tok/s vs greedy "
-              f"{result['greedy_tokens_per_s']:.1f} ({result['speedup']:.2f}x over {args.repeats} runs each), "
-              f"matches greedy: {result['matches_greedy']}"
-              + ("; the small-batch CPU kernels on, as in notebook 01" if result["cpu_kernels"] else ""))
-        if not result["timing"]["ok"]:
-            print(f"warning: {result['timing']['note']}")
+        print("\n".join(report.lines()))
     return 0
 
 
@@ -280,23 +242,14 @@ def add_parsers(sub) -> None:
     e.add_argument("--target", help="target folder or hub id (its config; recorded as verifier); "
                                     "required for --to speculators")
     e.add_argument("--with-embedding", action="store_true", help="copy the target's embedding into the export")
-    e.add_argument("--k", type=count, default=3, help="speculative tokens of the default proposal method")
+    e.add_argument("--k", type=count, default=DEFAULT_K, help="speculative tokens of the default proposal method")
     e.add_argument("--force", action="store_true", help="overwrite an existing export")
     e.set_defaults(func=cmd_drafter_export)
 
     s = sub.add_parser("speculate", help="speculative decoding vs greedy on one prompt",
                        description="Run greedy EAGLE-3 speculative decoding and plain greedy decoding on a prompt; "
                                    "report accept length, tok/s of both, and whether the outputs match.")
-    s.add_argument("--target", required=True, help="target folder or hub id")
-    s.add_argument("--drafter", required=True, help="drafter folder")
-    s.add_argument("--prompt", required=True, help="prompt text")
-    s.add_argument("--max-new-tokens", type=count, default=64)
-    s.add_argument("--k", type=count, default=4, help="draft tokens per cycle")
-    s.add_argument("--repeats", type=count, default=3,
-                   help="interleaved runs of plain and speculative decoding after a warm-up (3 or more judge the timing)")
-    s.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    s.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
-    s.add_argument("--trust-remote-code", action="store_true")
+    add_settings(s, SpeculateSettings)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_speculate)
 
@@ -344,7 +297,7 @@ def add_parsers(sub) -> None:
     em = ensub.add_parser("measure", help="measure a drafter on a target in vLLM")
     em.add_argument("--target", required=True, help="target folder (local: vLLM loads it by path)")
     em.add_argument("--drafter", required=True, help="drafter folder, SpecForge or speculators layout")
-    em.add_argument("--k", type=count, default=3, help="drafts per step")
+    em.add_argument("--k", type=count, default=DEFAULT_K, help="drafts per step")
     em.add_argument("--prompts", type=count, default=8, help="held-out prompts (the target's world, else built-in)")
     em.add_argument("--tokens", type=count, default=64, help="new tokens per prompt")
     em.add_argument("--batch", choices=["one", "all"], default="one",

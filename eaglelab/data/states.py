@@ -57,7 +57,6 @@ class HiddenStates:
     def save(self, path: str | Path) -> Path:
         """Write as one safetensors file, atomically."""
 
-
         with atomic_path(path) as tmp:
             tensors = {"input_ids": self.input_ids.contiguous(), "loss_mask": self.loss_mask.contiguous(),
                        "aux_hidden_state": self.aux.contiguous(), "hidden_state": self.last_hidden.contiguous()}

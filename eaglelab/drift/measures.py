@@ -26,6 +26,7 @@ from eaglelab.model.targets import Target, load_target
 from eaglelab.probe.plugin import capture_batch, layer_labels, update_similarity
 from eaglelab.probe.similarity import SimilarityAccumulator
 from eaglelab.progress import progress as bar
+from eaglelab.settings import DEFAULT_K
 from eaglelab.train.ttt import AcceptanceTally, evaluate_batch, shift_mask
 
 
@@ -185,7 +186,7 @@ _TALLY_KEYS = ("acc", "chain", "accept_len")
 
 
 @torch.no_grad()
-def reference_pass(model_a, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = 3,
+def reference_pass(model_a, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = DEFAULT_K,
                    batch_size: int = 8) -> Reference:
     """A's forward over the held-out text and the old drafter teacher forced on it, batch by batch.
 
@@ -212,7 +213,7 @@ def reference_pass(model_a, drafter: Eagle3Drafter, sequences: torch.Tensor, cou
 
 @torch.no_grad()
 def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor,
-                  k: int = 3, batch_size: int = 8, top_k: int = 20, progress: bool = False,
+                  k: int = DEFAULT_K, batch_size: int = 8, top_k: int = 20, progress: bool = False,
                   reference: Reference | None = None) -> DriftMeasures:
     """Measure B' (``model_b``) against A (``model_a``) and the old drafter on both, streamed over batches.
 
@@ -263,7 +264,7 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
 
 
 @torch.no_grad()
-def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = 3,
+def teacher_forced(model, drafter: Eagle3Drafter, sequences: torch.Tensor, counted: torch.Tensor, k: int = DEFAULT_K,
                    batch_size: int = 8) -> dict:
     """The drafter teacher forced on one target over ``sequences`` [N, S] at ``counted`` [N, S] positions.
 

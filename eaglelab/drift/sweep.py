@@ -31,6 +31,7 @@ from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.lora import LoRASnapshots, projection_weights
 from eaglelab.model.targets import Target, load_target
 from eaglelab.progress import progress as bar
+from eaglelab.settings import DEFAULT_K
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
 RECORD_VERSION = 3
@@ -64,7 +65,7 @@ class SweepSettings:
 
     sequences: int = 32
     seq_len: int = 64
-    k: int = 3
+    k: int = DEFAULT_K
     batch_size: int = 8
     top_k: int = 20
     measure_prompts: int = 6
@@ -168,7 +169,6 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     Returns:
         every point's record, in the order of ``points``, and the pair's.
     """
-
 
     settings = settings or SweepSettings()
     cache = Path(cache_dir) if cache_dir else default_cache()

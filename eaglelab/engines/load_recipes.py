@@ -46,6 +46,7 @@ from typing import Any
 
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, path_word, script_value, write_recipe_folder
 from eaglelab.errors import ParameterError
+from eaglelab.settings import DEFAULT_K
 
 #: The serving engines a load recipe is written for.
 LOAD_ENGINES = ("sglang", "vllm")
@@ -89,7 +90,7 @@ class LoadRecipeSettings:
     old_drafter: str
     gpus: int = 8
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-    k: int = 3
+    k: int = DEFAULT_K
     topk: int = 1
     draft_tokens: int | None = None
     accept_lens: tuple[float, ...] | None = None

@@ -43,6 +43,7 @@ from eaglelab.engines.scripts import (
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import field_int, printable, read_json_object, renamed_fields
+from eaglelab.settings import DEFAULT_K
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
 TRAINING_ENGINES = ("specforge", "speculators")
@@ -87,7 +88,7 @@ class RecipeSettings:
     learning_rate: float | None = None
     epochs: int | None = None
     ttt_length: int | None = None
-    k: int = 3
+    k: int = DEFAULT_K
     max_length: int = 4096
     chat_template: str | None = None
     embedding_key: str | None = None

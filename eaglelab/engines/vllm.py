@@ -37,6 +37,7 @@ from eaglelab.inputs import field_int, field_number, json_type, loads_json, one_
 from eaglelab.serving.cost_table import CostTable, Measurement
 from eaglelab.serving.load_fit import Point
 from eaglelab.serving.logs import parse_log_text
+from eaglelab.settings import DEFAULT_K
 
 #: The worker script, run by the engine environment's interpreter.
 WORKER = Path(__file__).with_name("vllm_worker.py")
@@ -280,7 +281,7 @@ def attention_backends(target: str | Path, drafter: str | Path | None) -> dict[s
 
 
 def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
-                      k: int = 3, batch: str = "one", engine: str = "vllm", dtype: str = "float32",
+                      k: int = DEFAULT_K, batch: str = "one", engine: str = "vllm", dtype: str = "float32",
                       stop_token_ids: list[int] | None = None, max_model_len: int = 1024,
                       timeout_s: float = 900.0, target_alone: EngineRun | None = None) -> EngineMeasurement:
     """Greedy decoding of ``prompts`` by the target alone and with the drafter, in the serving engine.
@@ -378,7 +379,7 @@ def _groups_from_result(result: dict[str, Any], concurrency: list[int], k: int, 
 
 
 def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
-                           k: int = 3, concurrency: list[int] = (1, 4, 16), dtype: str = "float32",
+                           k: int = DEFAULT_K, concurrency: list[int] = (1, 4, 16), dtype: str = "float32",
                            max_model_len: int = 1024, repeats: int = 3, timeout_s: float = 900.0) -> LoadRun:
     """The target alone and with the drafter in vLLM, batched at each concurrency: one engine start per side.
 

@@ -136,7 +136,6 @@ def write_vllm_mla_drafter(drafter_dir: str | Path, target_cfg: dict[str, Any], 
     """
     from safetensors.torch import load_file, save_file
 
-
     ck = load_checkpoint(str(drafter_dir))
     if ck.config is None:
         raise ConfigError(drafter_dir, "no config.json beside the weights")

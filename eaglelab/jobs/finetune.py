@@ -21,7 +21,7 @@ from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_rec
 from eaglelab.errors import ParameterError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import option
+from eaglelab.settings import DEFAULT_K, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -66,7 +66,7 @@ class FinetuneSettings:
     batch_size: int = option(4, min=1)
     lr: float = option(2e-3, above=0)
     ttt_length: int = option(3, min=1, old=("--ttt-steps",))
-    k: int = option(3, min=1)
+    k: int = option(DEFAULT_K, min=1)
     loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS,
                                   help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
     seed: int = option(0, min=0)

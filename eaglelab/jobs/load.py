@@ -40,6 +40,7 @@ from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
 from eaglelab.serving.target_shape import require_kv_dtype, shape_from_config
+from eaglelab.settings import DEFAULT_K
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 #: The GPU a user's target config is costed on when ``--gpu`` is not given (said so in the output).
@@ -81,7 +82,7 @@ class LoadSettings:
     accept_len: float | None = None
     accept_lens: tuple[float, ...] | None = None
     at_concurrency: int = 1
-    k: int = 3
+    k: int = DEFAULT_K
     topk: int = 1
     draft_tokens: int | None = None
     target_config: str | None = None

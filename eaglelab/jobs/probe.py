@@ -18,7 +18,7 @@ from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import option
+from eaglelab.settings import DEFAULT_K, option
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -57,7 +57,7 @@ class ProbeSettings:
     world_dir: str | None = option(None, old=("--world",))
     sequences: int = option(24, min=1)
     seq_len: int = option(64, min=1)
-    k: int = option(3, min=1, old=("--steps",))
+    k: int = option(DEFAULT_K, min=1, old=("--steps",))
     batch_size: int = option(8, min=1)
     measure_prompts: int = option(6, min=0)
     measure_tokens: int = option(48, min=1)

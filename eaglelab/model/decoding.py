@@ -26,6 +26,7 @@ from eaglelab.model.cpu_kernels import small_batch_kernels
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target, crop_cache
 from eaglelab.progress import progress as bar
+from eaglelab.settings import DEFAULT_K
 
 
 @dataclass
@@ -126,7 +127,7 @@ def greedy_decode(target: Target, prompt_ids: list[int], max_new_tokens: int,
 
 @torch.no_grad()
 def speculative_decode(target: Target, drafter: Eagle3Drafter, prompt_ids: list[int], max_new_tokens: int,
-                       k: int = 4, eos_token_id=None) -> DecodeResult:
+                       k: int = DEFAULT_K, eos_token_id=None) -> DecodeResult:
     """Greedy EAGLE-3 speculative decoding (chain of k drafts), batch 1.
 
     Args:
@@ -213,7 +214,7 @@ MIN_PAIRS = 3  # interleaved (plain, speculative) pairs needed before their spre
 
 
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                          k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None,
+                          k: int = DEFAULT_K, warmup: bool = True, cpu_kernels: bool | None = None,
                           keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict:
     """Speculative vs plain greedy decoding over prompts, in the same process, with the model's prediction.
 
@@ -224,7 +225,7 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
 
 
 def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], prompts: list[list[int]],
-                       max_new_tokens: int, k: int = 4, warmup: bool = True, cpu_kernels: bool | None = None,
+                       max_new_tokens: int, k: int = DEFAULT_K, warmup: bool = True, cpu_kernels: bool | None = None,
                        keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict[str, dict]:
     """Each drafter's speculative decoding against one shared plain-greedy baseline, interleaved.
 

@@ -24,6 +24,7 @@ from eaglelab.serving import perf
 from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
 from eaglelab.serving.load_checks import calibration_of
 from eaglelab.serving.load_fit import Point, calibrate
+from eaglelab.settings import DEFAULT_K
 
 #: Default range of the data exponent b (the per-position miss rate falls as N^-b) when the user
 #: has not measured it: an assumption, wide on purpose; a warm-start sweep on their data narrows it.
@@ -78,7 +79,7 @@ class Scenario:
     samples: float
     gen_tps: float
     tokens_per_sample: float = DEFAULT_TOKENS_PER_SAMPLE
-    k: int = 3
+    k: int = DEFAULT_K
     plugin_tau: float | None = None
     old_samples: float | None = None
     exponents: tuple[float, float] = DEFAULT_EXPONENTS

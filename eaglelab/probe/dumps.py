@@ -51,6 +51,7 @@ from eaglelab.probe.memory import (
 )
 from eaglelab.probe.plugin import ProbeSource, finish_probe, layer_labels, update_similarity
 from eaglelab.probe.similarity import SimilarityAccumulator
+from eaglelab.settings import DEFAULT_K
 from eaglelab.train.ttt import AcceptanceTally, TargetTokens, evaluate_batch
 
 
@@ -154,7 +155,7 @@ def stack_batch(samples: list[DumpSample], heads: TargetHeads, device: torch.dev
 
 @torch.no_grad()
 def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads, drafter: Eagle3Drafter,
-                   aux_layer_outputs: tuple[int, ...], k: int = 3, batch_size: int = 8, head_chunk: int = HEAD_CHUNK,
+                   aux_layer_outputs: tuple[int, ...], k: int = DEFAULT_K, batch_size: int = 8, head_chunk: int = HEAD_CHUNK,
                    on_batch: Callable[[], None] | None = None):
     """The plug-in probe on paired dumps: similarity, agreement and TV, τ on A and B, the verdict.
 

@@ -32,6 +32,7 @@ from eaglelab.model.targets import Target
 from eaglelab.probe.memory import LIVE_ADVICE, LIVE_WHERE
 from eaglelab.probe.similarity import SimilarityAccumulator, StreamingCKA
 from eaglelab.progress import progress as bar
+from eaglelab.settings import DEFAULT_K
 from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
 
@@ -95,7 +96,7 @@ def layer_labels(aux_layer_outputs: tuple[int, ...]) -> list[str]:
 
 
 @torch.no_grad()
-def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, k: int = 3,
+def run_probe(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Tensor, k: int = DEFAULT_K,
               batch_size: int = 8, progress: bool = False, loss_mask: torch.Tensor | None = None,
               on_batch=None, source: ProbeSource | None = None) -> ProbeResult:
     """Paired capture on ``sequences`` [N, S], similarity, and the drafter's plug-in acceptance, streamed.
@@ -195,7 +196,7 @@ def _require_finite(res: dict, ev_a: dict, ev_b: dict, source: ProbeSource) -> N
 
 
 def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                      k: int = 3) -> dict:
+                      k: int = DEFAULT_K) -> dict:
     """Real speculative decoding of ``drafter`` on ``model``, the drafter reading that model's embedding.
 
     The embedding is the target's, as SGLang serves a drafter (and as an export without one is served
@@ -215,7 +216,7 @@ def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], m
 
 
 def measure_plugin(model_a, model_b, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                   k: int = 3) -> dict[str, dict]:
+                   k: int = DEFAULT_K) -> dict[str, dict]:
     """Real speculative decoding of the old drafter on the old target (``"A"``) and the new (``"B"``).
 
     Returns:

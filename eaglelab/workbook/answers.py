@@ -31,7 +31,6 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
     import pandas as pd
     from IPython.display import Markdown
 
-
     settings = CompareSettings(values["OLD_DRAFTER"], values["NEW_DRAFTER"], values.get("NEW_TARGET") or None)
     report = compare_drafters(settings)
     c = report.comparison
@@ -61,7 +60,6 @@ def probe_answer(settings, values: dict[str, str], root: str = "") -> list[Any]:
     import pandas as pd
     from IPython.display import Markdown
 
-
     picked = replace(settings, old_target=values["OLD_TARGET"], new_target=values["NEW_TARGET"],
                      old_drafter=values["OLD_DRAFTER"],
                      data=values.get("DATA") or None)
@@ -80,7 +78,6 @@ def finetune_answer(settings, values: dict[str, str], root: str = "") -> list[An
     """
     import pandas as pd
     from IPython.display import Markdown
-
 
     picked = replace(settings, new_target=values["NEW_TARGET"], old_drafter=values["OLD_DRAFTER"],
                      data=values.get("DATA") or None)

@@ -175,7 +175,6 @@ def _options_figure(decision, figures_dir: Path) -> Path:
     """Draw the decision's options (``plan_options``): redrawn here, as notebook 03 / 04 evidence may change them."""
     import matplotlib.pyplot as plt
 
-
     s = decision.scenario
     fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.goal_tau, s.k + 1)
     plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})
