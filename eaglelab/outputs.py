@@ -445,3 +445,12 @@ def write_owned_file(path: str | Path, text: str, signature: str, what: str) -> 
     with writing(target) as tmp:
         tmp.write_text(signature + "\n" + text, encoding="utf-8")
     return target
+
+
+def table(rows: list[list], headers: list[str]) -> str:
+    """Rows as aligned columns; cells are made printable (a name from a file cannot move the cursor)."""
+    cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -113,20 +113,12 @@ for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or sh
 
 # %%
 compared = compare_drafters(CompareSettings(OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET))
-comparison, report = compared.comparison, compared.to_json()
+report = compared.to_json()
 print(compared.headline(TAG))
 display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
-print(f"verdict, A vs B: {comparison.verdict.level}")
 for first, second in choices.same():
-    print(f"  note: {first} and {second} are the same checkpoint: this compares it with itself")
-for r in comparison.verdict.reasons:
-    print("  -", r)
-vocab = comparison.vocab_maps  # a verdict of its own: equal shapes cannot show a regenerated map
-print(f"vocabulary maps: {vocab.level if vocab else 'not readable'}" + (f"\n  - {vocab.message}" if vocab else ""))
-for label, v in comparison.target_verdicts.items():
-    print(f"{label.upper()} on the target: {v.level}")
-    for r in v.reasons:
-        print("  -", r)
+    print(f"note: {first} and {second} are the same checkpoint: this compares it with itself")
+print("\n".join(compared.verdict_lines()))  # the vocabulary maps' verdict too: equal shapes cannot show a new map
 
 # %%
 fig = plots.plot_params_by_module(insp_a.parameters_by_module(), insp_b.parameters_by_module(), ("A", "B"))
@@ -223,15 +215,9 @@ display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
 # ## Findings
 
 # %%
-arch = [d for d in report["config_diff"] if d["category"] == "architecture"]
 findings = f"""
 - **{compared.headline(TAG)}.**
-- **The pair {TAG}** (`{OLD_DRAFTER}` vs `{NEW_DRAFTER}`, on `{NEW_TARGET}`): A vs B **{comparison.verdict.level}**;
-  {len(report['config_diff'])} config keys differ ({len(arch)} of them architecture);
-  {sum(t['status'] != 'same' for t in report['tensor_diff'])} of {len(report['tensor_diff'])} tensors differ in shape,
-  dtype or presence. On the new target: A is **{comparison.target_verdicts['a'].level}**, B is
-  **{comparison.target_verdicts['b'].level}**. Vocabulary maps: **{vocab.level if vocab else 'not readable'}**{
-  (' — ' + vocab.message) if vocab else ''}.
+- {compared.findings(TAG)}
 - **The two targets {TAG}** (`{OLD_TARGET}` -> `{NEW_TARGET}`): **{targets.verdict.level}**: {targets.verdict.line}.
   {len(targets.config_diff)} language-model fields differ; tokenizers: {targets.tokenizers.line}; chat templates:
   {targets.templates.line}.

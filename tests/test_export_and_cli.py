@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.model.drafter_files import load_drafter
 
 
@@ -51,6 +52,26 @@ def test_inspect_and_compare_json(tiny_world):
     assert cmp_["vocab_maps"]["level"] == "moved" and 0 < cmp_["vocab_maps"]["moved_fraction"] < 1
     assert {v["level"] for v in cmp_["target"].values()} == {"interchangeable"}
     assert {"name", "a_shape", "b_shape", "a_dtype", "b_dtype", "status"} <= set(cmp_["tensor_diff"][0])
+
+
+def test_the_comparison_renders_itself_the_same_for_the_command_line_the_panel_and_the_findings(tiny_world):
+    """One report, three readers (#39): the CLI prints its lines, the panel shows its markdown, notebook 02 quotes
+    its findings; each says the same verdicts and counts the JSON holds."""
+    settings = CompareSettings(str(tiny_world.drafter_a), str(tiny_world.drafter_b_small), str(tiny_world.target_b))
+    report = compare_drafters(settings)
+    data = report.to_json()
+    printed = eaglelab("compare", *map(str, (tiny_world.drafter_a, tiny_world.drafter_b_small)), "--new-target",
+                       str(tiny_world.target_b))
+    assert printed == "\n".join(report.lines()) + "\n"
+    assert f"verdict, A vs B: {data['verdict']['level']}" in printed and "vocabulary maps: moved" in printed
+    assert printed.count("on the new target: interchangeable") == 2
+    panel = report.markdown("[demo]")
+    assert panel.startswith(f"**{report.headline('[demo]')}**") and "- vocabulary maps: **moved**" in panel
+    sentence = report.findings("[demo]")
+    moved = sum(t["status"] != "same" for t in data["tensor_diff"])
+    assert f"{len(data['config_diff'])} config keys differ" in sentence
+    assert f"{moved} of {len(data['tensor_diff'])} tensors differ" in sentence
+    assert "A is **interchangeable**, B is **interchangeable**." in sentence and "Vocabulary maps: **moved**" in sentence
 
 
 def test_drafter_init_and_speculate(tiny_world, tmp_path):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint
 from eaglelab.cli.arguments import add_settings, settings_from
-from eaglelab.cli.output import print_json, table
+from eaglelab.cli.output import print_json
 from eaglelab.inputs import printable, quoted
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
+from eaglelab.outputs import table
 
 # --------------------------------------------------------------------------- inspect / compare
 
@@ -43,28 +44,10 @@ def cmd_inspect(args) -> int:
 
 def cmd_compare(args) -> int:
     report = compare_drafters(settings_from(args, CompareSettings))
-    cmp_ = report.comparison
     if args.json:
         print_json(report.to_json())
         return 0
-    _say(report.headline(), "")
-    if cmp_.config_diff:
-        print(table([[quoted(d.key, 60), _short(d.a, 60), _short(d.b, 60), d.category, d.why[:60]]
-                     for d in cmp_.config_diff], ["config key", "A", "B", "category", "why"]))
-    else:
-        _say("configs: identical")
-    changed = [t for t in cmp_.tensor_diff if t.status != "same"]
-    _say("", f"tensors: {len(cmp_.tensor_diff)} names, {len(changed)} differ")
-    if changed:
-        print(table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
-                     ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
-    _say("", f"verdict (A vs B): {cmp_.verdict.level.upper()}")
-    _say(*(f"  - {r}" for r in cmp_.verdict.reasons))
-    if cmp_.vocab_maps is not None:
-        _say("", f"vocabulary maps: {cmp_.vocab_maps.level.upper()}", f"  - {cmp_.vocab_maps.message}")
-    for label, v in cmp_.target_verdicts.items():
-        _say("", f"{label.upper()} on target {args.new_target}: {v.level}")
-        _say(*(f"  - {r}" for r in v.reasons))
+    _say(*report.lines())
     return 0
 
 

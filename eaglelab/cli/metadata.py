@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 
 from eaglelab.cli.arguments import accept_len, add_settings, alias, checkpoint, count, fraction, positive, settings_from
-from eaglelab.cli.output import print_json, table
+from eaglelab.cli.output import print_json
 from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
 from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
 from eaglelab.jobs.load import LoadSettings, lines, load_model_for, speculation_under_load
 from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
+from eaglelab.outputs import table
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import NEED_HEADERS, ROW_HEADERS, need_cells, row_cells, scenario_lines
 from eaglelab.serving.gpus import GPUS

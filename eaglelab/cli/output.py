@@ -1,8 +1,7 @@
-"""How the command line prints: JSON and plain tables."""
+"""How the command line prints JSON (plain tables: :func:`eaglelab.outputs.table`)."""
 
 from __future__ import annotations
 
-from eaglelab.inputs import printable
 from eaglelab.outputs import strict_json_text
 
 
@@ -11,12 +10,3 @@ def print_json(obj) -> None:
     object's ``non_finite`` entry says which ones and what they were (``{"summary.speedup": "inf"}``)."""
 
     print(strict_json_text(obj))
-
-
-def table(rows: list[list], headers: list[str]) -> str:
-    """Rows as aligned columns; cells are made printable (a name from a file cannot move the cursor)."""
-    cells = [headers] + [[printable(str(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.inspection import compare_checkpoints
-from eaglelab.inputs import renamed_fields
+from eaglelab.checkpoints.inspection import Comparison, compare_checkpoints
+from eaglelab.inputs import quoted, renamed_fields
+from eaglelab.outputs import table
 from eaglelab.settings import option
 
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
@@ -37,10 +38,10 @@ class CompareSettings:
 
 @dataclass
 class ComparisonReport:
-    """A comparison (:class:`eaglelab.checkpoints.inspection.Comparison`) and its headline."""
+    """A comparison and its headline, rendered once for the command line, the panel and notebook 02."""
 
     settings: CompareSettings
-    comparison: Any
+    comparison: Comparison
 
     @property
     def level(self) -> str:
@@ -70,6 +71,56 @@ class ComparisonReport:
 
     def to_json(self) -> dict[str, Any]:
         return {**self.comparison.to_json(), "headline": {"level": self.level, "worst": self.worst}}
+
+    def verdict_lines(self) -> list[str]:
+        """The verdict of A vs B with its reasons, the vocabulary maps', and each drafter's on the target."""
+        c = self.comparison
+        out = [f"verdict, A vs B: {c.verdict.level}", *(f"  - {r}" for r in c.verdict.reasons)]
+        out.append(f"vocabulary maps: {c.vocab_maps.level}" if c.vocab_maps else "vocabulary maps: not readable")
+        if c.vocab_maps:
+            out.append(f"  - {c.vocab_maps.message}")
+        for label, v in c.target_verdicts.items():
+            out += [f"{label.upper()} on the new target: {v.level}", *(f"  - {r}" for r in v.reasons)]
+        return out
+
+    def lines(self) -> list[str]:
+        """What ``eaglelab compare`` prints: the headline, the config and tensor differences as tables, the verdicts."""
+        c = self.comparison
+        out = [self.headline(), ""]
+        if c.config_diff:
+            out.append(table([[quoted(d.key, 60), quoted(d.a, 60), quoted(d.b, 60), d.category, d.why[:60]]
+                              for d in c.config_diff], ["config key", "A", "B", "category", "why"]))
+        else:
+            out.append("configs: identical")
+        changed = [t for t in c.tensor_diff if t.status != "same"]
+        out += ["", f"tensors: {len(c.tensor_diff)} names, {len(changed)} differ"]
+        if changed:
+            out.append(table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
+                             ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
+        return out + [""] + self.verdict_lines()
+
+    def markdown(self, tag: str = "") -> str:
+        """The panel's answer: the headline in bold, then one line per verdict."""
+        c = self.comparison
+        lines = [f"**{self.headline(tag)}**", f"- A vs B: {c.verdict.level}; " + "; ".join(c.verdict.reasons[:3]),
+                 f"- vocabulary maps: **{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps
+                 else "- vocabulary maps: not readable",
+                 *(f"- {label.upper()} on the new target: **{v.level}**" for label, v in c.target_verdicts.items())]
+        return "\n".join(lines)
+
+    def findings(self, tag: str = "") -> str:
+        """The findings' sentence on the pair: the verdicts, how many config keys and tensors differ."""
+        c, s = self.comparison, self.settings
+        arch = sum(d.category == "architecture" for d in c.config_diff)
+        moved = sum(t.status != "same" for t in c.tensor_diff)
+        on = "".join(f" {label.upper()} is **{v.level}**" + ("," if label == "a" else ".")
+                     for label, v in c.target_verdicts.items())
+        maps = f"**{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps else "**not readable**"
+        return (f"**The pair {tag}** (`{s.old_drafter}` vs `{s.new_drafter}`"
+                + (f", on `{s.new_target}`" if s.new_target else "") + f"): A vs B **{c.verdict.level}**; "
+                f"{len(c.config_diff)} config keys differ ({arch} of them architecture); {moved} of {len(c.tensor_diff)} "
+                f"tensors differ in shape, dtype or presence."
+                + (f" On the new target:{on}" if on else "") + f" Vocabulary maps: {maps}.")
 
 
 def compare_drafters(settings: CompareSettings) -> ComparisonReport:

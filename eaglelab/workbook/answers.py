@@ -33,12 +33,7 @@ def comparison_answer(values: dict[str, str], root: str = "") -> list[Any]:
 
     settings = CompareSettings(values["OLD_DRAFTER"], values["NEW_DRAFTER"], values.get("NEW_TARGET") or None)
     report = compare_drafters(settings)
-    c = report.comparison
-    lines = [f"**{report.headline(_tag([settings.old_drafter, settings.new_drafter, settings.new_target], root))}**",
-             f"- A vs B: {c.verdict.level}; " + "; ".join(c.verdict.reasons[:3]),
-             f"- vocabulary maps: **{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps
-             else "- vocabulary maps: not readable",
-             *(f"- {label.upper()} on the target: **{v.level}**" for label, v in c.target_verdicts.items())]
+    lines = [report.markdown(_tag([settings.old_drafter, settings.new_drafter, settings.new_target], root))]
     if values.get("OLD_TARGET") and values.get("NEW_TARGET"):  # the two targets too, before any probe
         targets = compare_targets(TargetCompareSettings(values["OLD_TARGET"], values["NEW_TARGET"], settings.old_drafter))
         lines.append(f"- the targets: **{targets.verdict.level}**: {targets.verdict.line}")
