@@ -9,20 +9,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglelab.checkpoints.drafter_config import drafter_config_for_target
 from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
 from eaglelab.checkpoints.spec import drafter_spec_from_config
 from eaglelab.data.probe_data import world_for_data
-from eaglelab.decisions import Option, recommend
+from eaglelab.data.world import World
+from eaglelab.decisions import Option, Recommendation, recommend
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
 from eaglelab.settings import DEFAULT_K, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
+
+if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from eaglelab.data.sets import DataSource
+    from eaglelab.data.states import FinetuneData
+    from eaglelab.model.drafter import Eagle3Drafter
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: The two starts a fine-tune can take.
@@ -102,12 +110,12 @@ class FinetuneSettings:
 class FinetuneInputs:
     """What a fine-tune loads once: the new target, its tokenizer, the old drafter, and the captured data."""
 
-    model: Any
-    tokenizer: Any
-    old: Any  # Eagle3Drafter | None
-    data: Any  # eaglelab.data.states.FinetuneData
-    source: Any  # eaglelab.data.sets.DataSource
-    world: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    old: Eagle3Drafter | None
+    data: FinetuneData
+    source: DataSource
+    world: World | None
 
     def prompts(self, n: int) -> list[list[int]]:
         from eaglelab.data.sets import measure_prompts
@@ -185,7 +193,7 @@ class FinetuneReport:
     settings: FinetuneSettings
     plugin_tau: float
     runs: dict[str, Any]
-    recommendation: Any
+    recommendation: Recommendation | None
     data: str
     notes: list[str] = field(default_factory=list)
 

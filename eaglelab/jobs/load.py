@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eaglelab.checkpoints.inspection import load_target_config
-from eaglelab.engines.vllm import engine_status, measure_costs_in_engine, measure_load_in_engine
+from eaglelab.engines.vllm import LoadRun, engine_status, measure_costs_in_engine, measure_load_in_engine
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable
 from eaglelab.serving.cost_table import CostTable, read_cost_table, write_cost_table
@@ -35,7 +35,7 @@ from eaglelab.serving.load import (
     require_step_kinds,
     require_verify_kv,
 )
-from eaglelab.serving.load_checks import calibration_of, residuals
+from eaglelab.serving.load_checks import Calibration, calibration_of, residuals
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
@@ -162,7 +162,7 @@ class LoadReport:
     model: LoadModel | None = None
     calibrated_on: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    calibration: Any = None
+    calibration: Calibration | None = None
     source: str = ""
     residuals: list[dict] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
@@ -344,8 +344,8 @@ class EngineLoadCheck:
     range the repeated runs allow (``within_noise``): a gap inside the noise is not the model's.
     """
 
-    run: Any  # eaglelab.engines.vllm.LoadRun
-    model: Any
+    run: LoadRun
+    model: LoadModel
     rows: list[dict]
     status: str = ""
 

@@ -8,17 +8,25 @@ parameters cell and the command line's flags to them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import target_layer_count
 from eaglelab.data.probe_data import world_for_data
+from eaglelab.data.world import World
 from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
 from eaglelab.settings import DEFAULT_K, option
+
+if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from eaglelab.data.sets import ProbeSet
+    from eaglelab.model.drafter import Eagle3Drafter
+    from eaglelab.probe.plugin import ProbeResult
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -87,12 +95,12 @@ class ProbeSettings:
 class ProbePair:
     """What a probe loads once: both targets, their tokenizer, the old drafter, and the data both see."""
 
-    model_a: Any
-    model_b: Any
-    tokenizer: Any
-    drafter: Any
-    data: Any  # eaglelab.data.sets.ProbeSet
-    world: Any  # eaglelab.data.world.World | None
+    model_a: PreTrainedModel
+    model_b: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    drafter: Eagle3Drafter
+    data: ProbeSet
+    world: World | None
 
     def prompts(self, n: int) -> list[list[int]]:
         """The held-out prompts to decode for real (the world's, else built-in), encoded."""
@@ -113,7 +121,7 @@ class ProbeReport:
     """
 
     settings: ProbeSettings
-    result: Any
+    result: ProbeResult
     data: str
     positions: int
     measured: dict[str, dict] | None = None

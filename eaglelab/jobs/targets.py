@@ -13,10 +13,18 @@ from typing import Any
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config, read_target_weights
 from eaglelab.checkpoints.sources import read_small_tensor
-from eaglelab.checkpoints.target_compare import compare_templates, compare_tokenizers, diff_target_configs, target_verdict
-from eaglelab.checkpoints.target_config import quantization_of
+from eaglelab.checkpoints.target_compare import (
+    TargetVerdict,
+    TemplateComparison,
+    TokenizerComparison,
+    compare_templates,
+    compare_tokenizers,
+    diff_target_configs,
+    target_verdict,
+)
+from eaglelab.checkpoints.target_config import Quantization, TargetWeights, quantization_of
 from eaglelab.checkpoints.tensor_table import strip_prefix
-from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
+from eaglelab.checkpoints.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import renamed_fields
 from eaglelab.settings import option
@@ -47,9 +55,9 @@ class TargetSide:
 
     source: str
     config: dict[str, Any]
-    quantization: Any
-    weights: Any
-    tokenizer: Any
+    quantization: Quantization
+    weights: TargetWeights | None
+    tokenizer: Tokenizer
 
     @property
     def prefix(self) -> str | None:
@@ -74,9 +82,9 @@ class TargetComparisonReport:
     a: TargetSide
     b: TargetSide
     config_diff: list
-    tokenizers: Any
-    templates: Any
-    verdict: Any
+    tokenizers: TokenizerComparison
+    templates: TemplateComparison
+    verdict: TargetVerdict
 
     def headline(self) -> str:
         s = self.settings
