@@ -19,7 +19,6 @@ whose parser the tests run). Building the script reads configs and safetensors h
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
 from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.target_config import is_mla_target, target_layer_count
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
-from eaglelab.engines.scripts import Here, Step, Var, comment_line, flag_value, script_value, steps_text
+from eaglelab.engines.scripts import Here, Step, Var, comment_line, flag_value, script_text, script_value
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import renamed_fields
@@ -79,12 +78,8 @@ class ProbeRecipe(Recipe):
             comment_line(f"  data:        {s.data} (the same conversations for both targets)"),
             comment_line(f"  work folder: {s.workdir}"),
             *[comment_line(f"  {k}: {v}") for k, v in self.provenance.items()],
-            "set -euo pipefail",
-            'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
-            f"mkdir -p -- {shlex.quote(s.workdir)}",
-            "",
         ]
-        return "\n".join(head + steps_text(self.steps))
+        return script_text(head, s.workdir, self.steps)
 
     def to_json(self) -> dict[str, Any]:
         return {"job": "probe", "settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,8 @@ from eaglelab.engines.scripts import (
     comment_line,
     flag_value,
     path_word,
+    script_text,
     script_value,
-    steps_text,
     write_recipe_folder,
     yaml_text,
 )
@@ -126,12 +125,8 @@ class Recipe:
               ["# The old drafter's vocabulary map is kept (d2t / t2d: "
                f"{self.vocab_map['draft_slots']} draft slots over {self.vocab_map['target_vocab']} target tokens);",
                "# a regenerated map would give every lm_head row another token to predict."]),
-            "set -euo pipefail",
-            'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
-            f"mkdir -p -- {shlex.quote(s.workdir)}",
-            "",
         ]
-        return "\n".join(head + steps_text(self.steps))
+        return script_text(head, s.workdir, self.steps)
 
     def to_json(self) -> dict[str, Any]:
         return {"settings": asdict(self.settings), "steps": [st.to_json() for st in self.steps],

@@ -167,6 +167,13 @@ def quote_args(argv: list[Word]) -> list[str]:
     return [" ".join(first)] + lines
 
 
+def script_text(head: list[str], workdir: str, steps: list[Step]) -> str:
+    """A recipe's whole script: its commented head, strict bash, its own folder as ``$HERE``, the work folder
+    made, then the numbered steps."""
+    return "\n".join([*head, "set -euo pipefail", 'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
+                      f"mkdir -p -- {shlex.quote(workdir)}", "", *steps_text(steps)])
+
+
 def steps_text(steps: list[Step]) -> list[str]:
     """The numbered, commented steps of a script: each one's title and notes, then its command (a server in
     the background, waited for)."""
