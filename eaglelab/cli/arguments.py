@@ -223,7 +223,7 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
             if many and meta.get("comma"):
                 kw["type"] = _comma_separated(kw["type"] or str)
             elif many:
-                kw["nargs"] = "+"
+                kw["nargs"] = meta.get("count") or "+"
             if required:
                 kw["required"], kw["help"] = True, text + " (required)"
             else:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglelab.checkpoints.export import export_drafter
 from eaglelab.checkpoints.preflight import check_drafter, check_target
 from eaglelab.cli.arguments import add_settings, count, count0, settings_from
 from eaglelab.cli.output import print_json
 from eaglelab.data.world import default_world_dir
 from eaglelab.decisions import Option
-from eaglelab.errors import EngineError, ParameterError, SourceError
-from eaglelab.inputs import read_bytes
+from eaglelab.errors import EngineError, ParameterError
+from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings, export_for_engine, init_drafter
 from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
 from eaglelab.jobs.speculate import SpeculateSettings, speculate
@@ -29,44 +28,12 @@ def _target_config(target: str) -> dict:
 # --------------------------------------------------------------------------- drafter init / export
 
 def cmd_drafter_init(args) -> int:
-    import torch
-
-    from eaglelab.model.drafter import Eagle3Drafter
-    from eaglelab.model.drafter_files import save_drafter
-    from eaglelab.model.vocab import build_vocab_map, count_tokens
-
-    tcfg = _target_config(args.target)
-    drafter = Eagle3Drafter.from_target_config(tcfg, draft_vocab_size=args.draft_vocab,
-                                               aux_layer_ids=args.aux_layers, seed=args.seed, attention=args.attention)
-    how = f"first {drafter.spec.draft_vocab_size} target ids"
-    if args.text:
-        from transformers import AutoTokenizer
-
-        text = read_bytes(args.text, SourceError, 1 << 31, "text source").decode("utf-8", errors="replace")
-        tok = AutoTokenizer.from_pretrained(args.target, trust_remote_code=args.trust_remote_code)
-        ids = torch.tensor(tok(text)["input_ids"])
-        counts = count_tokens([ids], drafter.spec.vocab_size)
-        drafter.set_vocab_map(*build_vocab_map(counts, drafter.spec.draft_vocab_size))
-        how = f"the {drafter.spec.draft_vocab_size} most frequent of {int((counts > 0).sum())} tokens in {args.text}"
-    out = save_drafter(drafter, args.out, dtype=args.dtype, overwrite=args.force)
-    print(f"wrote {out} (aux layer outputs {list(drafter.spec.aux_layer_ids)}, draft vocabulary: {how})")
+    print(init_drafter(settings_from(args, DrafterInitSettings)))
     return 0
 
 
 def cmd_drafter_export(args) -> int:
-    if args.to == "speculators" and not args.target:
-        raise ParameterError("--target", "a speculators (vLLM) export records its verifier: give --target")
-    _, tcfg = check_drafter(args.source, args.target)  # from metadata, before anything loads
-    embedding = None
-    if args.with_embedding:
-        from eaglelab.model.heads import read_target_embedding
-
-        if not args.target:
-            raise ParameterError("--with-embedding", "copies the target's embedding: give --target")
-        embedding = read_target_embedding(args.target)  # by name (language_model.* too): the target is not loaded
-    out = export_drafter(args.source, args.out, args.to, tcfg, verifier=args.target, target_embedding=embedding,
-                         overwrite=args.force, k=args.k)
-    print(f"wrote {out} ({'speculators / vLLM' if args.to == 'speculators' else 'SpecForge / SGLang'} format)")
+    print(export_for_engine(settings_from(args, ExportSettings)))
     return 0
 
 
@@ -218,32 +185,13 @@ def add_parsers(sub) -> None:
     i = dsub.add_parser("init", help="write a freshly initialised drafter sized for a target",
                         description="Write config.json + model.safetensors of a new EAGLE-3 drafter for "
                                     "target T (SpecForge / SGLang layout).")
-    i.add_argument("--target", required=True, help="target folder, config.json or hub id")
-    i.add_argument("--out", required=True, help="folder to write")
-    i.add_argument("--draft-vocab", type=count, help="draft vocabulary size (default min(32000, V))")
-    i.add_argument("--aux-layers", type=count0, nargs=3, metavar=("LOW", "MID", "HIGH"),
-                   help="target layer outputs to read (SGLang convention; default [1, L//2-1, L-4])")
-    i.add_argument("--text", help="text file for the vocabulary map (token frequencies); default first N ids")
-    i.add_argument("--attention", choices=["llama", "mla"], default="llama",
-                   help="the drafter layer's attention: llama (SpecForge, vLLM) or mla, the target's multi-head latent "
-                        "attention (SGLang's Eagle3DeepseekV2ForCausalLM, as TorchSpec's Kimi-K2.5 drafter)")
-    i.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
-    i.add_argument("--seed", type=count0, default=0)
-    i.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in --out")
-    i.add_argument("--trust-remote-code", action="store_true", help="allow the target's custom tokenizer code")
+    add_settings(i, DrafterInitSettings)
     i.set_defaults(func=cmd_drafter_init)
     e = dsub.add_parser("export", help="write a drafter in the vLLM (speculators) or SGLang (SpecForge) format",
                         description="Convert a drafter between the speculators format vLLM loads and the SpecForge "
                                     "layout SGLang loads: the same model, or one line naming the flag the "
                                     "destination cannot express.")
-    e.add_argument("--to", choices=["speculators", "specforge"], default="speculators", help="output format")
-    e.add_argument("source", help="drafter folder (either format)")
-    e.add_argument("out", help="folder to write")
-    e.add_argument("--target", help="target folder or hub id (its config; recorded as verifier); "
-                                    "required for --to speculators")
-    e.add_argument("--with-embedding", action="store_true", help="copy the target's embedding into the export")
-    e.add_argument("--k", type=count, default=DEFAULT_K, help="speculative tokens of the default proposal method")
-    e.add_argument("--force", action="store_true", help="overwrite an existing export")
+    add_settings(e, ExportSettings)
     e.set_defaults(func=cmd_drafter_export)
 
     s = sub.add_parser("speculate", help="speculative decoding vs greedy on one prompt",
