@@ -21,6 +21,7 @@ from eaglelab.cli.arguments import settings_from
 from eaglelab.drift.sweep import SweepSettings
 from eaglelab.jobs.compare import CompareSettings
 from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings
+from eaglelab.jobs.engine import EngineMeasureSettings
 from eaglelab.jobs.finetune import FinetuneSettings
 from eaglelab.jobs.predict import PredictSettings
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings
@@ -40,10 +41,10 @@ NOTEBOOK_SETTINGS = {"03_plugin_probe": ProbeSettings, "04_small_finetune": Fine
 SETTINGS_COMMANDS = {"probe": (ProbeSettings, ()), "dump": (DumpSettings, ()), "compare": (CompareSettings, ()),
                      "compare-targets": (TargetCompareSettings, ()), "predict": (PredictSettings, ()),
                      "speculate": (SpeculateSettings, ()), "drafter init": (DrafterInitSettings, ()),
-                     "drafter export": (ExportSettings, ()),
+                     "drafter export": (ExportSettings, ()), "engine measure": (EngineMeasureSettings, ()),
                      "finetune": (FinetuneSettings, ("measure_prompts", "measure_tokens"))}  # notebook 04's only
 #: Commands whose flags are still declared by hand: no settings dataclass yet (#39 item 2 gives each a job).
-HAND_DECLARED = {"inspect", "perf", "plan", "recipe", "report", "run", "engine", "demo"}
+HAND_DECLARED = {"inspect", "perf", "plan", "recipe", "report", "run", "engine status", "demo"}
 
 
 def test_every_notebook_parameter_default_is_its_settings_default():

@@ -33,6 +33,7 @@ class Knobs:
         quiet: a switch that is off.
         check: a switch that is on.
         renamed: a field whose flag is another word.
+        layers: exactly three whole numbers.
     """
 
     name: str = option(positional=True)
@@ -48,6 +49,7 @@ class Knobs:
     quiet: bool = False
     check: bool = True
     renamed: str | None = option(None, flag="other-word", help="said here, not in the docstring")
+    layers: tuple[int, ...] | None = option(None, min=0, count=3)
     internal: int = option(3, cli=False)
 
 
@@ -64,9 +66,9 @@ def test_no_flags_give_the_dataclass_defaults():
 def test_each_kind_of_flag_lands_in_its_field_typed():
     args = parser().parse_args(["x", "--old-target", "T", "--steps", "3", "--seed", "0", "--lr", "0.1", "--share", "1",
                                 "--tau", "1.5", "--kind", "c", "--sizes", "2", "4", "--quiet", "--no-check",
-                                "--other-word", "w"])
+                                "--other-word", "w", "--layers", "1", "6", "11"])
     got = settings_from(args, Knobs)
-    assert got == Knobs("x", "T", 3, 4, 0, 0.1, 1.0, 1.5, "c", (2, 4), True, False, "w")
+    assert got == Knobs("x", "T", 3, 4, 0, 0.1, 1.0, 1.5, "c", (2, 4), True, False, "w", (1, 6, 11))
     assert isinstance(got.sizes, tuple) and got.internal == 3
 
 
@@ -86,7 +88,8 @@ def test_an_old_spelling_still_works_and_says_so(capsys):
 
 @pytest.mark.parametrize("argv", [["x", "--steps", "0"], ["x", "--seed", "-1"], ["x", "--lr", "0"],
                                   ["x", "--share", "1.5"], ["x", "--tau", "0.9"], ["x", "--kind", "d"],
-                                  ["x", "--lr", "nan"], ["x", "--steps", "2.5"], ["x", "--sizes", "0"], []])
+                                  ["x", "--lr", "nan"], ["x", "--steps", "2.5"], ["x", "--sizes", "0"], [],
+                                  ["x", "--layers", "1", "2"]])
 def test_a_value_out_of_its_range_is_one_line_and_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as stop:
         parser().parse_args(argv)

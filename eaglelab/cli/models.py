@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglelab.checkpoints.preflight import check_drafter, check_target
+from eaglelab.checkpoints.preflight import check_target
 from eaglelab.cli.arguments import add_settings, count, count0, settings_from
 from eaglelab.cli.output import print_json
 from eaglelab.data.world import default_world_dir
 from eaglelab.decisions import Option
 from eaglelab.errors import EngineError, ParameterError
 from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings, export_for_engine, init_drafter
+from eaglelab.jobs.engine import EngineMeasureSettings, measure_drafter_in_vllm
 from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
 from eaglelab.jobs.speculate import SpeculateSettings, speculate
-from eaglelab.settings import DEFAULT_K
 from eaglelab.worlds.build import build_world
 
 
@@ -105,58 +105,20 @@ def cmd_finetune(args) -> int:
 
 # --------------------------------------------------------------------------- engine
 
-def _num(x, digits: int = 3) -> str:
-    """A number for a line, or "-" where there is none (no drafts; a position no step reached)."""
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def _nums(xs) -> str:
-    return ", ".join(_num(x) for x in xs or []) or "-"
-
-
 def cmd_engine(args) -> int:
-    from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
-
-    ok, line = engine_status()
     if args.engine_command == "status":
+        from eaglelab.engines.vllm import engine_status
+
+        ok, line = engine_status()
         if not ok:
             raise EngineError("vllm", line)
         print(line)
         return 0
-    from eaglelab.data.sets import measure_prompts, world_of
-    from eaglelab.model.drafter_files import load_drafter
-    from eaglelab.model.targets import load_target
-    from eaglelab.probe.plugin import measure_on_target
-
-    check_drafter(args.drafter, args.target)  # from metadata, before anything loads
-    if not ok:
-        raise EngineError("vllm", line)
-    model, tok = load_target(args.target, dtype="float32", device="cpu", need_tokenizer=True)  # the prompts' ids
-    prompts = measure_prompts(tok, args.prompts, world_of(args.target))
-    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
-    engine = measure_in_engine(args.target, args.drafter, prompts, args.tokens, k=args.k, batch=args.batch,
-                               stop_token_ids=eos)
-    out = {"engine": engine.to_json()}
-    if args.compare:
-        workbook = measure_on_target(model, load_drafter(args.drafter), prompts, args.tokens, k=args.k)
-        out["comparison"] = compare_with_workbook(workbook, engine)
+    report = measure_drafter_in_vllm(settings_from(args, EngineMeasureSettings))
     if args.json:
-        print_json(out)
-        return 0
-    run = engine.with_drafter
-    print(f"{run.engine} {run.version}, k = {run.k}, {len(prompts)} prompts x {args.tokens} tokens, batch {run.batch}: "
-          f"τ {_num(run.tau)}, {_num(run.tokens_per_s, 1)} tok/s vs {_num(engine.target_alone.tokens_per_s, 1)} alone "
-          f"({_num(engine.speedup, 2)}x); outputs equal to the target alone: {engine.matches_target}")
-    print(f"per-position acceptance, vLLM's (drafts 1..i all accepted): {_nums(run.position_rate)}")
-    print(f"per-position acceptance, conditional (draft i given 1..i-1): {_nums(run.position_rate_conditional)}")
-    if args.compare:
-        c = out["comparison"]
-        diff = "-" if c["tau_difference"] is None else f"{100 * c['tau_difference']:+.1f}%"
-        print(f"the workbook's decoder on the same prompts: τ {_num(c['tau_workbook'])} ({diff} in vLLM), conditional "
-              f"per position {_nums(c['position_conditional_workbook'])}")
-    print(f"engine warnings about the checkpoint (weights, keys, shapes): {len(run.load_warnings) or 'none'}")
-    for w in run.load_warnings:
-        print(f"  {w}")
+        print_json(report.to_json())
+    else:
+        print("\n".join(report.lines()))
     return 0
 
 
@@ -243,14 +205,7 @@ def add_parsers(sub) -> None:
     ensub = en.add_subparsers(dest="engine_command", required=True, metavar="ACTION")
     ensub.add_parser("status", help="is vLLM's environment there, and which version").set_defaults(func=cmd_engine)
     em = ensub.add_parser("measure", help="measure a drafter on a target in vLLM")
-    em.add_argument("--target", required=True, help="target folder (local: vLLM loads it by path)")
-    em.add_argument("--drafter", required=True, help="drafter folder, SpecForge or speculators layout")
-    em.add_argument("--k", type=count, default=DEFAULT_K, help="drafts per step")
-    em.add_argument("--prompts", type=count, default=8, help="held-out prompts (the target's world, else built-in)")
-    em.add_argument("--tokens", type=count, default=64, help="new tokens per prompt")
-    em.add_argument("--batch", choices=["one", "all"], default="one",
-                    help="one prompt at a time (as the workbook decodes) or all batched")
-    em.add_argument("--compare", action="store_true", help="also run the workbook's decoder on the same prompts")
+    add_settings(em, EngineMeasureSettings)
     em.add_argument("--json", action="store_true", help="machine-readable output")
     em.set_defaults(func=cmd_engine)
 

@@ -11,9 +11,15 @@ lacks, a flag its MLA class does not compute) is skipped with its reason, the ot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from eaglelab.checkpoints.preflight import check_drafter
+from eaglelab.errors import EngineError
 from eaglelab.progress import progress as progress_bar
+from eaglelab.settings import DEFAULT_K, option
+
+if TYPE_CHECKING:
+    from eaglelab.engines.vllm import EngineMeasurement
 
 
 @dataclass
@@ -74,3 +80,87 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         alone[str(target)] = measured.target_alone
         out.rows[name] = compare_with_workbook(workbook[name], measured)
     return out
+
+
+@dataclass(frozen=True)
+class EngineMeasureSettings:
+    """A drafter measured on a target in vLLM itself.
+
+    Attributes:
+        target: the target folder (local: vLLM loads it by path).
+        drafter: the drafter folder, SpecForge or speculators layout.
+        k: drafts per step.
+        prompts: held-out prompts (the target's world, else built-in).
+        tokens: new tokens per prompt.
+        batch: one prompt at a time (as the workbook decodes) or all batched.
+        compare: also run the workbook's decoder on the same prompts.
+    """
+
+    target: str
+    drafter: str
+    k: int = option(DEFAULT_K, min=1)
+    prompts: int = option(8, min=1)
+    tokens: int = option(64, min=1)
+    batch: str = option("one", choices=("one", "all"))
+    compare: bool = False
+
+
+def _num(x, digits: int = 3) -> str:
+    """A number for a line, or "-" where there is none (no drafts; a position no step reached)."""
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def _nums(xs) -> str:
+    return ", ".join(_num(x) for x in xs or []) or "-"
+
+
+@dataclass
+class EngineMeasureReport:
+    """vLLM's run of the target alone and with the drafter, and (asked for) the workbook's decoder beside it."""
+
+    settings: EngineMeasureSettings
+    engine: EngineMeasurement
+    prompts: int
+    comparison: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"engine": self.engine.to_json(), **({"comparison": self.comparison} if self.comparison else {})}
+
+    def lines(self) -> list[str]:
+        s, run, alone = self.settings, self.engine.with_drafter, self.engine.target_alone
+        out = [f"{run.engine} {run.version}, k = {run.k}, {self.prompts} prompts x {s.tokens} tokens, batch {run.batch}: "
+               f"τ {_num(run.tau)}, {_num(run.tokens_per_s, 1)} tok/s vs {_num(alone.tokens_per_s, 1)} alone "
+               f"({_num(self.engine.speedup, 2)}x); outputs equal to the target alone: {self.engine.matches_target}",
+               f"per-position acceptance, vLLM's (drafts 1..i all accepted): {_nums(run.position_rate)}",
+               f"per-position acceptance, conditional (draft i given 1..i-1): {_nums(run.position_rate_conditional)}"]
+        if self.comparison:
+            c = self.comparison
+            diff = "-" if c["tau_difference"] is None else f"{100 * c['tau_difference']:+.1f}%"
+            out.append(f"the workbook's decoder on the same prompts: τ {_num(c['tau_workbook'])} ({diff} in vLLM), "
+                       f"conditional per position {_nums(c['position_conditional_workbook'])}")
+        out.append(f"engine warnings about the checkpoint (weights, keys, shapes): {len(run.load_warnings) or 'none'}")
+        return out + [f"  {w}" for w in run.load_warnings]
+
+
+def measure_drafter_in_vllm(settings: EngineMeasureSettings) -> EngineMeasureReport:
+    """The drafter on the target in vLLM, on the prompt token ids the workbook decodes (its tokenizer's)."""
+    from eaglelab.data.sets import measure_prompts, world_of
+    from eaglelab.engines.vllm import compare_with_workbook, engine_status, measure_in_engine
+    from eaglelab.model.drafter_files import load_drafter
+    from eaglelab.model.targets import load_target
+    from eaglelab.probe.plugin import measure_on_target
+
+    s = settings
+    check_drafter(s.drafter, s.target)  # from metadata, before anything loads
+    ok, line = engine_status()
+    if not ok:
+        raise EngineError("vllm", line)
+    model, tok = load_target(s.target, dtype="float32", device="cpu", need_tokenizer=True)  # the prompts' ids
+    prompts = measure_prompts(tok, s.prompts, world_of(s.target))
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else None
+    engine = measure_in_engine(s.target, s.drafter, prompts, s.tokens, k=s.k, batch=s.batch, stop_token_ids=eos)
+    comparison = None
+    if s.compare:
+        workbook = measure_on_target(model, load_drafter(s.drafter), prompts, s.tokens, k=s.k)
+        comparison = compare_with_workbook(workbook, engine)
+    return EngineMeasureReport(settings, engine, len(prompts), comparison)
