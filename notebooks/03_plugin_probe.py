@@ -224,7 +224,7 @@ if pair is not None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, target, layout in (("a", OLD_TARGET, "specforge"), ("b", NEW_TARGET, "vllm")):
             dump_states(DumpSettings(target, OLD_DRAFTER, f"{tmp}/{name}", layout=layout, data=settings.data,
-                                     world_dir=WORLD_DIR, sequences=SEQUENCES, seq_len=SEQ_LEN), progress=False)
+                                     world_dir=settings.world_dir, sequences=SEQUENCES, seq_len=SEQ_LEN), progress=False)
         dumped = probe_checkpoints(replace(settings, old_states=f"{tmp}/a", new_states=f"{tmp}/b"), progress=False).result
     live_numbers = [x for layer in result.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
     dump_numbers = [x for layer in dumped.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
