@@ -74,6 +74,23 @@ def test_the_comparison_renders_itself_the_same_for_the_command_line_the_panel_a
     assert "A is **interchangeable**, B is **interchangeable**." in sentence and "Vocabulary maps: **moved**" in sentence
 
 
+def test_the_printed_tables_are_lines_not_escaped_line_breaks(tiny_world, tmp_path):
+    """A table in a report is one printed line per row (the text from files is escaped cell by cell, so an escaped
+    line break would be a bug of the report, not a file's)."""
+    other = tmp_path / "other"
+    eaglelab("drafter", "init", "--target", str(tiny_world.target_a), "--out", str(other), "--draft-vocab", "64")
+    printed = eaglelab("compare", str(tiny_world.drafter_a), str(other))
+    report = compare_drafters(CompareSettings(str(tiny_world.drafter_a), str(other)))
+    assert report.comparison.config_diff and any(t.status != "same" for t in report.comparison.tensor_diff)
+    assert printed == "\n".join(report.lines()) + "\n" and "\\x0a" not in printed
+    lines = printed.splitlines()
+    assert any(line.split()[:2] == ["config", "key"] for line in lines)
+    assert any(line.split()[:3] == ["tensor", "A", "shape"] for line in lines)
+    assert any("draft_vocab_size" in line and "64" in line for line in lines)
+    inspected = eaglelab("inspect", str(other))
+    assert "\\x0a" not in inspected and inspected.splitlines()[1].split()[:3] == ["tensor", "shape", "dtype"]
+
+
 def test_drafter_init_and_speculate(tiny_world, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(" ".join(tiny_world.held_out_prompts()) * 3)

@@ -32,6 +32,7 @@ from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refu
 from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
 from eaglelab.errors import ConfigError, EaglelabError, HubError, SourceError
 from eaglelab.inputs import path_kind, printable, quoted, read_json_object
+from eaglelab.outputs import table
 
 
 @dataclass
@@ -119,6 +120,21 @@ class Inspection:
                 g = "norms"
             groups[g] = groups.get(g, 0) + t.numel
         return groups
+
+    def lines(self) -> list[str]:
+        """What ``eaglelab inspect`` prints: the source, the tensor table, the family's status, problems, cautions."""
+        ck = self.checkpoint
+        rows = [[quoted(r["name"]), r["shape"], quoted(r["dtype"]), f"{r['parameters']:,}", r["meaning"][:60]]
+                for r in self.tensor_rows()]
+        return [f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
+                f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB",
+                *table(rows, ["tensor", "shape", "dtype", "params", "meaning"]).splitlines(),
+                self.status_line if not self.family.computed else f"{self.family.name}: {self.status_line}",
+                *(f"target: {line}" for line in self.target_lines()),
+                *(f"  - also: {line}" for line in self.refusals[1:]),
+                "problems: " + ("none" if not self.problems else ""),
+                *(f"  - {p}" for p in self.problems),
+                *(f"caution: {c}" for c in self.cautions)]
 
     def to_json(self) -> dict[str, Any]:
         ck = self.checkpoint

@@ -27,18 +27,7 @@ def cmd_inspect(args) -> int:
     if args.json:
         print_json(insp.to_json())
         return 0
-    ck = insp.checkpoint
-    _say(f"{ck.source} ({ck.kind}, {len(ck.weight_files)} file(s)): {len(ck.tensors)} tensors, "
-         f"{ck.total_parameters:,} parameters, {ck.total_bytes / 1e9:.3f} GB")
-    rows = [[quoted(r["name"]), r["shape"], quoted(r["dtype"]), f"{r['parameters']:,}", r["meaning"][:60]]
-            for r in insp.tensor_rows()]
-    print(table(rows, ["tensor", "shape", "dtype", "params", "meaning"]))
-    _say(insp.status_line if not insp.family.computed else f"{insp.family.name}: {insp.status_line}")
-    _say(*(f"target: {line}" for line in insp.target_lines()))
-    _say(*(f"  - also: {line}" for line in insp.refusals[1:]))
-    _say("problems: " + ("none" if not insp.problems else ""))
-    _say(*(f"  - {p}" for p in insp.problems))
-    _say(*(f"caution: {c}" for c in insp.cautions))
+    _say(*insp.lines())
     return 0
 
 

@@ -84,19 +84,20 @@ class ComparisonReport:
         return out
 
     def lines(self) -> list[str]:
-        """What ``eaglelab compare`` prints: the headline, the config and tensor differences as tables, the verdicts."""
+        """What ``eaglelab compare`` prints, one line each: the headline, the config and tensor differences as
+        tables, the verdicts."""
         c = self.comparison
         out = [self.headline(), ""]
         if c.config_diff:
-            out.append(table([[quoted(d.key, 60), quoted(d.a, 60), quoted(d.b, 60), d.category, d.why[:60]]
-                              for d in c.config_diff], ["config key", "A", "B", "category", "why"]))
+            out += table([[quoted(d.key, 60), quoted(d.a, 60), quoted(d.b, 60), d.category, d.why[:60]]
+                          for d in c.config_diff], ["config key", "A", "B", "category", "why"]).splitlines()
         else:
             out.append("configs: identical")
         changed = [t for t in c.tensor_diff if t.status != "same"]
         out += ["", f"tensors: {len(c.tensor_diff)} names, {len(changed)} differ"]
         if changed:
-            out.append(table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
-                             ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]))
+            out += table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
+                         ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]).splitlines()
         return out + [""] + self.verdict_lines()
 
     def markdown(self, tag: str = "") -> str:
