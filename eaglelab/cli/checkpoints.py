@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from eaglelab.checkpoints.inspection import inspect_checkpoint
 from eaglelab.cli.arguments import add_settings, settings_from
-from eaglelab.cli.output import print_json
+from eaglelab.cli.output import print_json, print_report
 from eaglelab.inputs import printable, quoted
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
@@ -23,21 +23,11 @@ def _say(*lines: str) -> None:
 
 
 def cmd_inspect(args) -> int:
-    insp = inspect_checkpoint(args.source, args.revision)
-    if args.json:
-        print_json(insp.to_json())
-        return 0
-    _say(*insp.lines())
-    return 0
+    return print_report(inspect_checkpoint(args.source, args.revision), args.json, escape=True)
 
 
 def cmd_compare(args) -> int:
-    report = compare_drafters(settings_from(args, CompareSettings))
-    if args.json:
-        print_json(report.to_json())
-        return 0
-    _say(*report.lines())
-    return 0
+    return print_report(compare_drafters(settings_from(args, CompareSettings)), args.json, escape=True)
 
 
 def cmd_compare_targets(args) -> int:

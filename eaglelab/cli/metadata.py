@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from eaglelab.cli.arguments import accept_len, add_settings, alias, checkpoint, count, fraction, positive, settings_from
-from eaglelab.cli.output import print_json
+from eaglelab.cli.output import print_json, print_report
 from eaglelab.engines.load_recipes import LoadRecipeSettings, write_load_recipe
 from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import RecipeSettings, build_recipe
@@ -174,12 +174,7 @@ PLAN_FIELDS = ("baseline_tps", "cycle_ms", "accept_len", "goal_tps", "samples", 
 
 
 def cmd_predict(args) -> int:
-    report = predict_plugin_tau(settings_from(args, PredictSettings))
-    if args.json:
-        print_json(report.to_json())
-    else:
-        print("\n".join(report.lines()))
-    return 0
+    return print_report(predict_plugin_tau(settings_from(args, PredictSettings)), args.json)
 
 
 def cmd_report(args) -> int:

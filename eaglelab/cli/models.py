@@ -7,7 +7,7 @@ from pathlib import Path
 
 from eaglelab.checkpoints.preflight import check_target
 from eaglelab.cli.arguments import add_settings, count, count0, settings_from
-from eaglelab.cli.output import print_json
+from eaglelab.cli.output import print_json, print_report
 from eaglelab.data.world import default_world_dir
 from eaglelab.decisions import Option
 from eaglelab.errors import EngineError, ParameterError
@@ -40,23 +40,13 @@ def cmd_drafter_export(args) -> int:
 # --------------------------------------------------------------------------- speculate
 
 def cmd_speculate(args) -> int:
-    report = speculate(settings_from(args, SpeculateSettings))
-    if args.json:
-        print_json(report.to_json())
-    else:
-        print("\n".join(report.lines()))
-    return 0
+    return print_report(speculate(settings_from(args, SpeculateSettings)), args.json)
 
 
 # --------------------------------------------------------------------------- probe
 
 def cmd_probe(args) -> int:
-    report = probe_checkpoints(settings_from(args, ProbeSettings), progress=not args.json)
-    if args.json:
-        print_json(report.to_json())
-        return 0
-    print("\n".join(report.lines()))
-    return 0
+    return print_report(probe_checkpoints(settings_from(args, ProbeSettings), progress=not args.json), args.json)
 
 
 def cmd_dump(args) -> int:
@@ -114,12 +104,7 @@ def cmd_engine(args) -> int:
             raise EngineError("vllm", line)
         print(line)
         return 0
-    report = measure_drafter_in_vllm(settings_from(args, EngineMeasureSettings))
-    if args.json:
-        print_json(report.to_json())
-    else:
-        print("\n".join(report.lines()))
-    return 0
+    return print_report(measure_drafter_in_vllm(settings_from(args, EngineMeasureSettings)), args.json)
 
 
 # --------------------------------------------------------------------------- demo

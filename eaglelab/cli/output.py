@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from eaglelab.inputs import printable
 from eaglelab.outputs import strict_json_text
 
 
@@ -10,3 +11,18 @@ def print_json(obj) -> None:
     object's ``non_finite`` entry says which ones and what they were (``{"summary.speedup": "inf"}``)."""
 
     print(strict_json_text(obj))
+
+
+def print_report(report, as_json: bool, escape: bool = False) -> int:
+    """A job's report as the command prints it: its ``to_json()`` with ``--json``, else its ``lines()``.
+
+    Args:
+        escape: print each line with its control and format characters escaped (text from checkpoints' files,
+            which must not add a line or move the cursor); a decoded reply keeps its own line breaks.
+    """
+    if as_json:
+        print_json(report.to_json())
+    else:
+        for line in report.lines():
+            print(printable(line) if escape else line)
+    return 0
