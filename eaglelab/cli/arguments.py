@@ -73,12 +73,6 @@ def count0(text: str) -> int:
     return _integer(text, 0)
 
 
-def numbers(text: str) -> list[float]:
-    """A comma-separated list of finite numbers."""
-    return [_number(x) for x in text.split(",")]
-
-
-
 class DeprecatedAlias(argparse.Action):
     """An old spelling of a flag: stores into the new flag's destination and says, once, what it is now called.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglelab.checkpoints.preflight import check_target
 from eaglelab.cli.arguments import add_settings, count, count0, settings_from
 from eaglelab.cli.output import print_json, print_report
 from eaglelab.data.world import default_world_dir
@@ -17,13 +16,6 @@ from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
 from eaglelab.jobs.speculate import SpeculateSettings, speculate
 from eaglelab.worlds.build import build_world
-
-
-def _target_config(target: str) -> dict:
-    """The target's config, and its weight headers checked, before anything loads."""
-
-    return check_target(target)
-
 
 # --------------------------------------------------------------------------- drafter init / export
 
