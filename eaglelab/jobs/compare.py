@@ -72,15 +72,23 @@ class ComparisonReport:
     def to_json(self) -> dict[str, Any]:
         return {**self.comparison.to_json(), "headline": {"level": self.level, "worst": self.worst}}
 
-    def verdict_lines(self) -> list[str]:
-        """The verdict of A vs B with its reasons, the vocabulary maps', and each drafter's on the target."""
+    def verdict_lines(self, loud: bool = False) -> list[str]:
+        """The verdict of A vs B with its reasons, the vocabulary maps', and each drafter's on the target.
+
+        Args:
+            loud: the levels in capitals (the command line's way of making them stand out in plain text).
+        """
         c = self.comparison
-        out = [f"verdict, A vs B: {c.verdict.level}", *(f"  - {r}" for r in c.verdict.reasons)]
-        out.append(f"vocabulary maps: {c.vocab_maps.level}" if c.vocab_maps else "vocabulary maps: not readable")
+
+        def level(word: str) -> str:
+            return word.upper() if loud else word
+
+        out = [f"verdict, A vs B: {level(c.verdict.level)}", *(f"  - {r}" for r in c.verdict.reasons)]
+        out.append(f"vocabulary maps: {level(c.vocab_maps.level)}" if c.vocab_maps else "vocabulary maps: not readable")
         if c.vocab_maps:
             out.append(f"  - {c.vocab_maps.message}")
         for label, v in c.target_verdicts.items():
-            out += [f"{label.upper()} on the new target: {v.level}", *(f"  - {r}" for r in v.reasons)]
+            out += [f"{label.upper()} on the new target: {level(v.level)}", *(f"  - {r}" for r in v.reasons)]
         return out
 
     def lines(self) -> list[str]:
@@ -98,7 +106,7 @@ class ComparisonReport:
         if changed:
             out += table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
                          ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]).splitlines()
-        return out + [""] + self.verdict_lines()
+        return out + [""] + self.verdict_lines(loud=True)
 
     def markdown(self, tag: str = "") -> str:
         """The panel's answer: the headline in bold, then one line per verdict."""
