@@ -51,7 +51,6 @@ def finite_json(obj: Any) -> tuple[Any, dict[str, str]]:
         (``{"plan.rows[2].samples": "inf"}``). Every JSON file eaglelab writes for others to read
         (findings, ``--json`` output, records) is strict, so a strict reader (its own included) takes it.
     """
-
     replaced: dict[str, str] = {}
 
     def walk(v: Any, path: str) -> Any:

@@ -226,7 +226,6 @@ def text_diff(old: str, new: str, limit: int = 40, context: int = 3) -> list[str
     shown with the few pieces before it. Renderings are compared on their first 20,000 characters (the
     sample conversation is far shorter).
     """
-
     a, b = re.findall(_PIECE, old[:20_000]), re.findall(_PIECE, new[:20_000])
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():

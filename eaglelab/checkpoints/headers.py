@@ -266,7 +266,6 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, TensorInfo], di
         HeaderError: anything safetensors itself would refuse; the message never quotes the
             file's bytes (an 8-byte length that is really text is not printed as a number).
     """
-
     where = printable(str(path))
     with open_regular(path, SourceError) as fh:
         try:

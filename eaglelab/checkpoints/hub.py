@@ -62,7 +62,6 @@ def hub_timeout() -> float:
 
 def hub_problem(exc: Exception, revision: str | None, timeout: float) -> str:
     """One line saying what went wrong with a hub request, from huggingface_hub's typed errors."""
-
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -123,7 +122,6 @@ def _token() -> str | None:
 @functools.cache
 def _user_agent() -> str:
     """``eaglelab/<version>; hf_hub/<version>; python/<version>``, as huggingface_hub writes its own."""
-
     from huggingface_hub import __version__ as hub_version
 
     try:

@@ -198,7 +198,6 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
 
 def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:
     """NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local checkpoint's weights (None when absent)."""
-
     if not ck.local or not ck.weight_files:
         return None
     path = Path(ck.weight_files[0]).parent / "hf_quant_config.json"
@@ -370,7 +369,6 @@ def config_table(paths) -> list[dict[str, Any]]:
     Raises:
         SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
     """
-
     paths = list(paths)
     if not paths:
         raise SourceError("configs", "no drafter config files given")
@@ -433,7 +431,6 @@ def read_target_weights(target: str, revision: str | None = None,
     Raises:
         SourceError, HeaderError, HubError: the headers cannot be read.
     """
-
     if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
             Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):
         return None  # a config.json: no headers to read

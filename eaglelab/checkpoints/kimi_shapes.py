@@ -76,7 +76,6 @@ K25_TEMPLATE = """\
 
 def read_fixture(fixtures: str | Path, name: str) -> dict[str, Any]:
     """One of the Kimi configs shipped in ``data/fixtures/kimi`` (strict JSON, typed)."""
-
     return read_config(Path(fixtures) / name)
 
 
@@ -195,7 +194,6 @@ def build_kimi_sample(out_dir: str | Path, fixtures: str | Path, force: bool = F
     Raises:
         ConfigError: a fixture is missing or not a config; OverwriteError / OutputError: the folder.
     """
-
     k25_llama = read_fixture(fixtures, "torchspec-k25-llama-drafter-config.json")
     k25_mla = read_fixture(fixtures, "torchspec-k25-mla-drafter-config.json")
     k2_target = read_fixture(fixtures, "kimi-k2-target-config-fields.json")

@@ -83,7 +83,6 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
             run on the target (hidden size, vocabulary, aux layers outside it).
         SourceError, HeaderError: the target's files (see :func:`check_target`).
     """
-
     ck = load_checkpoint(source)
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the drafter's weights")
@@ -134,7 +133,6 @@ def check_context(tokens: int, flag: str, *targets: tuple[str, dict]) -> None:
     Raises:
         ParameterError: naming ``flag``, the target and its ``max_position_embeddings``.
     """
-
     for name, cfg in targets:
         ctx = text_config(cfg).get("max_position_embeddings")
         if isinstance(ctx, int) and tokens > ctx:

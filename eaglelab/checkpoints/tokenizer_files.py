@@ -86,7 +86,6 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
     Raises:
         SourceError, HubError: a file that cannot be read or is over its cap, naming it.
     """
-
     path = local_path(source)
     if path_kind(path, SourceError) is None and is_hub_id(source):
         return _hub_files(source, revision)

@@ -117,7 +117,6 @@ def argparse_suppress():
 
 def add_parsers(sub) -> None:
     """Register the model subcommands on the ``eaglelab`` subparsers (defaults: the jobs' settings dataclasses)."""
-
     d = sub.add_parser("drafter", help="create or export drafter checkpoints",
                        description="Create a fresh drafter for a target, or export one for vLLM.")
     dsub = d.add_subparsers(dest="drafter_command", required=True, metavar="ACTION")

@@ -68,7 +68,6 @@ def capture_dumps(model, drafter_spec, ids: torch.Tensor, counted: torch.Tensor,
     Returns:
         the number of samples written.
     """
-
     if layout not in LAYOUTS:
         raise DumpError("layout", f"must be one of {', '.join(LAYOUTS)}, got {printable(repr(layout))}")
     target = Target.for_drafter(model, drafter_spec)

@@ -97,7 +97,6 @@ def end_of_turn_ids(tokenizer) -> list[int]:
 def _generate(model, tokenizer, encoded: list[list[int]], max_new_tokens: int, batch_size: int, desc: str,
               on_batch=None) -> list[list[int]]:
     """Greedy replies to encoded prompts, batched by length; ``on_batch(rows, width, replies)`` after each batch."""
-
     stop = end_of_turn_ids(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths: less padding
@@ -136,7 +135,6 @@ def generate_responses(model, tokenizer, prompts: list[str], max_new_tokens: int
     Returns:
         Responses in the order of ``prompts``.
     """
-
     encoded = encode_prompts(tokenizer, prompts)
     return Responses(encoded, _generate(model, tokenizer, encoded, max_new_tokens, batch_size, desc))
 
@@ -159,7 +157,6 @@ def generate_training_data(target, tokenizer, prompts: list[str], max_new_tokens
         (Responses, HiddenStates [N, S, ...]). ``target_ids`` is the target's greedy token where
         the loss mask is set (the reply itself); elsewhere it is the data's next token.
     """
-
     encoded = encode_prompts(tokenizer, prompts)
     kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> its window's (aux, last)
 
@@ -219,7 +216,6 @@ def capture_response_states(target, data: Responses, context: int | None = 16, b
     Returns:
         :class:`eaglelab.data.states.HiddenStates` [N, S_kept, ...] with the target's greedy ids.
     """
-
     full_ids, _, _ = response_rows(data, None)
     ids, mask, dropped = response_rows(data, context)
     full = capture_hidden_states(target, full_ids, batch_size=batch_size, progress=progress)

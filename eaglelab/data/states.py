@@ -56,7 +56,6 @@ class HiddenStates:
 
     def save(self, path: str | Path) -> Path:
         """Write as one safetensors file, atomically."""
-
         with atomic_path(path) as tmp:
             tensors = {"input_ids": self.input_ids.contiguous(), "loss_mask": self.loss_mask.contiguous(),
                        "aux_hidden_state": self.aux.contiguous(), "hidden_state": self.last_hidden.contiguous()}
@@ -95,7 +94,6 @@ def capture_hidden_states(target: Target, sequences: torch.Tensor, loss_mask: to
         batch_size: sequences per forward.
         dtype: storage dtype of the states.
     """
-
     aux, last, greedy = [], [], []
     for i in bar(range(0, len(sequences), batch_size), desc="capture", disable=not progress):
         out = target.forward(sequences[i: i + batch_size].to(target.device))
@@ -118,7 +116,6 @@ class FinetuneData:
     @classmethod
     def from_files(cls, train: str | Path, held_out: str | Path) -> FinetuneData:
         """States saved by :meth:`HiddenStates.save` (e.g. a world's ``replies-b/*-states.safetensors``)."""
-
         tr, ho = HiddenStates.load(train), HiddenStates.load(held_out)
         if tr.aux_layers is None or tr.aux_layers != ho.aux_layers:
             raise ConfigError(str(train), f"training and held-out states must name the same aux layers "

@@ -50,7 +50,6 @@ class World:
 
     def held_out_prompts(self) -> list[str]:
         """The world's held-out prompts, read back as hostile input (strict JSON, a list of texts)."""
-
         held = read_json_object(self.prompts, ConfigError).get("held_out")
         if not isinstance(held, list) or not all(isinstance(p, str) and p for p in held):
             raise ConfigError(printable(str(self.prompts)), "its 'held_out' is not a list of prompt texts")
@@ -62,7 +61,6 @@ class World:
 
 def default_world_dir(kind: str = "tiny") -> Path:
     """``data/worlds/<kind>`` under the checkout (gitignored), or ``$EAGLELAB_WORLDS/<kind>``."""
-
     base = os.environ.get("EAGLELAB_WORLDS")
     if base:
         return Path(base) / kind

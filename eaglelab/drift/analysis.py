@@ -149,5 +149,4 @@ def calibration(choice: dict) -> dict:
 
 def save_calibration(path: str | Path, choice: dict, source: str) -> Path:
     """Write the calibration JSON (atomically), saying which sweep it came from."""
-
     return write_json_atomic(Path(path), {"source": source, "numbers": calibration(choice)})

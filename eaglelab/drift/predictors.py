@@ -262,7 +262,6 @@ def choose(rows: Sequence[dict], engine_only: bool = False) -> dict:
 
 def chain_from_tau(tau: float, k: int) -> list[float]:
     """Chain rates of a constant per-draft acceptance α that gives τ with k drafts: c_i = α^(i + 1)."""
-
     a = rate_for_accept_len(tau, k)
     return [a ** (i + 1) for i in range(k)]
 
@@ -306,7 +305,6 @@ def predict_plugin(chains: Sequence[Sequence[float]], comparison, method: str = 
         gamma: its exponent (1 unless fitted by a drift sweep).
         calibration_error: the predictor's held-out worst relative error, widening the band.
     """
-
     p = by_name(method)
     if not p.engine or p.measure == "conditional":
         raise ParameterError("--method", f"{method} needs more than engine logprobs (choose one of "
@@ -332,7 +330,6 @@ def chains_from_log(path, k: int | None = None) -> list[list[float]]:
     vLLM prints per-position acceptance rates, the share of drafts whose position i was accepted
     (a chain rate). SGLang prints τ only: with ``k`` drafts, a constant per-draft rate is assumed.
     """
-
     records = parse_log(path).records
     per_pos = [r.per_position for r in records if r.per_position]
     if per_pos:
@@ -357,7 +354,6 @@ def calibration_from_probe(probe: dict, where: str) -> dict:
     Raises:
         ParameterError: the file holds no probe numbers of that shape.
     """
-
     plugin = probe.get("plugin")
     if not isinstance(plugin, dict):
         raise ParameterError(where, "not a probe result (no plugin numbers)")
@@ -393,7 +389,6 @@ def load_calibration(path) -> dict:
         ``{"method", "gamma", "error", "source"}`` of the chosen engine-computable predictor;
         ``source`` says which sweep or probe (whose checkpoints) it was fitted on.
     """
-
     where = printable(str(path))
     data = read_json_object(path, ParameterError)
     probe = data.get("numbers", data) if isinstance(data.get("numbers", data), dict) else {}
@@ -435,7 +430,6 @@ def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: fl
         ``tau_on_old``, ``cycle_ms``, ``tokens_per_s`` (central, low, high) and, with a baseline,
         ``break_even_tau``.
     """
-
     cal = load_calibration(calibration) if calibration else None
     method = method or (cal["method"] if cal else "agreement")
     fitted = cal is not None and cal["method"] == method

@@ -169,7 +169,6 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     Returns:
         every point's record, in the order of ``points``, and the pair's.
     """
-
     settings = settings or SweepSettings()
     cache = Path(cache_dir) if cache_dir else default_cache()
     base_key = {"models": files_key(old_target, new_target, old_drafter), "settings": asdict(settings), "version": RECORD_VERSION}

@@ -288,5 +288,4 @@ def sglang_response(seq: dict) -> dict:
 
 def write_jsonl(path: str | Path, responses: list[dict]) -> Path:
     """Write responses one per line, atomically."""
-
     return write_text_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in responses))

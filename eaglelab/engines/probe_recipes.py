@@ -96,7 +96,6 @@ def check_probe_recipe(s: ProbeRecipeSettings) -> dict[str, Any]:
         ParameterError: an unknown engine, a value the script cannot hold, vLLM asked for an MLA target.
         ConfigError, CheckpointMismatchError: the checkpoints (from configs and headers).
     """
-
     if s.engine not in TRAINING_ENGINES:
         raise ParameterError("--engine", f"unknown engine {s.engine!r}; choose {' or '.join(TRAINING_ENGINES)}")
     for name in ("gpus", "max_length"):

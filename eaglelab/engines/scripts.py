@@ -102,7 +102,6 @@ def script_value(name: str, value: Any) -> str:
     Raises:
         ParameterError: naming the setting and the first offending character.
     """
-
     if not isinstance(value, str) or not value:
         raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")
     for i, c in enumerate(value):

@@ -134,5 +134,4 @@ class ComparisonReport:
 
 def compare_drafters(settings: CompareSettings) -> ComparisonReport:
     """Configs, tensor tables, vocabulary maps and (with a target) each drafter's fit, from metadata only."""
-
     return ComparisonReport(settings, compare_checkpoints(settings.old_drafter, settings.new_drafter, settings.new_target))

@@ -125,7 +125,6 @@ class FinetuneInputs:
 
 def check_finetune(settings: FinetuneSettings) -> dict:
     """Every checkpoint checked from configs and headers before anything loads; the target's config returned."""
-
     if settings.old_drafter:
         _, tcfg = check_drafter(settings.old_drafter, settings.new_target)
     else:
@@ -319,7 +318,6 @@ def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | P
     Returns:
         ``{engine: (Recipe, folder)}`` with each recipe written to ``out_dir/<engine>``.
     """
-
     out = {}
     for engine in TRAINING_ENGINES:
         recipe = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.new_target), data=data,

@@ -182,7 +182,6 @@ def check_probe(settings: ProbeSettings) -> None:
     Raises:
         EaglelabError subclasses: one line naming the file and the problem.
     """
-
     _, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
     cfg_b = check_target(settings.new_target)
     check_target_pair(settings.old_target, cfg_a, settings.new_target, cfg_b)
@@ -260,7 +259,6 @@ def check_dump_probe(settings: ProbeSettings) -> tuple[Any, dict[str, Any], dict
     Returns:
         ``(spec, cfg_a, cfg_b)``.
     """
-
     spec, cfg_a = check_drafter(settings.old_drafter, settings.old_target)
     cfg_b = check_target(settings.new_target)
     check_target_pair(settings.old_target, cfg_a, settings.new_target, cfg_b)

@@ -103,7 +103,6 @@ def read_target(source: str, revision: str | None = None) -> TargetSide:
     Raises:
         ConfigError, SourceError, HubError: naming the file and the problem.
     """
-
     config = load_target_config(source, revision)
     files = read_target_files(source, revision)
     modelopt = files.json("hf_quant_config.json")
@@ -118,7 +117,6 @@ def drafter_target_ids(drafter: str) -> list[int]:
     Raises:
         ConfigError, SourceError: the drafter cannot be read; CheckpointMismatchError: its maps are not readable.
     """
-
     insp = inspect_checkpoint(drafter)
     if insp.spec is None:
         raise ConfigError(drafter, f"is not an EAGLE-3 drafter ({insp.family.line})")
@@ -135,7 +133,6 @@ def drafter_target_ids(drafter: str) -> list[int]:
 
 def compare_targets(settings: TargetCompareSettings) -> TargetComparisonReport:
     """Configs, quantization, tokenizers and chat templates of two targets, and the verdict for the old drafter."""
-
     a, b = read_target(settings.old_target, settings.revision), read_target(settings.new_target, settings.revision)
     ids = drafter_target_ids(settings.old_drafter) if settings.old_drafter else None
     diffs = diff_target_configs(a.config, b.config, a.quantization, b.quantization)

@@ -251,7 +251,6 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
         timing check (``timing``: medians and ranges; ``timing_ok`` and ``timing_note``: "ok" or
         what was seen), and with ``keep_outputs`` the generated ids per prompt (``outputs``).
     """
-
     if cpu_kernels is None:
         cpu_kernels = target.device.type == "cpu"
     greedy_runs: list[DecodeResult] = []
@@ -336,7 +335,6 @@ def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: 
         ``speedup_range`` ([min, median, max]), ``noise`` (the smaller relative range of the two),
         ``speedup_bound``, ``predicted_speedup`` (τ × step / cycle).
     """
-
     def spread(xs: list[float], scale: float = 1.0) -> list[float]:
         return [min(xs) * scale, statistics.median(xs) * scale, max(xs) * scale] if xs else [float("nan")] * 3
 

@@ -66,7 +66,6 @@ def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: b
         OverwriteError: ``out_dir`` holds a drafter and ``overwrite`` is False, or files eaglelab did not write.
         OutputError: the folder cannot be written.
     """
-
     with open_output_folder(out_dir, "drafter", force=overwrite) as out:
         write_drafter(out, model, include_embedding, dtype, extra_config)
     return out.path
@@ -75,7 +74,6 @@ def save_drafter(model: Eagle3Drafter, out_dir: str | Path, include_embedding: b
 def write_drafter(out, model: Eagle3Drafter, include_embedding: bool = False, dtype: str | None = None,
                   extra_config: dict | None = None) -> None:
     """Write the drafter's two files into an open :class:`eaglelab.outputs.OutputFolder`."""
-
     sd = drafter_state_dict(model, include_embedding, _DTYPES[dtype] if dtype else None)
     with out.writing("model.safetensors") as tmp:
         save_file(sd, str(tmp), metadata={"format": "pt", "producer": "eaglelab"})
@@ -181,7 +179,6 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device:
         SourceError / ConfigError: unreadable folder or config.
         CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
     """
-
     ck = load_checkpoint(str(source))
     if ck.kind == "hub":
         from huggingface_hub import snapshot_download

@@ -18,7 +18,6 @@ from eaglelab.progress import progress
 
 def projection_weights(model) -> dict[str, nn.Linear]:
     """Every linear layer inside the decoder blocks, by module name (``model.layers.3.mlp.up_proj``), in order."""
-
     blocks = {id(m) for m in decoder_layers(model)}
     out = {}
     for name, block in model.named_modules():
@@ -52,7 +51,6 @@ class LoRASnapshots:
         Args:
             sequences: [N, S] token ids of the drift domain.
         """
-
         hooks = [base.register_forward_hook(lambda m, i, o, a=a, b=b: o + (i[0] @ a.T) @ b.T * self.scale)
                  for _, base, a, b in self.adapters]
         frozen = [p.requires_grad for p in model.parameters()]

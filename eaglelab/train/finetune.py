@@ -90,7 +90,6 @@ def budget_sweep(model, init: str | Path | Eagle3Drafter, data: FinetuneData, bu
         ``{"warm start": [(0, τ_plugin), (n, τ), ...], "from scratch": [(n, τ), ...]}``, held-out τ with
         ``cfg.eval_k`` (else ``cfg.ttt_length``) drafts.
     """
-
     init = init if isinstance(init, Eagle3Drafter) else load_drafter(init)  # read once, copied for every warm run
     old = initial_drafter(model, init, data.train.input_ids)  # as served: with the new target's embedding
     plugged = evaluate_drafter(old, data.held_out, model.lm_head, cfg.eval_k or cfg.ttt_length)["accept_len"]

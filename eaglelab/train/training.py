@@ -104,7 +104,6 @@ class TrainConfig:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up then cosine to 10% of ``lr``."""
-
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     frac = (step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1)
@@ -147,7 +146,6 @@ def init_distributed() -> DistInfo:
 
 def _save_checkpoint(out, step: int, drafter: Eagle3Drafter, opt, cfg: TrainConfig, keep: int = 2) -> Path:
     """``checkpoints/step-N`` written whole into a hidden folder, then renamed into place; the newest ``keep`` stay."""
-
     rel, tmp_rel = f"checkpoints/step-{step}", f"checkpoints/.tmp-step-{step}"
     with open_output_folder(out.file(tmp_rel), "training checkpoint", force=True) as tmp:
         write_drafter(tmp, drafter)
@@ -311,7 +309,6 @@ def ttt_flops_per_token(spec, seq_len: int, ttt_length: int, target_rows: int) -
     gradients over ``target_rows`` rows: the draft vocabulary when the capture kept the target's greedy ids,
     its whole vocabulary otherwise.
     """
-
     H, Ht = spec.hidden_size, spec.target_hidden_size
     layer = sum(e.shape[0] * e.shape[1] for name, e in expected_eagle3_tensors(spec).items()
                 if name.startswith(spec.layer_prefix + ".") and len(e.shape) == 2)

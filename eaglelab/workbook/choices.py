@@ -208,7 +208,6 @@ def check_source(kind: str, value: str, target: str | None = None, world_dir: st
     Returns:
         a :class:`Check`: what it is, or the typed error's message, as one printable line.
     """
-
     value = locate((value or "").strip())
     target = locate(target) if target else target
     try:

@@ -57,7 +57,6 @@ def savefig(fig, name: str, figures_dir: str | Path = "figures", params: Mapping
 
     Returns nothing, so a notebook cell that ends with it shows the figure, not a list of paths.
     """
-
     with open_output_folder(figures_dir, "figures", shared=True) as out:  # never over a file eaglelab did not write
         for ext in ("png", "pdf"):
             with out.writing(f"{name}.{ext}") as tmp:

@@ -97,7 +97,6 @@ def as_json_value(value: Any, where: str) -> Any:
         ParameterError: a set, bytes, complex number, non-finite float, non-string key, or nesting
             deeper than 32 levels.
     """
-
     def walk(v: Any, depth: int) -> Any:
         if depth > 32:
             raise ParameterError(where, "nested deeper than 32 levels")
@@ -128,7 +127,6 @@ def injected_cell(parameters: dict[str, Any]) -> str:
     for any text is a literal that evaluates to that same text; ``json.loads`` then gives data
     only. Nothing a user types can become code.
     """
-
     payload = json.dumps(parameters, ensure_ascii=True, allow_nan=False)
     return ("# Parameters set by `eaglelab run` (JSON decoded as data: a value is never read as code)\n"
             "import json as _json\n\n"
@@ -265,7 +263,6 @@ def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
     Raises:
         ParameterError: naming the parameter and, for a typo, the likely intended name.
     """
-
     defaults = [notebook_parameters(nb) for nb in notebooks]
     optional = [optional_parameters(nb) for nb in notebooks]
     known = set().union(*defaults) if notebooks else set()
@@ -406,7 +403,6 @@ def run_workbook(
         prepare_only: write each notebook with its parameters cell filled in (:func:`prepare_notebook`),
             without running it: what would run, to read or to open in JupyterLab.
     """
-
     notebooks_dir = notebooks_dir or find_notebooks_dir()
     out_dir = resolved(output_path(out_dir))
     if out_dir == notebooks_dir.resolve():

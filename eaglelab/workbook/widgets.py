@@ -33,7 +33,6 @@ def _files(root: Path, pattern: str, max_depth: int):
     A bounded walk: hidden folders skipped, symlinked folders not followed, at most
     :data:`MAX_ENTRIES` entries looked at, unreadable folders passed over.
     """
-
     if not root.is_dir():
         return
     seen = 0
@@ -81,13 +80,11 @@ def find_checkpoints(root: str | Path, max_depth: int = 4) -> list[str]:
     Returns:
         sorted folder paths (strings), speculators exports included.
     """
-
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth) if is_eagle3_config(cfg))
 
 
 def find_targets(root: str | Path, max_depth: int = 4) -> list[str]:
     """Causal-LM folders under ``root`` (a ``*ForCausalLM`` config plus weights), drafters excluded."""
-
     return sorted(str(folder) for folder, cfg in _configs(Path(root), max_depth)
                   if not is_eagle3_config(cfg) and any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []))
 

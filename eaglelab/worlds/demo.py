@@ -128,7 +128,6 @@ def lora_drift(model, sequences, steps: int, lr: float, rank: int, batch: int, s
 
 def demo_prompts(n_train: int, n_held: int) -> dict[str, list[str]]:
     """Chat prompts from stdlib docstrings (explain) and function signatures (write code), alternated."""
-
     def explain(doc: str) -> str:
         first = doc.split(". ")[0][:200]
         return f"Explain in plain words what this Python documentation says: \"{first}\""
@@ -315,7 +314,6 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
 
 def _link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     """Hard-link (or copy, across file systems) every file of ``src`` into ``dst``."""
-
     for f in sorted(src.rglob("*")):
         if f.is_file() and f.name not in skip:
             out = dst / f.relative_to(src)

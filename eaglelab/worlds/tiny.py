@@ -71,7 +71,6 @@ def _train_tokenizer(texts: list[str], vocab_size: int, out: Path):
 
 def train_causal_lm(model, sequences, steps: int, lr: float, batch_size: int, seed: int, desc: str = "lm"):
     """Plain next-token training of a transformers causal LM (AdamW, cosine), in place."""
-
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     model.train()
@@ -98,7 +97,6 @@ def train_world_drafter(target_dir: Path, sequences, out_dir: Path, steps: int, 
                         seed: int, batch_size: int = 8, lr: float = 3e-3,
                         loss_convention: str = TINY_PARAMS["loss_convention"]):
     """Capture a target's states on ``sequences`` and train a drafter on them (SpecForge layout)."""
-
     model, _ = load_target(target_dir, device="cpu")
     drafter = initial_drafter(model, None, sequences, draft_vocab_size, seed=seed)
     target = Target.for_drafter(model, drafter.spec)
