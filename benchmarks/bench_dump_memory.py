@@ -5,7 +5,7 @@ vocabulary 163,840; ``k2-drafter`` on ``k2-target`` and ``k25-target``) in bf16 
 and died in the allocator, with a traceback: the drafter was built and randomly initialised in float32
 before its weights were read, beside its own [V, H] embedding. This runs that probe, the job itself
 (:func:`eaglelab.jobs.probe.probe_checkpoints`), in a child process on the sample
-(:func:`eaglelab.checkpoints.kimi_shapes.build_kimi_sample`) and ``--samples`` SpecForge-layout samples of
+(:func:`eaglelab.worlds.kimi_shapes.build_kimi_sample`) and ``--samples`` SpecForge-layout samples of
 ``--tokens`` tokens per target written with :func:`eaglelab.data.dump_writers.specforge_payload` (random
 states, B = A + noise), and reports:
 
@@ -50,8 +50,8 @@ def write_inputs(root: Path, samples: int, tokens: int, seed: int = 0) -> dict[s
     """The Kimi sample and two SpecForge dump folders (old, new) of ``samples`` bf16 samples of ``tokens`` tokens."""
     import torch
 
-    from eaglelab.checkpoints.kimi_shapes import build_kimi_sample
     from eaglelab.data.dump_writers import specforge_payload
+    from eaglelab.worlds.kimi_shapes import build_kimi_sample
 
     sample = build_kimi_sample(root / "sample", REPO / "data" / "fixtures" / "kimi")
     g = torch.Generator().manual_seed(seed)
@@ -76,8 +76,8 @@ def child(paths: dict[str, str], dtype: str) -> dict:
     """In its own process: the pre-flight's estimate, then the probe; peak resident size before and after."""
     import torch
 
-    from eaglelab.checkpoints.preflight import check_drafter
-    from eaglelab.checkpoints.sources import load_checkpoint
+    from eaglelab.checkpoints.drafters.preflight import check_drafter
+    from eaglelab.checkpoints.files.sources import load_checkpoint
     from eaglelab.data.dumps import open_dumps, pair_dumps
     from eaglelab.errors import ResourceError
     from eaglelab.jobs.probe import ProbeSettings, probe_checkpoints
@@ -140,7 +140,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({**r, "verdicts": ok}))
         return 0 if all(ok.values()) else 1
-    from eaglelab.checkpoints.footprint import human_bytes
+    from eaglelab.checkpoints.targets.footprint import human_bytes
 
     log(f"probe from dumps at Kimi width (H {HIDDEN}, V {VOCAB}), {args.samples} samples x {args.tokens} tokens "
         f"per target, {args.dtype}, {os.cpu_count()} CPUs")

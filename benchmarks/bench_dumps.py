@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: Kimi-K2's target config, the fields :func:`eaglelab.checkpoints.drafter_config.drafter_config_for_target`
+#: Kimi-K2's target config, the fields :func:`eaglelab.checkpoints.drafters.implied_config.drafter_config_for_target`
 #: reads. Kimi-K2 is DeepSeek-V3-shaped (MLA, no ``head_dim`` key): its EAGLE-3 drafter
-#: (:data:`eaglelab.checkpoints.synthetic.KIMI_K2_DRAFTER_CONFIG`) has head_dim 128 (q / k / v 8192 wide),
+#: (:data:`eaglelab.worlds.synthetic_checkpoints.KIMI_K2_DRAFTER_CONFIG`) has head_dim 128 (q / k / v 8192 wide),
 #: so it is given here; without it the derivation gives 7168 / 64 = 112.
 KIMI_TARGET = {"hidden_size": 7168, "intermediate_size": 18432, "num_attention_heads": 64, "num_key_value_heads": 64,
                "head_dim": 128, "hidden_act": "silu", "num_hidden_layers": 61, "vocab_size": 163840,
@@ -284,11 +284,11 @@ def child_heads(args: dict, sizes: Sizes) -> dict:
 def child_drafter(args: dict, sizes: Sizes) -> dict:
     import torch
 
-    from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG
     from eaglelab.data.states import HiddenStates
     from eaglelab.model.drafter import Eagle3Drafter
     from eaglelab.train.training import ttt_flops_per_token
     from eaglelab.train.ttt import AcceptanceTally, TargetTokens, evaluate_batch
+    from eaglelab.worlds.synthetic_checkpoints import KIMI_K2_DRAFTER_CONFIG
 
     peaks = {"float32": [matmul_peak("float32")], "bfloat16": [matmul_peak("bfloat16")]}
     log(f"    making the drafter (from_target_config, draft vocabulary {sizes.draft_vocab}, float32)")
@@ -512,8 +512,8 @@ def part_memory(sizes: Sizes, tmp: Path) -> dict:
 
 def estimate(measured: dict, quick: bool) -> None:
     """What a GPU would take for 1M tokens at Kimi width, from FLOPs and bytes per token (assumptions printed)."""
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-    from eaglelab.checkpoints.spec import drafter_spec_from_config
+    from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+    from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
     from eaglelab.train.training import ttt_flops_per_token
 
     H, V, n, S, k = FULL.hidden, FULL.vocab, 1_000_000, FULL.sample_len, FULL.k

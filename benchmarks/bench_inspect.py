@@ -57,7 +57,7 @@ print(json.dumps(shapes))
 #: eaglelab's reader of a target index as a whole process (``eaglelab inspect`` wants a drafter's config).
 EAGLELAB_INDEX = """\
 import json, sys
-from eaglelab.checkpoints.sources import load_checkpoint
+from eaglelab.checkpoints.files.sources import load_checkpoint
 print(json.dumps({n: list(t.shape) for n, t in load_checkpoint(sys.argv[1]).tensors.items()}))
 """
 
@@ -196,7 +196,7 @@ def in_process(write: Callable[[Path], Path], scratch: Path, repeat: int) -> tup
     import torch  # noqa: F401  (imported before any timing: the baseline's process is warm too)
     from safetensors import safe_open
 
-    from eaglelab.checkpoints.inspection import inspect_checkpoint
+    from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 
     def seeds_way(folder: Path, mode: str) -> dict[str, list[int]]:
         with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
@@ -234,8 +234,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per method (default 5)")
     args = ap.parse_args()
 
-    from eaglelab.checkpoints.sources import load_checkpoint
-    from eaglelab.checkpoints.synthetic import write_synthetic_drafter, write_synthetic_weights
+    from eaglelab.checkpoints.files.sources import load_checkpoint
+    from eaglelab.worlds.synthetic_checkpoints import write_synthetic_drafter, write_synthetic_weights
 
     entries = kimi_target_entries()
 

@@ -202,7 +202,7 @@ plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
 # measures both paths side by side.
 
 # %%
-from eaglelab.checkpoints.footprint import fits_here
+from eaglelab.checkpoints.targets.footprint import fits_here
 from eaglelab.data.sets import measure_prompts, world_of
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter

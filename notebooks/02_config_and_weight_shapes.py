@@ -48,7 +48,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 from eaglelab.planning import provenance as pv
@@ -158,7 +158,7 @@ for line in targets.templates.diff:
 # each a header-only sample with its tokenizer files.
 
 # %%
-from eaglelab.checkpoints.kimi_shapes import KIMI_SAMPLE, build_kimi_sample
+from eaglelab.worlds.kimi_shapes import KIMI_SAMPLE, build_kimi_sample
 
 start = time.perf_counter()
 kimi = build_kimi_sample(Path(SCRATCH_DIR) / "kimi", KIMI_FIXTURES_DIR, force=True)
@@ -201,8 +201,8 @@ print(f"\nKimi family read in {kimi_s * 1e3:.0f} ms without loading a tensor")
 # the EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
-from eaglelab.checkpoints.inspection import config_table
-from eaglelab.checkpoints.config_diff import diff_configs
+from eaglelab.checkpoints.drafters.inspection import config_table
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
 
 rows = config_table(sorted(Path(FIXTURES_DIR).glob("*.json")))
 table = pd.DataFrame(rows).set_index("config")

@@ -515,8 +515,8 @@ DRAFT_VOCAB = 32
 @functools.cache
 def tiny_config(fmt: str = "specforge") -> dict[str, Any]:
     """A tiny EAGLE-3 drafter config in ``specforge`` (SGLang) or ``speculators`` (vLLM) format."""
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-    from eaglelab.checkpoints.variants import to_speculators_config
+    from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+    from eaglelab.checkpoints.drafters.variants import to_speculators_config
 
     cfg = drafter_config_for_target(TINY_TARGET, DRAFT_VOCAB, [1, 3, 4])
     return cfg if fmt == "specforge" else to_speculators_config(cfg, TINY_TARGET, "verifier")
@@ -524,8 +524,8 @@ def tiny_config(fmt: str = "specforge") -> dict[str, Any]:
 
 @functools.cache
 def _tiny_tensors(fmt: str) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    from eaglelab.checkpoints.spec import drafter_spec_from_config
-    from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
+    from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+    from eaglelab.checkpoints.drafters.tensor_table import expected_eagle3_tensors
 
     spec = drafter_spec_from_config(tiny_config(fmt))
     return tuple((n, e.shape, e.dtype) for n, e in expected_eagle3_tensors(spec).items())
@@ -569,7 +569,7 @@ def write_tiny_drafter(folder: Path, fmt: str = "specforge", config: dict | byte
 def write_sharded_drafter(folder: Path, shards: int = 2) -> Path:
     """The tiny drafter as ``shards`` safetensors files and a ``model.safetensors.index.json``
     (eaglelab's own synthetic writer)."""
-    from eaglelab.checkpoints.synthetic import write_synthetic_drafter
+    from eaglelab.worlds.synthetic_checkpoints import write_synthetic_drafter
 
     return write_synthetic_drafter(folder, dict(tiny_config("specforge")), dtype="F32", shards=shards)
 
@@ -1920,7 +1920,7 @@ def forged_config(draw) -> dict:
 
 def forged_inspect_case(folder: Path, config: dict, json_flag: bool = False) -> Case:
     """``inspect`` of a tiny target (real sparse safetensors) whose config carries forged text."""
-    from eaglelab.checkpoints.synthetic import write_synthetic_weights
+    from eaglelab.worlds.synthetic_checkpoints import write_synthetic_weights
 
     target = write_synthetic_weights(folder / "target", [("model.embed_tokens.weight", (64, 16), "BF16"),
                                                          ("model.norm.weight", (16,), "BF16"),
@@ -1932,7 +1932,7 @@ def forged_inspect_case(folder: Path, config: dict, json_flag: bool = False) -> 
 
 
 def _target_folder(folder: Path, template: str) -> Path:
-    from eaglelab.checkpoints.kimi_shapes import tokenizer_files
+    from eaglelab.worlds.kimi_shapes import tokenizer_files
 
     folder.mkdir(parents=True)
     for name, text in tokenizer_files(template).items():
@@ -1943,7 +1943,7 @@ def _target_folder(folder: Path, template: str) -> Path:
 
 def targets_case(folder: Path, name: str, content: bytes, json_flag: bool = False) -> Case:
     """Two Kimi-shaped tokenizer folders, the new one's ``name`` replaced by ``content``; ``compare-targets`` on them."""
-    from eaglelab.checkpoints.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE
+    from eaglelab.worlds.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE
 
     old, new = _target_folder(folder / "old", K2_TEMPLATE), _target_folder(folder / "new", K25_TEMPLATE)
     (new / name).write_bytes(content)

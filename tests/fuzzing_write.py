@@ -858,7 +858,7 @@ def _probe_pair(argv: list[str]) -> None:
     """The dump probe on two folders, with a tiny target's heads and a fresh drafter of its width: what it says."""
     import torch
 
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
     from eaglelab.data.dumps import open_dumps, pair_dumps
     from eaglelab.model.drafter import Eagle3Drafter
     from eaglelab.model.heads import TargetHeads

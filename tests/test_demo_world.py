@@ -78,7 +78,7 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     """The whole pipeline on the real SmolLM2 pair with tiny budgets; a corrupted stage alone is rebuilt."""
     import json
 
-    from eaglelab.checkpoints.verdicts import drafter_vs_target
+    from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target
     from eaglelab.data.responses import Responses
     from eaglelab.data.sets import finetune_set, probe_set, world_of
     from eaglelab.model.drafter_files import load_drafter

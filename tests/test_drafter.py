@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.drafters.tensor_table import expected_eagle3_tensors
 from eaglelab.cli import main
 from eaglelab.errors import CheckpointMismatchError, OverwriteError
 from eaglelab.model.drafter import Eagle3Drafter

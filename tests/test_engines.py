@@ -117,7 +117,7 @@ def test_vllm_measures_what_the_workbook_measures(tiny_world):
 
 def test_an_export_vllm_cannot_serve_is_refused(tmp_path):
     """vLLM keeps sorted distinct aux layers: repeated or unsorted ids are refused at export, in one line."""
-    from eaglelab.checkpoints.variants import to_speculators_config
+    from eaglelab.checkpoints.drafters.variants import to_speculators_config
     from eaglelab.errors import UnsupportedDrafterError
 
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "intermediate_size": 128,

@@ -9,7 +9,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.model.drafter_files import load_drafter
 

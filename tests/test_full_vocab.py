@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.errors import CheckpointMismatchError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter, save_drafter

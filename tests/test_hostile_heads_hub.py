@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.synthetic import write_synthetic_drafter
-from eaglelab.checkpoints.target_config import TIE_DEFAULTS, head_names, tied_embeddings
+from eaglelab.checkpoints.files.sources import load_checkpoint
+from eaglelab.checkpoints.targets.config import TIE_DEFAULTS, head_names, tied_embeddings
 from eaglelab.cli import main
 from eaglelab.errors import CheckpointMismatchError, EaglelabError, HubError
 from eaglelab.model.heads import read_target_heads
+from eaglelab.worlds.synthetic_checkpoints import write_synthetic_drafter
 from tests import fuzzing as fz
 from tests.hub_server import HubServer, point_client_at, zeros
 from tests.test_hub import TINY
@@ -438,3 +438,34 @@ def test_a_hub_drafter_is_downloaded_at_the_commit_its_headers_were_read(hub, tm
     asked = [r for r in hub.requests if r.server == "hub" and r.revision is not None]
     assert drafter.config["hidden_size"] == fz.tiny_config()["hidden_size"]
     assert asked[0].revision == "main" and {r.revision for r in asked[1:]} == {commit}, [r.revision for r in asked]
+
+
+def test_a_hub_target_is_loaded_through_the_one_transport_at_one_commit(hub, tmp_path):
+    """#39 item 4: a target given as a hub id is downloaded by the hub transport (``HubRepo.snapshot``) at one commit,
+    safetensors only, then loaded from that folder: the same weights as the folder it was published from."""
+    from eaglelab.model.targets import load_target
+    from tests.conftest import make_tiny_llama
+
+    model = make_tiny_llama(layers=2)
+    model.save_pretrained(hub.revision_dir("acme/tiny-target"), safe_serialization=True)
+    torch.save({"not": "read"}, hub.revision_dir("acme/tiny-target") / "pytorch_model.bin")
+    commit = hub.commit("acme/tiny-target")
+    hub.clear_log()
+    loaded, tok = load_target("acme/tiny-target", device="cpu")
+    assert tok is None
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    asked = [r for r in hub.requests if r.server == "hub"]
+    assert not any(r.path.endswith("pytorch_model.bin") for r in asked), [r.path for r in asked]
+    assert {r.revision for r in asked if r.revision is not None} <= {"main", commit}
+
+
+def test_a_target_that_is_neither_a_folder_nor_a_hub_id_is_one_line(tmp_path, monkeypatch):
+    from eaglelab.errors import SourceError
+    from eaglelab.model.targets import load_target
+
+    with pytest.raises(SourceError, match="no such folder, and not a hub id"):
+        load_target(str(tmp_path / "no" / "such" / "target"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match="HF_HUB_OFFLINE is set"):
+        load_target("acme/tiny-target")

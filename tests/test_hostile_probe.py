@@ -151,7 +151,7 @@ def test_missing_evidence_names_what_a_verdict_lacks():
 
 def test_a_nan_in_a_head_gives_no_verdict_next_to_tv_nan(world):
     """#37 item 4: a NaN in lm_head gave "TV nan" and a verdict; the verdict code refuses non-finite numbers."""
-    from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+    from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
     from eaglelab.probe.dumps import run_dump_probe
 
     w = world

@@ -79,7 +79,7 @@ def test_kimi_k2s_equal_betas_are_still_computed(tmp_path):
 
 def test_a_targets_rope_is_checked_where_it_is_read(tmp_path):
     """#37 item 8: the target's config is read by compare --target and by the model commands' preflight."""
-    from eaglelab.checkpoints.inspection import load_target_config
+    from eaglelab.checkpoints.drafters.inspection import load_target_config
 
     target = tmp_path / "target"
     target.mkdir()
@@ -93,7 +93,7 @@ def test_a_targets_rope_is_checked_where_it_is_read(tmp_path):
 
 def test_the_one_place_that_computes_refuses_what_it_cannot_compute():
     """#37 item 8: a Rope made directly (not read from a file) cannot reach a division by zero either."""
-    from eaglelab.checkpoints.variants import Rope
+    from eaglelab.checkpoints.drafters.variants import Rope
 
     with pytest.raises(ValueError, match="rope_theta"):
         Rope("yarn", 1.0, 4.0)

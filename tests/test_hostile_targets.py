@@ -25,17 +25,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints import chat_templates
-from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render, render_all, template_context
-from eaglelab.checkpoints.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE
-from eaglelab.checkpoints.target_config import quantization_of
-from eaglelab.checkpoints.tokenizer_files import MAX_TOKEN_ID, TargetFiles, read_tokenizer
+from eaglelab.checkpoints.targets import chat_templates
+from eaglelab.checkpoints.targets.chat_templates import SAMPLE_CONVERSATION, render, render_all, template_context
+from eaglelab.checkpoints.targets.config import quantization_of
+from eaglelab.checkpoints.targets.tokenizer_files import MAX_TOKEN_ID, TargetFiles, read_tokenizer
 from eaglelab.cli.arguments import count
 from eaglelab.engines.logprob_files import EngineFileError, read_logprob_file
 from eaglelab.errors import SourceError
 from eaglelab.inputs import is_ascii_digits, one_line, printable, quoted, shown
 from eaglelab.serving.logs import parse_line
 from eaglelab.worlds.artifacts import cached_build
+from eaglelab.worlds.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE
 from tests import fuzzing as fz
 
 #: The issue's hang: ``((7**64)**64)**64`` is 737,000 bits, ``(x*x)**64`` one multiplication of minutes.

@@ -2,7 +2,7 @@
 
 The server (:mod:`tests.hub_server`) runs on 127.0.0.1 and the real ``huggingface_hub`` client talks to
 it over sockets, nothing patched but its configuration. Repos are tiny drafters with real safetensors
-headers (``eaglelab.checkpoints.synthetic``, weights a sparse hole, several MB as served).
+headers (``eaglelab.worlds.synthetic_checkpoints``, weights a sparse hole, several MB as served).
 
 Olah (a self-hosted hub mirror on PyPI) was tried first and cannot serve these tests offline: it ignores
 ``Range`` (a header read would transfer the whole file) and answers a missing file or revision with
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter, write_synthetic_weights
+from eaglelab.checkpoints.files.sources import load_checkpoint
 from eaglelab.cli import main
 from eaglelab.errors import HubError
+from eaglelab.worlds.synthetic_checkpoints import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter, write_synthetic_weights
 from tests.hub_server import HubServer, client_env, point_client_at
 
 #: A drafter small enough to build in milliseconds, big enough (about 7 MB served) that reading it whole would show.

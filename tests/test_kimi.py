@@ -14,14 +14,14 @@ def fixture(name: str) -> dict:
 
 import pytest  # noqa: E402
 
-from eaglelab.checkpoints.config_types import check_config_types  # noqa: E402
-from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint  # noqa: E402
-from eaglelab.checkpoints.kimi_shapes import KIMI_SAMPLE, build_kimi_sample  # noqa: E402
-from eaglelab.checkpoints.spec import drafter_spec_from_config  # noqa: E402
-from eaglelab.checkpoints.target_config import head_names, quantization_of, text_config  # noqa: E402
-from eaglelab.checkpoints.tensor_table import table_problems  # noqa: E402
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint  # noqa: E402
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config  # noqa: E402
+from eaglelab.checkpoints.drafters.tensor_table import table_problems  # noqa: E402
+from eaglelab.checkpoints.files.config_types import check_config_types  # noqa: E402
+from eaglelab.checkpoints.targets.config import head_names, quantization_of, text_config  # noqa: E402
 from eaglelab.cli import main  # noqa: E402
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets  # noqa: E402
+from eaglelab.worlds.kimi_shapes import KIMI_SAMPLE, build_kimi_sample  # noqa: E402
 
 
 @pytest.fixture(scope="module")

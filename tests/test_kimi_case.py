@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.checkpoints.kimi_shapes import build_kimi_sample
 from eaglelab.data.dump_writers import specforge_payload
 from eaglelab.workbook.runner import run_workbook
+from eaglelab.worlds.kimi_shapes import build_kimi_sample
 
 from .conftest import REPO
 

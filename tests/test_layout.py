@@ -96,6 +96,34 @@ def test_imports_run_down_the_layers():
     assert up == [], up
 
 
+#: ``checkpoints/``'s rooms, bottom first: files and transport, targets, drafters. A room imports its own and
+#: the ones below; nothing else lives loose in ``checkpoints/``.
+CHECKPOINT_ROOMS = ["files", "targets", "drafters"]
+
+
+def test_checkpoints_rooms_import_one_way_and_hold_every_module():
+    graph = import_graph()
+    rooms = {m: m.split(".")[2] for m in graph if m.startswith("eaglelab.checkpoints.")}
+    assert set(rooms.values()) == set(CHECKPOINT_ROOMS), sorted(set(rooms.values()))
+    assert all(m.count(".") == 3 or m == f"eaglelab.checkpoints.{r}" for m, r in rooms.items()), sorted(rooms)
+    up = [f"{a} -> {b}" for a, room in rooms.items() for b in graph[a]
+          if b in rooms and CHECKPOINT_ROOMS.index(rooms[b]) > CHECKPOINT_ROOMS.index(room)]
+    assert up == [], up
+
+
+def test_every_hub_read_goes_through_the_one_transport():
+    """Only ``checkpoints/files/hub.py`` asks the hub; a reader elsewhere opens its repository with ``open_repo``."""
+    asks = {}
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        name = str(path.relative_to(REPO))
+        calls = [w for w in ("hub_fetch(", "hf_hub_url(", "hf_hub_download(", "HubRepo(", "hub_offline()", "hub_problem(")
+                 if w in text]
+        if calls and name != "eaglelab/checkpoints/files/hub.py":
+            asks[name] = calls
+    assert asks == {}, asks
+
+
 def test_no_module_is_over_about_500_lines():
     long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 520}
     assert long == {}, long
@@ -140,7 +168,7 @@ LAZY_PACKAGES = {"torch", "transformers", "safetensors", "accelerate", "numpy", 
                  "huggingface_hub", "tokenizers", "nbformat", "papermill", "ipywidgets", "IPython", "vllm"}
 #: Files that run on their own, in another environment (copied to a cluster, run inside vLLM's venv, a
 #: sandboxed child process): they import nothing of eaglelab and keep their own small helpers.
-STANDALONE = {"eaglelab.engines.load_client", "eaglelab.engines.vllm_worker", "eaglelab.checkpoints.template_child"}
+STANDALONE = {"eaglelab.engines.load_client", "eaglelab.engines.vllm_worker", "eaglelab.checkpoints.targets.template_child"}
 
 
 def _imports(module: str, tree: ast.Module) -> tuple[set[str], list[tuple[int, set[str]]]]:

@@ -22,7 +22,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints.footprint import (
+from eaglelab.checkpoints.files.sources import load_checkpoint
+from eaglelab.checkpoints.targets.footprint import (
     Fit,
     _cgroup_room,
     drafter_weight_bytes,
@@ -33,12 +34,11 @@ from eaglelab.checkpoints.footprint import (
     parameter_count,
     require_memory,
 )
-from eaglelab.checkpoints.kimi_shapes import build_kimi_sample, deepseek_sample_entries, read_fixture
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
 from eaglelab.errors import CheckpointMismatchError, EaglelabError, ResourceError
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import drafter_state_dict, load_drafter, save_drafter
+from eaglelab.worlds.kimi_shapes import build_kimi_sample, deepseek_sample_entries, read_fixture
+from eaglelab.worlds.synthetic_checkpoints import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "data" / "fixtures" / "kimi"
@@ -164,7 +164,7 @@ def test_a_drafter_is_counted_by_its_headers_not_as_a_one_layer_language_model(k
 
 
 def test_fits_here_reads_no_torch(kimi):
-    code = ("import sys; from eaglelab.checkpoints.footprint import fits_here; "
+    code = ("import sys; from eaglelab.checkpoints.targets.footprint import fits_here; "
             f"f = fits_here({str(kimi.k25_target)!r}); assert not f.loads; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
@@ -186,7 +186,7 @@ def test_hostile_configs_count_or_say_none(cfg):
     """Whatever a config holds, the count is a whole number or None, and fits_here's reader raises only typed errors."""
     n = language_model_parameters(cfg)
     assert n is None or (isinstance(n, int) and n >= 0)
-    from eaglelab.checkpoints.sources import Checkpoint
+    from eaglelab.checkpoints.files.sources import Checkpoint
 
     try:
         count, source = parameter_count(Checkpoint("hostile", "folder", cfg, None, []))
@@ -232,7 +232,7 @@ def test_the_cgroup_limits_v1_and_v2_and_their_ancestors(tmp_path):
 
 
 def test_available_memory_honours_the_address_space_limit():
-    code = ("import resource; from eaglelab.checkpoints.footprint import available_memory; "
+    code = ("import resource; from eaglelab.checkpoints.targets.footprint import available_memory; "
             "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY)); print(available_memory())")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
@@ -363,7 +363,7 @@ print(json.dumps({{"grew": grew, "held": held}}))
 # --------------------------------------------------------------------------- the probes' pre-flights
 
 def test_the_probe_from_dumps_at_kimi_width_is_sized_from_headers(kimi, tmp_path):
-    from eaglelab.checkpoints.preflight import check_drafter
+    from eaglelab.checkpoints.drafters.preflight import check_drafter
     from eaglelab.data.dumps import open_dumps, pair_dumps
     from eaglelab.model.heads import plan_target_heads
     from eaglelab.probe.memory import dump_probe_needs, sample_tokens
@@ -391,7 +391,7 @@ def test_a_probe_from_dumps_that_does_not_fit_is_refused_before_it_allocates(kim
     old, new = write_kimi_dumps(tmp_path)
     code = f"""
 import json, resource, torch
-from eaglelab.checkpoints.preflight import check_drafter
+from eaglelab.checkpoints.drafters.preflight import check_drafter
 from eaglelab.data.dumps import open_dumps, pair_dumps
 from eaglelab.errors import ResourceError
 from eaglelab.probe.dumps import load_dump_probe

@@ -14,9 +14,9 @@ import json
 import pytest
 import torch
 
-from eaglelab.checkpoints.export import export_drafter
-from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.checkpoints.variants import rope_of
+from eaglelab.checkpoints.drafters.export import export_drafter
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.variants import rope_of
 from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.model.attention import DrafterKV
 from eaglelab.model.drafter import Eagle3Drafter

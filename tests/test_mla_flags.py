@@ -18,9 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints.inspection import inspect_checkpoint
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs, drafter_spec_from_config
-from eaglelab.checkpoints.variants import cautions, check_computed, drafter_family, refusals
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs, drafter_spec_from_config
+from eaglelab.checkpoints.drafters.variants import cautions, check_computed, drafter_family, refusals
 from eaglelab.errors import ConfigError, EaglelabError, UnsupportedDrafterError
 from eaglelab.model.attention import DrafterKV
 from eaglelab.model.drafter import Eagle3Drafter
@@ -164,7 +164,7 @@ def test_an_absent_q_lora_rank_beside_a_q_proj_is_refused_naming_the_flag(tmp_pa
 
 
 def test_an_mla_drafter_for_a_target_without_a_query_rank_writes_it_null():
-    from eaglelab.checkpoints.drafter_config import drafter_config_for_target
+    from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
 
     target = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "num_hidden_layers": 6,
               "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "vocab_size": 256,

@@ -44,7 +44,7 @@ def test_argument_errors_are_one_line_exit_2(args):
 
 
 def test_metadata_commands_do_not_import_torch(tmp_path, tiny_world):
-    from eaglelab.checkpoints.synthetic import write_synthetic_drafter
+    from eaglelab.worlds.synthetic_checkpoints import write_synthetic_drafter
     from tests.test_drift import SGLANG, VLLM_HTTP
 
     d = write_synthetic_drafter(tmp_path / "k2")

@@ -92,7 +92,7 @@ def test_export_checks_the_drafter_against_its_target(targets, tmp_path, capsys)
 
 
 def test_compatible_inputs_pass_the_checks(targets):
-    from eaglelab.checkpoints.preflight import check_drafter, check_target_pair
+    from eaglelab.checkpoints.drafters.preflight import check_drafter, check_target_pair
 
     spec, cfg_a = check_drafter(str(targets / "drafter"), str(targets / "a"))
     assert spec.target_hidden_size == cfg_a["hidden_size"] == 64

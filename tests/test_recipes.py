@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglelab.checkpoints.inspection import compare_checkpoints
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints
 from eaglelab.engines.recipes import RecipeSettings, build_recipe
 from eaglelab.errors import ConfigError, OverwriteError, ParameterError
 

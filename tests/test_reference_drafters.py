@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.export import export_drafter
-from eaglelab.checkpoints.variants import to_speculators_config
+from eaglelab.checkpoints.drafters.export import export_drafter
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.variants import to_speculators_config
 from eaglelab.data.states import HiddenStates
 from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.model.drafter import Eagle3Drafter

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints.config_diff import diff_configs
-from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.checkpoints.verdicts import drafter_vs_target, rope_fit, trainer_cautions
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target, rope_fit, trainer_cautions
 from eaglelab.engines.recipes import RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
 from tests.conftest import run_cli

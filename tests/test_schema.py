@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from eaglelab.checkpoints.config_diff import diff_configs
-from eaglelab.checkpoints.inspection import compare_checkpoints, inspect_checkpoint
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs, drafter_spec_from_config
-from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
-from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors, expected_parameters
-from eaglelab.checkpoints.verdicts import drafter_verdict, drafter_vs_target
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs, drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import expected_eagle3_tensors, expected_parameters
+from eaglelab.checkpoints.drafters.verdicts import drafter_verdict, drafter_vs_target
+from eaglelab.worlds.synthetic_checkpoints import KIMI_K2_DRAFTER_CONFIG, write_synthetic_drafter
 
 
 def test_every_specforge_config_gives_a_consistent_table(specforge_configs):

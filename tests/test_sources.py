@@ -10,8 +10,8 @@ import sys
 import pytest
 from safetensors import safe_open
 
-from eaglelab.checkpoints.inspection import inspect_checkpoint
-from eaglelab.checkpoints.sources import MAX_HEADER_BYTES, load_checkpoint, read_safetensors_header
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
+from eaglelab.checkpoints.files.sources import MAX_HEADER_BYTES, load_checkpoint, read_safetensors_header
 from eaglelab.errors import ConfigError, HeaderError, HubError, SourceError, UnsafeFormatError
 
 

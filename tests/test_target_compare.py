@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render
-from eaglelab.checkpoints.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE, tokenizer_files
-from eaglelab.checkpoints.target_compare import compare_tokenizers
-from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
+from eaglelab.checkpoints.targets.chat_templates import SAMPLE_CONVERSATION, render
+from eaglelab.checkpoints.targets.compare import compare_tokenizers
+from eaglelab.checkpoints.targets.tokenizer_files import read_target_files, read_tokenizer
 from eaglelab.cli import main
 from eaglelab.errors import SourceError
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
+from eaglelab.worlds.kimi_shapes import K2_TEMPLATE, K25_TEMPLATE, tokenizer_files
 
 TEXT = ["the drafter reads three layers of the target", "speculative decoding drafts tokens and checks them",
         "def main():\n    return 0\n", "a chat template shapes every prompt the drafter meets"] * 8
@@ -177,7 +177,7 @@ def test_a_file_that_is_not_what_its_name_says_is_one_line(target, tmp_path, cap
 def test_files_over_their_cap_are_refused_before_they_are_read(target, tmp_path):
     import shutil
 
-    from eaglelab.checkpoints import tokenizer_files
+    from eaglelab.checkpoints.targets import tokenizer_files
 
     big = tmp_path / "big"
     shutil.copytree(target, big)

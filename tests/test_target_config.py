@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.checkpoints.config_diff import DRAFTER_RULES, ConfigDiff, diff_configs, diff_views, flatten
-from eaglelab.checkpoints.inspection import inspect_checkpoint
-from eaglelab.checkpoints.synthetic import write_synthetic_weights
-from eaglelab.checkpoints.target_compare import TARGET_RULES, diff_target_configs, target_view
-from eaglelab.checkpoints.target_config import head_names, quantization_of, target_field, target_layer_count
+from eaglelab.checkpoints.drafters.config_rules import DRAFTER_RULES, diff_configs
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
+from eaglelab.checkpoints.files.config_diff import ConfigDiff, diff_views, flatten
+from eaglelab.checkpoints.targets.compare import TARGET_RULES, diff_target_configs, target_view
+from eaglelab.checkpoints.targets.config import head_names, quantization_of, target_field, target_layer_count
 from eaglelab.errors import CheckpointMismatchError
+from eaglelab.worlds.synthetic_checkpoints import write_synthetic_weights
 
 COMPRESSED = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
               "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
@@ -135,8 +136,8 @@ def test_a_prefixed_multimodal_target_is_followed_wherever_a_tensor_is_looked_up
     import torch
     from safetensors.torch import load_file, save_file
 
-    from eaglelab.checkpoints.inspection import compare_checkpoints
-    from eaglelab.checkpoints.preflight import check_drafter
+    from eaglelab.checkpoints.drafters.inspection import compare_checkpoints
+    from eaglelab.checkpoints.drafters.preflight import check_drafter
     from eaglelab.engines.recipes import RecipeSettings, build_recipe
     from eaglelab.model.heads import read_target_heads
     from tests.conftest import run_cli

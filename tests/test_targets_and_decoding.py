@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
 from eaglelab.model.decoding import benchmark_speculation, greedy_decode, speculative_decode
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import load_drafter

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from eaglelab.checkpoints.variants import rope_of
+from eaglelab.checkpoints.drafters.variants import rope_of
 from eaglelab.model.attention import DrafterKV
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.drafter_files import save_drafter

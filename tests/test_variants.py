@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from eaglelab.checkpoints.config_diff import diff_configs
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.inspection import compare_checkpoints
-from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.checkpoints.variants import FIELDS, cautions, drafter_family, refusals, to_speculators_config
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.inspection import compare_checkpoints
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.variants import FIELDS, cautions, drafter_family, refusals, to_speculators_config
 from eaglelab.errors import ConfigError, UnsupportedDrafterError
 from eaglelab.model.drafter import Eagle3Drafter
 from tests.conftest import run_cli

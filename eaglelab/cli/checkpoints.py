@@ -5,7 +5,7 @@ Like the other metadata commands (:mod:`eaglelab.cli.metadata`) they never impor
 
 from __future__ import annotations
 
-from eaglelab.checkpoints.inspection import inspect_checkpoint
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.cli.arguments import add_settings, settings_from
 from eaglelab.cli.output import print_json, print_report
 from eaglelab.inputs import printable, quoted

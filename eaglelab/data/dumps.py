@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from eaglelab.checkpoints.headers import read_safetensors_header
+from eaglelab.checkpoints.files.headers import read_safetensors_header
 from eaglelab.errors import DumpError, EaglelabError
 from eaglelab.inputs import open_regular, path_kind, printable
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eaglelab.checkpoints.sources import local_path
+from eaglelab.checkpoints.files.sources import local_path
 from eaglelab.data.world import World
 from eaglelab.errors import ParameterError, SourceError
 from eaglelab.inputs import printable

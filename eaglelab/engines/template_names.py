@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.target_config import target_field
-from eaglelab.checkpoints.tokenizer_files import read_target_files, read_tokenizer
+from eaglelab.checkpoints.targets.config import target_field
+from eaglelab.checkpoints.targets.tokenizer_files import read_target_files, read_tokenizer
 from eaglelab.errors import EaglelabError, ParameterError
 
 #: SpecForge 0.2.0's chat templates picked by the target's ``model_type`` (its registry, specforge/data/template.py).

@@ -25,15 +25,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.spec import (
+from eaglelab.checkpoints.drafters.spec import (
     DrafterSpec,
     aux_ids_as_layer_outputs,
     drafter_spec_from_config,
     is_mla_config,
     layer_body,
 )
-from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
+from eaglelab.checkpoints.drafters.tensor_table import canonical_tensor_name, check_tensors_against_spec
+from eaglelab.checkpoints.files.sources import load_checkpoint
 from eaglelab.errors import CheckpointMismatchError, ConfigError, UnsupportedDrafterError
 
 #: The one latent width (kv_lora_rank + qk_rope_head_dim) vLLM's CPU MLA decode kernel runs.

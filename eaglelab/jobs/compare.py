@@ -1,7 +1,7 @@
 """Two drafters compared from configs and headers only, as one job with a headline that carries the worst finding.
 
 ``eaglelab compare``, notebook 02 and its picker call :func:`compare_drafters`. The checkpoint verdict alone
-(:func:`eaglelab.checkpoints.verdicts.drafter_verdict`) judges shapes and settings; two drafters with the same
+(:func:`eaglelab.checkpoints.drafters.verdicts.drafter_verdict`) judges shapes and settings; two drafters with the same
 shapes but different vocabulary maps are "interchangeable" as whole files yet not as weights, so the
 headline takes the worst of the verdict, the vocabulary maps and each drafter's fit to the target.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.inspection import Comparison, compare_checkpoints
+from eaglelab.checkpoints.drafters.inspection import Comparison, compare_checkpoints
 from eaglelab.inputs import quoted, renamed_fields
 from eaglelab.outputs import table
 from eaglelab.settings import option

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from eaglelab.checkpoints.export import export_drafter
-from eaglelab.checkpoints.preflight import check_drafter, check_target
+from eaglelab.checkpoints.drafters.export import export_drafter
+from eaglelab.checkpoints.drafters.preflight import check_drafter, check_target
 from eaglelab.errors import ParameterError, SourceError
 from eaglelab.inputs import read_bytes
 from eaglelab.jobs.probe import DTYPES

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eaglelab.checkpoints.preflight import check_drafter
+from eaglelab.checkpoints.drafters.preflight import check_drafter
 from eaglelab.errors import EngineError
 from eaglelab.progress import progress as progress_bar
 from eaglelab.settings import DEFAULT_K, option

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.export import export_drafter
-from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target
-from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.export import export_drafter
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter, check_target
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
 from eaglelab.decisions import Option, Recommendation, recommend

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eaglelab.checkpoints.preflight import check_context, check_drafter, check_target, check_target_pair
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
-from eaglelab.checkpoints.target_config import target_layer_count
+from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter, check_target, check_target_pair
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.targets.config import target_layer_count
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
 from eaglelab.errors import ParameterError, SourceError, require_whole

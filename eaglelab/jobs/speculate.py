@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.preflight import check_drafter
+from eaglelab.checkpoints.drafters.preflight import check_drafter
 from eaglelab.errors import ParameterError
 from eaglelab.jobs.probe import DTYPES
 from eaglelab.settings import DEFAULT_K, option

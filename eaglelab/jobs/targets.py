@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eaglelab.checkpoints.inspection import inspect_checkpoint, load_target_config, read_target_weights
-from eaglelab.checkpoints.sources import read_small_tensor
-from eaglelab.checkpoints.target_compare import (
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint, load_target_config, read_target_weights
+from eaglelab.checkpoints.drafters.tensor_table import strip_prefix
+from eaglelab.checkpoints.files.sources import read_small_tensor
+from eaglelab.checkpoints.targets.compare import (
     TargetVerdict,
     TemplateComparison,
     TokenizerComparison,
@@ -22,9 +23,8 @@ from eaglelab.checkpoints.target_compare import (
     diff_target_configs,
     target_verdict,
 )
-from eaglelab.checkpoints.target_config import Quantization, TargetWeights, quantization_of
-from eaglelab.checkpoints.tensor_table import strip_prefix
-from eaglelab.checkpoints.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
+from eaglelab.checkpoints.targets.config import Quantization, TargetWeights, quantization_of
+from eaglelab.checkpoints.targets.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import renamed_fields
 from eaglelab.settings import option

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eaglelab.checkpoints.spec import DrafterSpec
-from eaglelab.checkpoints.variants import Rope
+from eaglelab.checkpoints.drafters.spec import DrafterSpec
+from eaglelab.checkpoints.drafters.variants import Rope
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, keep_float32: bool = False) -> torch.Tensor:

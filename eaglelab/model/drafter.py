@@ -14,7 +14,7 @@ Data flow of the one decoder layer::
 
 In training-time test (TTT) and in drafting, ``h`` is fed back as the next step's hidden state
 (``norm(h)`` for speculators' ``norm_output: true`` and an MLA drafter's, EAGLE-3.1). An MLA drafter's
-flags are read as SGLang's MLA class reads them (:func:`eaglelab.checkpoints.spec.mla_flags`).
+flags are read as SGLang's MLA class reads them (:func:`eaglelab.checkpoints.drafters.spec.mla_flags`).
 Position ``t`` of the drafter pairs the target's state at ``t`` with the token at ``t + 1`` and predicts
 the token at ``t + 2``.
 """
@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
-from eaglelab.checkpoints.tensor_table import check_vocab_maps
-from eaglelab.checkpoints.variants import Rope, check_computed, layer_body, rope_of
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import check_vocab_maps
+from eaglelab.checkpoints.drafters.variants import Rope, check_computed, layer_body, rope_of
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.model.attention import DrafterAttention, DrafterKV, MlaAttention, RMSNorm, rope_inv_freq
 from eaglelab.model.vocab import identity_vocab_map
@@ -80,7 +80,7 @@ class Eagle3Drafter(nn.Module):
 
     Args:
         config: the drafter's config.json as a dict, SpecForge or speculators format; each flag is
-            read in its own format's meaning (:mod:`eaglelab.checkpoints.variants`).
+            read in its own format's meaning (:mod:`eaglelab.checkpoints.drafters.variants`).
         seed: seed of the weight initialisation.
         where: the file named in errors.
         tensor_names: the names of the tensors the file holds, when loading one: a TorchSpec vLLM export's

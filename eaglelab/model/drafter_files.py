@@ -2,7 +2,7 @@
 
 SpecForge / SGLang layout: ``midlayer.*`` keys and a flat config. speculators / vLLM layout:
 ``layers.0.*`` keys and a ``transformer_layer_config``. Loading accepts either, and SGLang-prefixed
-(``model.*``) keys; converting between them is :mod:`eaglelab.checkpoints.export`'s job.
+(``model.*``) keys; converting between them is :mod:`eaglelab.checkpoints.drafters.export`'s job.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from eaglelab.checkpoints.headers import TensorInfo
-from eaglelab.checkpoints.sources import load_checkpoint, read_tensor_into
-from eaglelab.checkpoints.tensor_table import check_vocab_maps
+from eaglelab.checkpoints.drafters.tensor_table import check_vocab_maps
+from eaglelab.checkpoints.files.headers import TensorInfo
+from eaglelab.checkpoints.files.sources import load_checkpoint, read_tensor_into
 from eaglelab.errors import CheckpointMismatchError, ConfigError, SourceError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
@@ -180,12 +180,8 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device:
         CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
     """
     ck = load_checkpoint(str(source))
-    if ck.kind == "hub":
-        from huggingface_hub import snapshot_download
-
-        # the weights at the commit whose headers were just checked, not whatever the branch holds now
-        commit = ck.hub.commit if ck.hub is not None else None
-        ck = load_checkpoint(snapshot_download(str(source), revision=commit, allow_patterns=["*.json", "*.safetensors"]))
+    if ck.kind == "hub" and ck.hub is not None:  # the weights at the commit whose headers were just checked
+        ck = load_checkpoint(ck.hub.snapshot(("*.json", "*.safetensors")))
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the weights")
     model = Eagle3Drafter.unallocated(ck.config, str(ck.config_path or source), list(ck.tensors), dtype)

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from eaglelab.checkpoints.hub import hub_problem
-from eaglelab.checkpoints.sources import Checkpoint, TensorInfo, load_checkpoint
-from eaglelab.checkpoints.target_config import head_names as target_heads
-from eaglelab.checkpoints.target_config import target_field, text_config
-from eaglelab.errors import CheckpointMismatchError, EaglelabError, HubError, SourceError, is_whole
+from eaglelab.checkpoints.files.sources import Checkpoint, TensorInfo, load_checkpoint
+from eaglelab.checkpoints.targets.config import head_names as target_heads
+from eaglelab.checkpoints.targets.config import target_field, text_config
+from eaglelab.errors import CheckpointMismatchError, SourceError, is_whole
 from eaglelab.inputs import printable
 from eaglelab.model.attention import rms_norm
 from eaglelab.model.drafter_files import read_tensor
@@ -168,19 +167,9 @@ def _read_hub(ck: Checkpoint, info: TensorInfo) -> torch.Tensor:
     The data start is the one the checkpoint's header read gave (one header per file): nothing is
     re-read to place a tensor, and an answer from another commit or of another file length is refused.
     """
-    repo = ck.hub
     out = _tensor(info)
-    view = _bytes_of(out)
-    start = info.data_start + info.span[0]
-    try:
-        for lo in range(0, info.nbytes, HUB_CHUNK_BYTES):
-            n = min(HUB_CHUNK_BYTES, info.nbytes - lo)
-            view[lo:lo + n] = repo.read_range(info.file, start + lo, n)
-    except EaglelabError:
-        raise
-    except Exception as exc:
-        raise HubError(repo.repo_id, f"reading {printable(info.name)}: {hub_problem(exc, repo.revision, repo.timeout)}") \
-            from None
+    with ck.hub.reading(f"reading {printable(info.name)}"):
+        ck.hub.read_into(info.file, info.data_start + info.span[0], _bytes_of(out), HUB_CHUNK_BYTES)
     return out
 
 

@@ -1,7 +1,7 @@
 """Target models: load a transformers causal LM and capture what the drafter reads.
 
 Layer ids here are 0-based decoder-layer *outputs* (SGLang's convention); convert vLLM-style
-ids (layer inputs) with :func:`eaglelab.checkpoints.spec.aux_ids_as_layer_outputs`. Capture uses
+ids (layer inputs) with :func:`eaglelab.checkpoints.drafters.spec.aux_ids_as_layer_outputs`. Capture uses
 forward hooks on the three decoder layers, so memory holds three states, not all L + 1.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.files.hub import open_repo
+from eaglelab.checkpoints.files.sources import is_hub_id, load_checkpoint
 from eaglelab.errors import ConfigError, SourceError
 
 
@@ -164,6 +164,11 @@ def crop_cache(cache, keep: int) -> None:
         cache.crop(keep)
 
 
+#: What a target's hub download takes: configs, safetensors weights, tokenizer files and chat templates (never a
+#: pickle; its code only with ``trust_remote_code``).
+TARGET_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.tiktoken", "*.txt", "*.jinja")
+
+
 def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device: str | None = None,
                 device_map: str | None = None, trust_remote_code: bool = False, need_tokenizer: bool = False):
     """Load a causal LM and its tokenizer from a folder or hub id.
@@ -186,10 +191,11 @@ def load_target(source: str | Path, dtype: str | torch.dtype = "float32", device
     from transformers.utils import logging as hf_logging
 
     src = str(source)
-    if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
-        raise SourceError(src, "no such folder, and HF_HUB_OFFLINE is set so hub ids cannot be read")
-    if Path(src).exists():
-        load_checkpoint(src)  # safetensors only: a pickle-only target is refused here, as the command line refuses it
+    if not Path(src).exists():  # a hub id: its files at one commit, through the one hub transport
+        if not is_hub_id(src):
+            raise SourceError(src, "no such folder, and not a hub id (owner/name)")
+        src = open_repo(src).snapshot(TARGET_PATTERNS + (("*.py",) if trust_remote_code else ()))
+    load_checkpoint(src)  # safetensors only: a pickle-only target is refused here, as the command line refuses it
     if isinstance(dtype, str):
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     # never unpickle: transformers would fall back to pytorch_model.bin without this

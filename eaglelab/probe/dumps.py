@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from eaglelab.checkpoints.footprint import out_of_memory_as_error, require_memory
-from eaglelab.checkpoints.sources import load_checkpoint
-from eaglelab.checkpoints.spec import DrafterSpec
+from eaglelab.checkpoints.drafters.spec import DrafterSpec
+from eaglelab.checkpoints.files.sources import load_checkpoint
+from eaglelab.checkpoints.targets.footprint import out_of_memory_as_error, require_memory
 from eaglelab.data.dumps import DumpPairs, DumpSample
 from eaglelab.data.states import HiddenStates
 from eaglelab.decisions import NO_VERDICT, Decision

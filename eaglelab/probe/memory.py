@@ -3,7 +3,7 @@
 A Kimi-sized pair (hidden 7,168, vocabulary 163,840) fills a workstation's memory from its heads and
 drafter alone; a probe that would not fit says so in one :class:`~eaglelab.errors.ResourceError` line,
 naming what it needs part by part and what is free, before it reads a byte
-(:func:`eaglelab.checkpoints.footprint.require_memory`). The estimates are upper bounds of the peak
+(:func:`eaglelab.checkpoints.targets.footprint.require_memory`). The estimates are upper bounds of the peak
 (measured at Kimi width by ``benchmarks/bench_dump_memory.py``): the probe from dumps
 (:func:`dump_probe_needs`: both targets' heads, the drafter in the probe's dtype with its embedding lent,
 one batch) and the live probe (:func:`live_probe_needs`: both targets whole, the drafter, one batch).
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import torch
 
-from eaglelab.checkpoints.footprint import (
+from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.files.sources import TensorInfo, load_checkpoint
+from eaglelab.checkpoints.targets.config import target_field
+from eaglelab.checkpoints.targets.footprint import (
     available_memory,
     drafter_weight_bytes,
     dtype_bytes,
     parameter_count,
     require_memory,
 )
-from eaglelab.checkpoints.sources import TensorInfo, load_checkpoint
-from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
-from eaglelab.checkpoints.target_config import target_field
 from eaglelab.data.dumps import DumpPairs
 from eaglelab.errors import is_whole
 from eaglelab.model.drafter import ttt_pass_bytes
@@ -49,7 +49,7 @@ def head_chunk_positions(vocab_size: int, head_chunk: int = HEAD_CHUNK) -> int:
 
 def free_on(device: str | torch.device | None = None, device_map: str | None = None) -> tuple[int, str]:
     """Bytes free where a probe allocates, and where that is: every GPU's (``device_map="auto"``), a GPU's, or this
-    machine's (:func:`eaglelab.checkpoints.footprint.available_memory`)."""
+    machine's (:func:`eaglelab.checkpoints.targets.footprint.available_memory`)."""
     if device_map == "auto" and torch.cuda.is_available():
         n = torch.cuda.device_count()
         return sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(n)), f"{n} GPUs"
@@ -137,7 +137,7 @@ def live_probe_needs(old_target: str, new_target: str, old_drafter: str, dtype: 
                      k: int) -> dict[str, int]:
     """What the live probe holds, by part, bytes, from configs and headers alone (nothing loaded).
 
-    Both targets' weights in ``dtype`` (:func:`eaglelab.checkpoints.footprint.parameter_count`), the old
+    Both targets' weights in ``dtype`` (:func:`eaglelab.checkpoints.targets.footprint.parameter_count`), the old
     drafter's in ``dtype`` with each target's embedding lent (``load_drafter(..., embedding=False)``), and
     one batch: both targets' logits, their next-token distributions in float32 for the TV, a few layers'
     activations and the captured states, and the drafter's pass (:func:`eaglelab.model.drafter.ttt_pass_bytes`).

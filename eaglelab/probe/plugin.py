@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from eaglelab.checkpoints.footprint import out_of_memory_as_error
+from eaglelab.checkpoints.targets.footprint import out_of_memory_as_error
 from eaglelab.data.probe_data import DataChoice
 from eaglelab.data.states import HiddenStates
 from eaglelab.decisions import Decision, missing_evidence, plugin_verdict, tau_bands

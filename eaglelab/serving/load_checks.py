@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from eaglelab.checkpoints.target_config import text_config
+from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import MAX_FIELD_INT, printable, shown
 
@@ -41,7 +41,7 @@ def _whole(value: Any) -> bool:
 def check_target_config(text: dict[str, Any], where: str) -> None:
     """Refuse a target's (text) config whose fields contradict each other, before the load model counts with it.
 
-    The fields' types and ranges are checked already (:mod:`eaglelab.checkpoints.config_types`); here, their
+    The fields' types and ranges are checked already (:mod:`eaglelab.checkpoints.files.config_types`); here, their
     relations: experts per token at most the routed experts, dense layers at most the layers, a DeepSeek-style
     MoE's expert width given, KV heads at most the attention heads, and a head width (``head_dim``, or a
     hidden size at least the heads). ``num_local_experts`` (Mixtral), read only here, must be a whole number.

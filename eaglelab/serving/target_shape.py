@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from eaglelab.checkpoints.config_types import check_config_types
-from eaglelab.checkpoints.target_config import text_config
+from eaglelab.checkpoints.files.config_types import check_config_types
+from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.errors import ParameterError
 from eaglelab.serving.load_checks import check_target_config, config_bits
 

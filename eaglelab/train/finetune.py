@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.checkpoints.spec import aux_ids_as_layer_outputs
+from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
 from eaglelab.data.states import FinetuneData
 from eaglelab.errors import ConfigError
 from eaglelab.model.drafter import Eagle3Drafter

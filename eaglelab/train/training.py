@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
+from eaglelab.checkpoints.drafters.tensor_table import expected_eagle3_tensors
 from eaglelab.data.states import HiddenStates
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.model.drafter import Eagle3Drafter

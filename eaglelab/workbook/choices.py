@@ -6,7 +6,7 @@ cell: picks are kept per kernel, and a pick wins as long as the parameter still 
 held when the pick was made. Editing the parameter afterwards means the user chose again, in the
 cell: the parameter wins. Headless runs make no picks, so they read the parameters.
 
-Checks are the package's own metadata checks (:mod:`eaglelab.checkpoints.preflight`), one line
+Checks are the package's own metadata checks (:mod:`eaglelab.checkpoints.drafters.preflight`), one line
 each, never a traceback. No ipywidgets here: the widgets (:mod:`eaglelab.workbook.widgets`) call
 these functions, and so do the tests.
 """
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.preflight import check_drafter, check_target
-from eaglelab.checkpoints.sources import local_path
-from eaglelab.checkpoints.target_config import text_config
+from eaglelab.checkpoints.drafters.preflight import check_drafter, check_target
+from eaglelab.checkpoints.files.sources import local_path
+from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.data.probe_data import describe_probe_data
 from eaglelab.errors import EaglelabError, ParameterError, SourceError
 from eaglelab.inputs import printable, shown

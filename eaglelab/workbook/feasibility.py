@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.footprint import fits_here
+from eaglelab.checkpoints.targets.footprint import fits_here
 from eaglelab.engines.probe_recipes import ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 from eaglelab.errors import EaglelabError, ParameterError
@@ -37,7 +37,7 @@ def cannot_run(notebook: str, parameters: Mapping[str, Any]) -> tuple[str, str] 
     """Why ``notebook`` cannot run here on the checkpoints in ``parameters``: ``(name, one line)``, or None.
 
     Only the user's checkpoints are checked (a name left unset is the offline world's, which loads anywhere),
-    from their headers (:func:`~eaglelab.checkpoints.footprint.fits_here`), in the dtype the notebook loads.
+    from their headers (:func:`~eaglelab.checkpoints.targets.footprint.fits_here`), in the dtype the notebook loads.
     """
     if notebook == "03" and all(given(parameters.get(n)) for n in DUMPS):
         return None

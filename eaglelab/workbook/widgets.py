@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.spec import is_eagle3_config
+from eaglelab.checkpoints.drafters.spec import is_eagle3_config
 from eaglelab.errors import ConfigError, EaglelabError
 from eaglelab.inputs import printable, read_json_object
 from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices

@@ -29,8 +29,8 @@ import zipfile
 from pathlib import Path
 
 from eaglelab.atomic import write_json_atomic
-from eaglelab.checkpoints.drafter_config import drafter_config_for_target
-from eaglelab.checkpoints.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
 from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
 from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import SourceError

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.sources import read_config
-from eaglelab.checkpoints.synthetic import KIMI_K2_DRAFTER_CONFIG, synthetic_drafter_entries, write_sparse_safetensors
+from eaglelab.checkpoints.files.sources import read_config
 from eaglelab.outputs import open_output_folder
+from eaglelab.worlds.synthetic_checkpoints import KIMI_K2_DRAFTER_CONFIG, synthetic_drafter_entries, write_sparse_safetensors
 
 Entry = tuple[str, tuple[int, ...], str]
 

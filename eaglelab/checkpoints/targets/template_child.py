@@ -3,7 +3,7 @@
 A template is someone else's program. Jinja's sandbox keeps it from Python's internals, and the checks
 here (a line-level deadline, an output cap, bounded ``*`` / ``**`` / widths) stop most runaways between two
 Python lines; but a single C-level call (``'x'|center(1500000000)``, a power of a huge integer) runs to its
-end between two lines. So :mod:`eaglelab.checkpoints.chat_templates` runs this file as a child process
+end between two lines. So :mod:`eaglelab.checkpoints.targets.chat_templates` runs this file as a child process
 (``python -I template_child.py``): it lowers its own address-space and CPU limits before it reads a
 template, renders each one it is given, and writes one JSON line per rendering; the parent kills it at
 the deadline. The file imports the standard library and jinja2 only (never eaglelab), so the child starts

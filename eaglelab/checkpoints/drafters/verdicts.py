@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglelab.checkpoints.config_diff import ConfigDiff
-from eaglelab.checkpoints.spec import (
+from eaglelab.checkpoints.drafters.spec import (
     DrafterSpec,
     aux_ids_as_layer_outputs,
     default_aux_layer_outputs,
     is_mla_config,
     layer_body,
 )
-from eaglelab.checkpoints.target_config import TargetWeights, target_field, target_layer_count, text_config
-from eaglelab.checkpoints.variants import Rope, rope_of
+from eaglelab.checkpoints.drafters.variants import Rope, rope_of
+from eaglelab.checkpoints.files.config_diff import ConfigDiff
+from eaglelab.checkpoints.targets.config import TargetWeights, target_field, target_layer_count, text_config
 from eaglelab.errors import EaglelabError
 from eaglelab.inputs import shown
 

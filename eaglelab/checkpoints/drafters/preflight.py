@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.inspection import load_target_config, read_target_weights
-from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
-from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
-from eaglelab.checkpoints.target_config import target_field, target_layer_count, text_config
-from eaglelab.checkpoints.tensor_table import check_tensors_against_spec
-from eaglelab.checkpoints.variants import Family, check_computed, drafter_family
-from eaglelab.checkpoints.verdicts import drafter_vs_target
+from eaglelab.checkpoints.drafters.inspection import load_target_config, read_target_weights
+from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import check_tensors_against_spec
+from eaglelab.checkpoints.drafters.variants import Family, check_computed, drafter_family
+from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target
+from eaglelab.checkpoints.files.sources import is_hub_id, load_checkpoint
+from eaglelab.checkpoints.targets.config import target_field, target_layer_count, text_config
 from eaglelab.errors import CheckpointMismatchError, ConfigError, ParameterError, UnsupportedDrafterError
 from eaglelab.inputs import printable
 
-#: :func:`~eaglelab.checkpoints.variants.drafter_family`'s names for a config that is no drafter.
+#: :func:`~eaglelab.checkpoints.drafters.variants.drafter_family`'s names for a config that is no drafter.
 NOT_A_DRAFTER = ("target model", "unknown")
 
 
@@ -36,7 +36,7 @@ def architecture(cfg: dict[str, Any], family: Family) -> str:
 def drafter_config_family(cfg: dict[str, Any]) -> Family | None:
     """The drafter family a config describes (EAGLE-3, EAGLE-1/2, Medusa, MTP, ...), or None for a target model.
 
-    The one recogniser, :func:`~eaglelab.checkpoints.variants.drafter_family` (architectures with Eagle3,
+    The one recogniser, :func:`~eaglelab.checkpoints.drafters.variants.drafter_family` (architectures with Eagle3,
     ``draft_vocab_size`` on one layer, speculators' ``speculators_model_type``, ...), read both ways: the
     target checks refuse what it names a drafter, the drafter checks what it names a target model.
     """

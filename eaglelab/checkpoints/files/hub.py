@@ -33,12 +33,14 @@ import re
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import unquote
 
-from eaglelab.checkpoints.config_types import check_config_types
-from eaglelab.checkpoints.headers import MAX_HEADER_BYTES, parse_header_json
+from eaglelab.checkpoints.files.config_types import check_config_types
+from eaglelab.checkpoints.files.headers import MAX_HEADER_BYTES, parse_header_json
 from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError
 from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, printable, read_bytes, shown
 
@@ -249,6 +251,17 @@ def _file_size(response) -> int | None:
     return None
 
 
+def open_repo(repo_id: str, revision: str | None = None) -> HubRepo:
+    """The one way eaglelab opens a hub repository: refused in one line when ``HF_HUB_OFFLINE`` is set.
+
+    Raises:
+        HubError: the hub is off (``HF_HUB_OFFLINE``).
+    """
+    if hub_offline():
+        raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
+    return HubRepo(repo_id, revision, hub_timeout())
+
+
 class HubRepo:
     """One hub repository read at one commit, each file's safetensors header read once.
 
@@ -269,6 +282,21 @@ class HubRepo:
         self.commit = revision if revision and _COMMIT.fullmatch(revision) else None
         self._stamps: dict[str, tuple[str | None, int | None]] = {}
         self._headers: dict[str, tuple[dict[str, Any], int]] = {}
+
+    @contextmanager
+    def reading(self, what: str | None = None) -> Iterator[None]:
+        """Any failure of the hub inside the block as one :class:`HubError` line naming the repository.
+
+        eaglelab's own errors pass as they are; huggingface_hub's and the HTTP client's become
+        :func:`hub_problem`'s line, after ``what`` (for instance ``reading tokenizer.json``).
+        """
+        try:
+            yield
+        except EaglelabError:
+            raise
+        except Exception as exc:  # network, auth, missing repo, revision or file: one line
+            problem = hub_problem(exc, self.revision, self.timeout)
+            raise HubError(self.repo_id, f"{what}: {problem}" if what else problem) from None
 
     def where(self, filename: str) -> str:
         """``owner/name/file@revision`` for messages, printable."""
@@ -423,13 +451,21 @@ class HubRepo:
                                                                        f"{start}-{start + size - 1} asked")
         return response.content
 
+    def read_into(self, filename: str, start: int, out: memoryview, chunk: int) -> None:
+        """Fill ``out`` with the file's bytes from ``start``, in range requests of at most ``chunk`` bytes each."""
+        for lo in range(0, len(out), chunk):
+            n = min(chunk, len(out) - lo)
+            out[lo:lo + n] = self.read_range(filename, start + lo, n)
 
-def read_hub_config(repo_id: str, revision: str | None = None,
-                    timeout: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """A hub repo's ``config.json`` in one GET bounded by ``timeout``: ``(config, where)``, or ``(None, None)``.
+    def snapshot(self, patterns: tuple[str, ...]) -> str:
+        """The files matching ``patterns`` downloaded at this repository's commit (huggingface_hub's cache): their folder.
 
-    Raises:
-        ConfigError: the config is not valid JSON or has fields of the wrong type.
-        Exception: huggingface_hub's and the HTTP client's errors (see :func:`hub_problem`).
-    """
-    return HubRepo(repo_id, revision, timeout).read_config()
+        The commit is the one the earlier reads pinned (a checkpoint's config and headers), so the weights
+        downloaded are those that were checked, not whatever the branch holds by now. Every request waits at most
+        the hub deadline; a failure is one :class:`HubError` line.
+        """
+        from huggingface_hub import snapshot_download
+
+        with self.reading("downloading"):
+            return snapshot_download(self.repo_id, revision=self.commit or self.revision, allow_patterns=list(patterns),
+                                     etag_timeout=self.timeout)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from eaglelab.checkpoints.config_types import check_config_types
-from eaglelab.checkpoints.headers import (  # noqa: F401 (re-exported: the reader's public names)
+from eaglelab.checkpoints.files.config_types import check_config_types
+from eaglelab.checkpoints.files.headers import (  # noqa: F401 (re-exported: the reader's public names)
     DTYPE_BITS,
     DTYPE_SIZES,
     MAX_HEADER_BYTES,
@@ -24,7 +24,7 @@ from eaglelab.checkpoints.headers import (  # noqa: F401 (re-exported: the reade
     read_safetensors_header,
     validate_header_entries,
 )
-from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
+from eaglelab.checkpoints.files.hub import HubRepo, open_repo
 from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError, UnsafeFormatError
 from eaglelab.inputs import open_regular, path_kind, printable, read_json_object, shown
 
@@ -73,7 +73,7 @@ def read_json(path: str | Path, error: type[EaglelabError] = ConfigError) -> dic
 
 def read_config(path: str | Path, where: str | None = None) -> dict[str, Any]:
     """A ``config.json``: strict JSON, and every field eaglelab reads of the right type
-    (:func:`eaglelab.checkpoints.config_types.check_config_types`)."""
+    (:func:`eaglelab.checkpoints.files.config_types.check_config_types`)."""
     return check_config_types(read_json(path), where or str(path))
 
 
@@ -220,13 +220,10 @@ def _local_checkpoint(source: str, weights_optional: bool = False) -> Checkpoint
 def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional: bool = False) -> Checkpoint:
     """Read a hub checkpoint's config and safetensors headers only (range requests, each under one deadline).
 
-    Every file is read through one :class:`~eaglelab.checkpoints.hub.HubRepo`: at one commit, each header once.
+    Every file is read through one :class:`~eaglelab.checkpoints.files.hub.HubRepo`: at one commit, each header once.
     """
-    if hub_offline():
-        raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
-    timeout = hub_timeout()
-    repo = HubRepo(repo_id, revision, timeout)
-    try:
+    repo = open_repo(repo_id, revision)
+    with repo.reading():
         from huggingface_hub.errors import EntryNotFoundError
 
         config, config_path = repo.read_config()
@@ -248,10 +245,6 @@ def _hub_checkpoint(repo_id: str, revision: str | None = None, weights_optional:
             files = sorted(set(weight_map.values()))
             for f in files:
                 repo.header(f)
-    except EaglelabError:
-        raise
-    except Exception as exc:  # network, auth, missing repo, revision or file: one clear line
-        raise HubError(repo_id, hub_problem(exc, revision, timeout)) from None
     tensors: dict[str, TensorInfo] = {}
     for fname in files:
         header, n = repo.header(fname)

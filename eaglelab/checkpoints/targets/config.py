@@ -55,6 +55,19 @@ def is_multimodal(config: dict[str, Any] | None) -> bool:
     return text_config(config) is not (config or {})
 
 
+def architectures(cfg: dict[str, Any]) -> list[str]:
+    """The config's ``architectures``, as strings (none when absent or not a list)."""
+    archs = cfg.get("architectures")
+    return [str(a) for a in archs] if isinstance(archs, list) else []
+
+
+def is_target_config(cfg: dict[str, Any]) -> bool:
+    """A language model's config, not a drafter's: a wrapped language model, several layers, or a model class."""
+    layers = target_field(cfg, "num_hidden_layers")
+    return is_multimodal(cfg) or (isinstance(layers, int) and layers > 1) or \
+        any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures(cfg))
+
+
 # --------------------------------------------------------------------------- weight names
 
 @dataclass(frozen=True)

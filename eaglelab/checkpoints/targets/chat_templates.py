@@ -9,7 +9,7 @@ renders in Jinja's ``ImmutableSandboxedEnvironment`` with ``trim_blocks`` and ``
 ``add_generation_prompt`` and the special tokens; :func:`render` does the same.
 
 A template is code from outside. The sandbox keeps it from Python's internals; its renderings run in a
-child process (:mod:`eaglelab.checkpoints.template_child`) that caps its own address space and CPU time
+child process (:mod:`eaglelab.checkpoints.targets.template_child`) that caps its own address space and CPU time
 before it reads a template, checks a deadline on every template line and an output cap on every chunk,
 and bounds the operations that size their result (repetitions, big integers, widths); this process kills
 it at the deadline, so no single C-level call (``'x'|center(1500000000)``, a power of a huge integer)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.spec import DEFAULT_DRAFT_VOCAB, MLA_FIELDS, default_aux_layer_outputs
-from eaglelab.checkpoints.target_config import text_config
-from eaglelab.checkpoints.variants import ROPE_KINDS
+from eaglelab.checkpoints.drafters.spec import DEFAULT_DRAFT_VOCAB, MLA_FIELDS, default_aux_layer_outputs
+from eaglelab.checkpoints.drafters.variants import ROPE_KINDS
+from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.errors import ConfigError
 
 

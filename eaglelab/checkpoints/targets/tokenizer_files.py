@@ -24,9 +24,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from eaglelab.checkpoints.hub import HubRepo, hub_offline, hub_problem, hub_timeout
-from eaglelab.checkpoints.sources import is_hub_id, local_path
-from eaglelab.errors import EaglelabError, HubError, SourceError
+from eaglelab.checkpoints.files.hub import open_repo
+from eaglelab.checkpoints.files.sources import is_hub_id, local_path
+from eaglelab.errors import SourceError
 from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, path_kind, printable, read_bytes, shown
 
 #: The small files of a target eaglelab reads beside its config (none of them is code).
@@ -103,18 +103,11 @@ def read_target_files(source: str, revision: str | None = None) -> TargetFiles:
 
 
 def _hub_files(repo_id: str, revision: str | None) -> TargetFiles:
-    if hub_offline():
-        raise HubError(repo_id, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
-    timeout = hub_timeout()
-    repo = HubRepo(repo_id, revision, timeout)  # every file from one commit
+    repo = open_repo(repo_id, revision)  # every file from one commit
     out = TargetFiles(repo_id)
     for name in TARGET_FILES:
-        try:
+        with repo.reading(f"reading {name}"):
             raw = repo.read_file(name, _cap(name))
-        except EaglelabError:
-            raise
-        except Exception as exc:  # network, auth, missing repo: one line
-            raise HubError(repo_id, f"reading {name}: {hub_problem(exc, revision, timeout)}") from None
         if raw is not None:
             out.files[name] = raw
     return out

@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.config_diff import comparison_view
-from eaglelab.checkpoints.config_types import float_of, rope_problem, yarn_mscale
-from eaglelab.checkpoints.mla_variants import mla_cautions, mla_layout, mla_refusals
-from eaglelab.checkpoints.spec import (
+from eaglelab.checkpoints.drafters.config_rules import comparison_view
+from eaglelab.checkpoints.drafters.mla_variants import mla_cautions, mla_layout, mla_refusals
+from eaglelab.checkpoints.drafters.spec import (
     MLA_FIELDS,
     SPECFORGE,
     SPECULATORS,
@@ -36,7 +35,8 @@ from eaglelab.checkpoints.spec import (
     is_mla_config,
     layer_body,
 )
-from eaglelab.checkpoints.target_config import is_multimodal, target_field, target_layer_count
+from eaglelab.checkpoints.files.config_types import float_of, rope_problem, yarn_mscale
+from eaglelab.checkpoints.targets.config import architectures, is_target_config, target_field, target_layer_count
 from eaglelab.errors import UnsupportedDrafterError
 from eaglelab.inputs import shown
 from eaglelab.settings import DEFAULT_K
@@ -80,11 +80,6 @@ class Family:
         return f"shapes and configs only: {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
-def _archs(cfg: dict[str, Any]) -> list[str]:
-    archs = cfg.get("architectures")
-    return [str(a) for a in archs] if isinstance(archs, list) else []
-
-
 def drafter_family(cfg: dict[str, Any]) -> Family:
     """Recognise the drafter family from a config alone.
 
@@ -97,7 +92,7 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
     """
     if not isinstance(cfg, dict):
         return Family("unknown", False, "config is not a JSON object")
-    archs = _archs(cfg)
+    archs = architectures(cfg)
     arch_text = " ".join(archs).lower()
     body = layer_body(cfg)
     kind = str(cfg.get("speculators_model_type") or "").lower()
@@ -126,13 +121,6 @@ def drafter_family(cfg: dict[str, Any]) -> Family:
 #: What an EAGLE-4 drafter is, and who serves it (no public source of its arithmetic was found to test against).
 EAGLE4_SERVED = ("an EAGLE-4 drafter, served by an out-of-tree harness for SGLang and vLLM; its arithmetic has no "
                  "public reference eaglelab could compute it against")
-
-def is_target_config(cfg: dict[str, Any]) -> bool:
-    """A language model's config, not a drafter's: a wrapped language model, several layers, or a model class."""
-    layers = target_field(cfg, "num_hidden_layers")
-    return is_multimodal(cfg) or (isinstance(layers, int) and layers > 1) or \
-        any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in _archs(cfg))
-
 
 # --------------------------------------------------------------------------- RoPE
 
@@ -164,7 +152,7 @@ class Rope:
         """Refuse parameters the computation cannot take (a ValueError naming the field).
 
         The readers refuse such a config first, naming its file (:func:`rope_of`,
-        :func:`eaglelab.checkpoints.config_types.check_config_types`); this is the one place that
+        :func:`eaglelab.checkpoints.files.config_types.check_config_types`); this is the one place that
         computes, so no division by zero or overflow can be reached from any other caller either.
         """
         fields = {"rope_theta": self.theta, "factor": self.factor, "low_freq_factor": self.low_freq_factor,

@@ -1,6 +1,6 @@
 """The tensor table a drafter spec implies: names, shapes, dtypes, and the vocabulary maps' invariants.
 
-What :mod:`eaglelab.checkpoints.inspection` checks a checkpoint's headers against, and what a state
+What :mod:`eaglelab.checkpoints.drafters.inspection` checks a checkpoint's headers against, and what a state
 dict must hold (:func:`check_tensors_against_spec`).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.config_diff import diff_configs
-from eaglelab.checkpoints.spec import FLOAT_DTYPES, DrafterSpec
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.checkpoints.drafters.spec import FLOAT_DTYPES, DrafterSpec
 from eaglelab.inputs import quoted
 
 

@@ -9,7 +9,7 @@ the same line).
 
 Parameters are counted from the safetensors headers (packed integer weights unpacked, quantization
 scales left out) or from the config (:func:`language_model_parameters`), whichever is larger: a
-header-only sample (``eaglelab.checkpoints.kimi_shapes``) or a partial download holds fewer tensors
+header-only sample (``eaglelab.worlds.kimi_shapes``) or a partial download holds fewer tensors
 than the model has. Configs and headers only: no torch.
 """
 
@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.headers import DTYPE_BITS, TensorInfo
-from eaglelab.checkpoints.sources import Checkpoint, is_hub_id, load_checkpoint
-from eaglelab.checkpoints.target_config import text_config, tied_embeddings
-from eaglelab.checkpoints.variants import is_target_config
+from eaglelab.checkpoints.files.headers import DTYPE_BITS, TensorInfo
+from eaglelab.checkpoints.files.sources import Checkpoint, is_hub_id, load_checkpoint
+from eaglelab.checkpoints.targets.config import is_target_config, text_config, tied_embeddings
 from eaglelab.errors import ConfigError, EaglelabError, ParameterError, ResourceError, is_whole
 from eaglelab.inputs import is_ascii_digits, printable
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.config_types import check_config_types
+from eaglelab.checkpoints.files.config_types import check_config_types
 from eaglelab.errors import ConfigError
 from eaglelab.inputs import shown
 
@@ -359,7 +359,7 @@ def mla_flags(cfg: dict[str, Any], where: str = "config.json") -> dict[str, bool
     ``norm(h)``; the residual is the raw hidden state (``norm_before_residual`` is not read); ``norm_before_fc``
     is not read and ``input_norm.weight`` is skipped (kept here, never applied). The EAGLE-3.1 layout adds
     ``fc_norm`` (or the older ``use_aux_norm``: either one true) and ``norm_output`` (true: ``norm(h)`` is fed
-    to the next step). The PR #24826 layout reads neither; :func:`eaglelab.checkpoints.variants.cautions` says so.
+    to the next step). The PR #24826 layout reads neither; :func:`eaglelab.checkpoints.drafters.variants.cautions` says so.
     """
     nested = eagle_config(cfg)
     before_fc = _flag(nested, "norm_before_fc", _flag(cfg, "norm_before_fc", False, where), where)

@@ -1,7 +1,7 @@
 """What SGLang's MLA drafter class makes of an MLA drafter's flags, and where the other engines depart (no torch).
 
 eaglelab computes an MLA drafter (DeepSeek / Kimi, ``Eagle3DeepseekV2ForCausalLM``) as SGLang's class computes
-it (:func:`eaglelab.checkpoints.spec.mla_flags`); this module names the SGLang layout a config needs, refuses
+it (:func:`eaglelab.checkpoints.drafters.spec.mla_flags`); this module names the SGLang layout a config needs, refuses
 the combinations the engines read in contradiction, and words the cautions. Read from: SGLang
 ``python/sglang/srt/models/kimi_k25_eagle3.py`` at PR #24826's layout (commit 40449c1) and at PR #26506's
 EAGLE-3.1 layout (commit 054a1ce); vLLM ``vllm/model_executor/models/deepseek_eagle3.py`` (commit 0359019);
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.spec import SPECULATORS, eagle_config
+from eaglelab.checkpoints.drafters.spec import SPECULATORS, eagle_config
 
 #: The EAGLE-3.1 flags of an MLA config, as SGLang's later ``kimi_k25_eagle3.py`` layout reads them (PR #26506).
 MLA_EAGLE31_FLAGS = ("fc_norm", "use_aux_norm", "norm_output")

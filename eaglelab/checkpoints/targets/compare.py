@@ -4,7 +4,7 @@ Before any probe, a team asks of Kimi-K2 and Kimi-K2.5: the same architecture, d
 RoPE and context? which quantization? the same tokenizer, special tokens and chat template? This module
 answers each from metadata alone (no torch, no transformers): a classified config diff of the two language
 models (:func:`diff_target_configs`, a multimodal wrapper's ``text_config`` read as the language model),
-each target's quantization (:func:`eaglelab.checkpoints.target_config.quantization_of`), the tokenizers id
+each target's quantization (:func:`eaglelab.checkpoints.targets.config.quantization_of`), the tokenizers id
 by id (:func:`compare_tokenizers`, and the ids a drafter's map uses), and the chat templates rendered on
 one conversation (:func:`compare_templates`). :func:`target_verdict` says what it means for the drafter.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eaglelab.checkpoints.chat_templates import SAMPLE_CONVERSATION, render_all, template_context, text_diff
-from eaglelab.checkpoints.config_diff import ConfigDiff, KeyRule, RuleTable, diff_views, flatten
-from eaglelab.checkpoints.target_config import Quantization, is_multimodal, text_config
-from eaglelab.checkpoints.tokenizer_files import Tokenizer, describe
+from eaglelab.checkpoints.files.config_diff import ConfigDiff, KeyRule, RuleTable, diff_views, flatten
+from eaglelab.checkpoints.targets.chat_templates import SAMPLE_CONVERSATION, render_all, template_context, text_diff
+from eaglelab.checkpoints.targets.config import Quantization, is_multimodal, text_config
+from eaglelab.checkpoints.targets.tokenizer_files import Tokenizer, describe
 from eaglelab.inputs import quoted
 
 # --------------------------------------------------------------------------- config diff

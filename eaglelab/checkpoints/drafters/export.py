@@ -6,7 +6,7 @@ as layer outputs). vLLM reads the speculators format: ``layers.0.*`` keys, a
 ``eagle_aux_hidden_state_layer_ids`` in vLLM's convention (layer *inputs*, one more than SGLang's).
 Both directions carry every tensor (``fc_norm.*``, ``input_norm``, the vocabulary maps) and every
 flag in the destination's own meaning, or refuse with one line when the destination cannot express
-one (:mod:`eaglelab.checkpoints.variants`): an export is the same model, never a near one.
+one (:mod:`eaglelab.checkpoints.drafters.variants`): an export is the same model, never a near one.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.sources import is_hub_id, load_checkpoint
-from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.checkpoints.tensor_table import canonical_tensor_name, check_tensors_against_spec
-from eaglelab.checkpoints.variants import to_specforge_config, to_speculators_config
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import canonical_tensor_name, check_tensors_against_spec
+from eaglelab.checkpoints.drafters.variants import to_specforge_config, to_speculators_config
+from eaglelab.checkpoints.files.sources import is_hub_id, load_checkpoint
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.outputs import open_output_folder
 from eaglelab.settings import DEFAULT_K

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.atomic import atomic_path, write_json_atomic
-from eaglelab.checkpoints.sources import DTYPE_SIZES
-from eaglelab.checkpoints.spec import drafter_spec_from_config
-from eaglelab.checkpoints.tensor_table import expected_eagle3_tensors
+from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import expected_eagle3_tensors
+from eaglelab.checkpoints.files.sources import DTYPE_SIZES
 
 #: The Kimi-K2 EAGLE-3 drafter's shape (``docs/EAGLE3_FORMAT.md``), SpecForge style.
 KIMI_K2_DRAFTER_CONFIG: dict[str, Any] = {
@@ -49,7 +49,7 @@ def write_sparse_safetensors(path: Path, entries: list[tuple[str, tuple[int, ...
         entries: (name, shape, dtype) of each tensor, in file order.
         contents: raw bytes for some tensors, written at their offsets.
     """
-    header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "eaglelab.checkpoints.synthetic"}}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "eaglelab.worlds.synthetic_checkpoints"}}
     offset = 0
     for name, shape, dtype in entries:
         n = DTYPE_SIZES[dtype]

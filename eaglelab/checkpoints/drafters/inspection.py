@@ -1,8 +1,9 @@
 """Inspect one drafter checkpoint, or compare two, from metadata only.
 
-Joins :mod:`eaglelab.checkpoints.sources` (files, headers) with what EAGLE-3 expects: the spec
-(:mod:`~eaglelab.checkpoints.spec`), the tensor table (:mod:`~eaglelab.checkpoints.tensor_table`), the
-config diff (:mod:`~eaglelab.checkpoints.config_diff`) and the verdicts (:mod:`~eaglelab.checkpoints.verdicts`).
+Joins :mod:`eaglelab.checkpoints.files.sources` (files, headers) with what EAGLE-3 expects: the spec
+(:mod:`~eaglelab.checkpoints.drafters.spec`), the tensor table (:mod:`~eaglelab.checkpoints.drafters.tensor_table`), the
+config diff (:mod:`~eaglelab.checkpoints.drafters.config_rules`) and the verdicts
+(:mod:`~eaglelab.checkpoints.drafters.verdicts`).
 Used by notebook 02 and by ``eaglelab inspect`` / ``eaglelab compare``.
 """
 
@@ -12,12 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.config_diff import ConfigDiff, diff_configs
-from eaglelab.checkpoints.hub import hub_offline, hub_problem, hub_timeout, read_hub_config
-from eaglelab.checkpoints.sources import Checkpoint, is_hub_id, load_checkpoint, local_path, read_config, read_small_tensor
-from eaglelab.checkpoints.spec import DrafterSpec, drafter_spec_from_config
-from eaglelab.checkpoints.target_config import TargetWeights, target_weights
-from eaglelab.checkpoints.tensor_table import (
+from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_config
+from eaglelab.checkpoints.drafters.tensor_table import (
     canonical_tensor_name,
     check_tensors_against_spec,
     check_vocab_maps,
@@ -28,9 +26,13 @@ from eaglelab.checkpoints.tensor_table import (
     strip_prefix,
     table_problems,
 )
-from eaglelab.checkpoints.variants import Family, cautions, drafter_family, refusals
-from eaglelab.checkpoints.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
-from eaglelab.errors import ConfigError, EaglelabError, HubError, SourceError
+from eaglelab.checkpoints.drafters.variants import Family, cautions, drafter_family, refusals
+from eaglelab.checkpoints.drafters.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
+from eaglelab.checkpoints.files.config_diff import ConfigDiff
+from eaglelab.checkpoints.files.hub import open_repo
+from eaglelab.checkpoints.files.sources import Checkpoint, is_hub_id, load_checkpoint, local_path, read_config, read_small_tensor
+from eaglelab.checkpoints.targets.config import TargetWeights, target_weights
+from eaglelab.errors import ConfigError, EaglelabError, SourceError
 from eaglelab.inputs import path_kind, printable, quoted, read_json_object
 from eaglelab.outputs import table
 
@@ -364,7 +366,7 @@ def compare_vocab_maps(a: Inspection, b: Inspection, same_shapes: bool) -> Vocab
 
 def config_table(paths) -> list[dict[str, Any]]:
     """One summary row per drafter config file: sizes, aux ids, tensor count, parameters without embedding,
-    and whether its expected-tensor table is consistent (:func:`eaglelab.checkpoints.tensor_table.table_problems`).
+    and whether its expected-tensor table is consistent (:func:`eaglelab.checkpoints.drafters.tensor_table.table_problems`).
 
     Raises:
         SourceError: no config file given (e.g. a fixtures folder that is missing or empty).
@@ -404,15 +406,9 @@ def load_target_config(target: str, revision: str | None = None) -> dict[str, An
         return read_config(p)
     if not is_hub_id(target):
         raise ConfigError(target, "no such target folder, config file or hub id")
-    if hub_offline():
-        raise HubError(target, "HF_HUB_OFFLINE is set, so hub ids cannot be read; pass a local folder")
-    timeout = hub_timeout()
-    try:
-        config, _ = read_hub_config(target, revision, timeout=timeout)
-    except EaglelabError:
-        raise
-    except Exception as exc:  # network, auth, missing repo: one line from huggingface_hub's typed errors
-        raise HubError(target, f"cannot read config.json: {hub_problem(exc, None, timeout)}") from None
+    repo = open_repo(target, revision)
+    with repo.reading("cannot read config.json"):
+        config, _ = repo.read_config()
     if config is None:
         raise ConfigError(target, "the hub repository has no config.json")
     return config
@@ -420,7 +416,7 @@ def load_target_config(target: str, revision: str | None = None) -> dict[str, An
 
 def read_target_weights(target: str, revision: str | None = None,
                         modelopt: dict[str, Any] | None = None) -> TargetWeights | None:
-    """A target's headers summarised (:class:`~eaglelab.checkpoints.target_config.TargetWeights`), or None for a
+    """A target's headers summarised (:class:`~eaglelab.checkpoints.targets.config.TargetWeights`), or None for a
     bare ``config.json`` or a folder without weights.
 
     Args:
