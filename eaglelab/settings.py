@@ -45,8 +45,17 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """Each field's entry in the class docstring's ``Attributes:`` section (``a, b: text`` documents both)."""
-    doc = cls.__doc__ or ""
+    """Each field's entry in the class docstring's ``Attributes:`` section (``a, b: text`` documents both), the
+    entries of the classes it extends first (a subclass's own entry wins)."""
+    entries: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            entries |= _attributes(klass.__dict__.get("__doc__") or "")
+    return entries
+
+
+def _attributes(doc: str) -> dict[str, str]:
+    """The entries of one docstring's ``Attributes:`` section."""
     section = re.split(r"\n\s*Attributes:\s*\n", doc, maxsplit=1)
     if len(section) < 2:
         return {}

@@ -11,14 +11,16 @@ groups per concurrency, or an engine's cost table (:mod:`eaglelab.serving.cost_t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from eaglelab.checkpoints.drafters.inspection import load_target_config
 from eaglelab.engines.vllm import LoadRun, engine_status, measure_costs_in_engine, measure_load_in_engine
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable
+from eaglelab.outputs import table
 from eaglelab.serving.cost_table import CostTable, read_cost_table, write_cost_table
+from eaglelab.serving.gpus import GPUS
 from eaglelab.serving.gpus import gpu as gpu_named
 from eaglelab.serving.load import (
     CONCURRENCY_GRID,
@@ -27,20 +29,23 @@ from eaglelab.serving.load import (
     FOUNDING_GPUS,
     FOUNDING_GRAPHS,
     KIMI_K25_CONFIG,
+    LINK_LATENCY_S,
     MEMORY_FRACTION,
     STEP_KINDS,
+    VERIFY_KV,
     LoadModel,
     by_concurrency,
     machine,
     require_step_kinds,
     require_verify_kv,
+    scales_table,
 )
 from eaglelab.serving.load_checks import Calibration, calibration_of, residuals
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import require_one_setup, require_reachable
-from eaglelab.serving.target_shape import require_kv_dtype, shape_from_config
-from eaglelab.settings import DEFAULT_K
+from eaglelab.serving.target_shape import KV_DTYPE_BYTES, require_kv_dtype, shape_from_config
+from eaglelab.settings import DEFAULT_K, option
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 #: The GPU a user's target config is costed on when ``--gpu`` is not given (said so in the output).
@@ -48,92 +53,130 @@ DEFAULT_GPU = "h100-sxm"
 
 
 @dataclass(frozen=True)
-class LoadSettings:
-    """What the load question is asked of.
+class MachineSettings:
+    """The target and the machine the serving-cost model describes (``perf``, ``plan`` and notebook 01 share them).
 
     Attributes:
-        concurrency: the concurrencies to answer for (requests in flight).
-        baseline_tps, cycle_ms, accept_len: the measured point: plain tok/s per request, the speculative
-            cycle and τ at ``at_concurrency`` (None: from the logs or the cost table only).
-        accept_lens: τ at each of ``concurrency`` (published sweeps show it moving with load); None: ``accept_len``.
-        at_concurrency: the concurrency the measured point was taken at.
-        k: drafts per cycle.
-        topk, draft_tokens: a tree's branching and tokens verified per request (1 and None: a chain of k + 1).
-        target_config: a target's config.json (None: the founding case's Kimi-K2.5).
-        gpu: the GPU (:data:`eaglelab.serving.gpus.GPUS`, or ``cpu``: this machine, as the workbook's engine runs
-            it; None: the founding case's, or h100-sxm for a config).
-        gpus: GPUs of the tensor-parallel group (None: the founding case's 8, or the fewest powers of two that hold
-            the config's weights).
-        link, link_gbps: the interconnect when not the GPU's usual one, and its measured all-reduce bus bandwidth.
-        kv_dtype: the KV cache's element type (``bf16``, ``fp8``...).
-        cuda_graphs: the step kinds that run as CUDA graphs (None: all; the founding case: decode and draft).
-        verify_kv: how the verify's attention reads the KV cache (``once``, or ``per-token``:
-            :attr:`eaglelab.serving.load.LoadModel.verify_kv`).
+        target_config: the target's config.json (or folder, hub id) for the serving-cost model (None: the founding
+            case's Kimi-K2.5, assumed).
+        gpu: the GPU, or cpu: this machine as the workbook's engine runs it (None: the founding case's GPU, or
+            h100-sxm for a target config; the output says which).
+        gpus: GPUs of the tensor-parallel group (None: the founding case's 8, or the fewest that hold the config's
+            weights).
+        link: the interconnect, when not the GPU's usual one.
+        link_gbps: the all-reduce bus bandwidth measured on your GPUs (nccl-tests busbw, GB/s).
+        kv_dtype: the KV cache's dtype.
+        cuda_graphs: the step kinds that run as CUDA graphs: decode, verify, draft (the bare flag: all; None: all, or
+            the founding case's decode and draft).
+        verify_kv: how the verify's attention reads the KV cache: once per request (FlashAttention, FlashInfer,
+            FlashMLA) or per-token (decode kernels, e.g. vLLM's TRITON_MLA).
         context: mean context tokens per request (its KV cache is read every step).
-        log: a speculative server's log (SGLang / vLLM): τ and tok/s per concurrency.
-        plain_log: the same server's log without speculation: the measured speedup per concurrency.
-        costs: engines' cost tables (plain steps and cycles at forced τ), one or several (another prompt length or
-            k tells the model's terms apart): the model is fitted to their rows together.
     """
 
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
-    baseline_tps: float | None = None
-    cycle_ms: float | None = None
-    accept_len: float | None = None
-    accept_lens: tuple[float, ...] | None = None
-    at_concurrency: int = 1
-    k: int = DEFAULT_K
-    topk: int = 1
-    draft_tokens: int | None = None
     target_config: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    link: str | None = None
-    link_gbps: float | None = None
-    kv_dtype: str = "bf16"
-    cuda_graphs: tuple[str, ...] | None = None
-    verify_kv: str = "once"
-    context: int = 2048
+    gpu: str | None = option(None, choices=(*sorted(GPUS), "cpu"))
+    gpus: int | None = option(None, min=1)
+    link: str | None = option(None, choices=tuple(sorted(LINK_LATENCY_S)))
+    link_gbps: float | None = option(None, above=0)
+    kv_dtype: str = option("bf16", choices=tuple(sorted(KV_DTYPE_BYTES)))
+    cuda_graphs: tuple[str, ...] | None = option(None, choices=STEP_KINDS, count="*")
+    verify_kv: str = option("once", choices=VERIFY_KV)
+    context: int = option(2048, min=1)
+
+    def __post_init__(self):
+        if self.cuda_graphs == ():  # the bare flag: every step kind
+            object.__setattr__(self, "cuda_graphs", STEP_KINDS)
+        require_whole("--context", self.context)
+        if self.gpus is not None:
+            require_whole("--gpus", self.gpus)
+        if self.link_gbps is not None and not (isinstance(self.link_gbps, (int, float)) and math.isfinite(self.link_gbps)
+                                               and self.link_gbps > 0):
+            raise ParameterError("--link-gbps", f"must be a positive finite number, got {self.link_gbps!r}")
+        require_kv_dtype(self.kv_dtype)
+        require_verify_kv(self.verify_kv)
+        if self.cuda_graphs is not None:
+            require_step_kinds(self.cuda_graphs)
+
+    def machine_settings(self) -> MachineSettings:
+        """These settings' machine fields alone."""
+        return MachineSettings(**{f.name: getattr(self, f.name) for f in fields(MachineSettings)})
+
+
+@dataclass(frozen=True)
+class LoadSettings(MachineSettings):
+    """What the load question is asked of: the measurements, and the target and machine (:class:`MachineSettings`).
+
+    Attributes:
+        concurrency: requests in flight to answer for: speedup, break-even τ and the best k at each (None: 1, 8, 64
+            and 128).
+        baseline_tps: plain decoding tok/s per request, measured at ``at_concurrency``.
+        cycle_ms: the speculative cycle in ms (draft + verify + overhead), measured at ``at_concurrency``.
+        accept_len: acceptance length τ of the drafter served now (bonus token included).
+        accept_lens: τ at each ``concurrency``, one per value (τ moves with load in published sweeps; None:
+            ``accept_len`` at every one).
+        at_concurrency: the concurrency ``baseline_tps`` and ``cycle_ms`` were measured at.
+        k: drafts per cycle.
+        topk: the drafter's branching per step (1: a chain).
+        draft_tokens: tokens verified per request per cycle (a tree; None: k + 1).
+        log: a speculative SGLang or vLLM server log: τ and tok/s per concurrency.
+        plain_log: the same server's log without speculation: the measured speedup per concurrency, and the model's
+            calibration.
+        costs: engines' cost tables (plain steps and cycles at forced τ, as `eaglelab recipe --job load` measures;
+            two at different prompt lengths or k tell the model's terms apart): the model is fitted to them and
+            every point's residual printed.
+    """
+
+    concurrency: tuple[int, ...] | None = option(None, min=1)
+    baseline_tps: float | None = option(None, above=0)
+    cycle_ms: float | None = option(None, above=0)
+    accept_len: float | None = option(None, min=1)
+    accept_lens: tuple[float, ...] | None = option(None, min=1)
+    at_concurrency: int = option(1, min=1)
+    k: int = option(DEFAULT_K, min=1)
+    topk: int = option(1, min=1)
+    draft_tokens: int | None = option(None, min=1)
     log: str | None = None
     plain_log: str | None = None
     costs: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        if not self.concurrency or not all(is_whole(c) for c in self.concurrency):
+        super().__post_init__()
+        if self.concurrency is not None and (not self.concurrency or not all(is_whole(c) for c in self.concurrency)):
             raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {list(self.concurrency)}")
-        for name in ("at_concurrency", "k", "topk", "context"):
+        for name in ("at_concurrency", "k", "topk"):
             require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
         if isinstance(self.costs, str):  # one table, as a notebook gives it
             object.__setattr__(self, "costs", (self.costs,))
-        for name in ("gpus", "draft_tokens"):
-            if getattr(self, name) is not None:
-                require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
-        for name in ("baseline_tps", "cycle_ms", "accept_len", "link_gbps"):
+        if self.draft_tokens is not None:
+            require_whole("--draft-tokens", self.draft_tokens)
+        for name in ("baseline_tps", "cycle_ms", "accept_len"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ParameterError(f"--{name.replace('_', '-')}", f"must be a positive finite number, got {value!r}")
         if self.accept_len is not None:
             require_reachable(self.accept_len, self.k, "--accept-len")
+        points = self.concurrencies
         if self.accept_lens is not None:
-            if len(self.accept_lens) != len(self.concurrency):
-                raise ParameterError("--accept-lens", f"needs one τ per --concurrency ({len(self.concurrency)}), got "
+            if len(self.accept_lens) != len(points):
+                raise ParameterError("--accept-lens", f"needs one τ per --concurrency ({len(points)}), got "
                                                       f"{len(self.accept_lens)}")
             for tau in self.accept_lens:
                 require_reachable(tau, self.k, "--accept-lens")
-        if self.accept_lens is not None and self.accept_len is not None and self.at_concurrency in self.concurrency:
-            at = self.accept_lens[self.concurrency.index(self.at_concurrency)]
+        if self.accept_lens is not None and self.accept_len is not None and self.at_concurrency in points:
+            at = self.accept_lens[points.index(self.at_concurrency)]
             if abs(at - self.accept_len) > 1e-9:
                 raise ParameterError("--accept-lens", f"gives τ {at:g} at --at-concurrency {self.at_concurrency}, where the "
                                                       f"measured point's τ is {self.accept_len:g} (--accept-len): one τ there")
         if self.draft_tokens is not None and self.topk == 1 and self.draft_tokens != self.k + 1:
             raise ParameterError("--draft-tokens", f"a chain (--topk 1) of k = {self.k} verifies k + 1 = {self.k + 1} "
                                                    f"tokens per request, got {self.draft_tokens}")
-        require_kv_dtype(self.kv_dtype)
-        require_verify_kv(self.verify_kv)
-        if self.cuda_graphs is not None:
-            require_step_kinds(self.cuda_graphs)
         if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
             require_one_setup(self.cycle_ms, self.baseline_tps)
+
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        """The concurrencies answered for: ``concurrency``, else :data:`DEFAULT_CONCURRENCY`."""
+        return tuple(self.concurrency) if self.concurrency else DEFAULT_CONCURRENCY
 
 
 @dataclass
@@ -175,6 +218,32 @@ class LoadReport:
                 "calibrated_on": self.calibrated_on, "residuals": self.residuals, "notes": self.notes, "why": self.why,
                 "calibration": self.calibration.to_json() if self.calibration is not None else None}
 
+    def lines(self) -> list[str]:
+        """What ``eaglelab perf --concurrency`` prints: the logs' groups, the model's table, its residuals, the crossover."""
+        out = []
+        if self.log_rows:
+            out += table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
+                           _tps(r.get("plain_throughput")), "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"]
+                          for r in self.log_rows],
+                         ["concurrency", "n (log)", "accept len", "tok/s", "plain tok/s", "measured"]).splitlines() + [""]
+        if self.rows:
+            out += table([[r["concurrency"], f"{r['decode_ms']:.1f}", f"{r['verify_ms']:.1f}", f"{r['cycle_ms']:.1f}",
+                           f"{r['speedup']:.2f}x", f"{r['break_even_tau']:.2f}", r["best_k"], f"{r['best_speedup']:.2f}x"]
+                          for r in self.rows],
+                         ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {self.tau:.2f})",
+                          "break-even τ", "best k", "at best k"]).splitlines()
+            out.append(f"({self.source}" + (f", {self.calibration.line()})" if self.calibration is not None else ")"))
+        if len(self.residuals) > 2 and self.model is not None:
+            out += [""] + table([[r["concurrency"], r["what"], r["k"] or "-", r["context"] or "-", f"{r['measured_ms']:.2f}",
+                                  f"{r['model_ms']:.2f}", f"{100 * r['error']:+.1f}%"] for r in self.residuals],
+                                ["concurrency", "measured", "k", "context", "measured ms", "model ms", "residual"]).splitlines()
+            out.append("each term, measured over its datasheet value: " + ", ".join(
+                f"{r['term']} {r['multiplier']:.2f}x" for r in scales_table(self.model)))
+        other = [r for r in self.rows if not r["pays"] and r["best_speedup"] >= 1.0]
+        hint = [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
+                f"request{'s' if r['concurrency'] != 1 else ''} in flight: {r['best_speedup']:.2f}x" for r in other[:1]]
+        return out + [self.crossover(), *self.why, *hint, *self.notes]
+
     def crossover(self) -> str:
         """One line: up to which concurrency speculation pays, per the model at τ."""
         if self.model is None or self.tau is None:
@@ -191,6 +260,10 @@ class LoadReport:
             return (f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests; at {beyond} their "
                     f"KV cache does not fit beside the weights{per}")
         return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
+
+
+def _tps(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def _gpus_for(shape, gpu: str) -> int:
@@ -309,8 +382,8 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
         model, source = start, f"{source} [datasheet only: nothing measured]"
         notes.append("nothing measured: the answer is the datasheets' and the model's assumed efficiencies, often 20-50% "
                      "off; measure one point (--baseline-tps, --cycle-ms) or a cost table (eaglelab recipe --job load)")
-    taus = dict(zip(s.concurrency, s.accept_lens)) if s.accept_lens is not None else {}
-    rows = by_concurrency(model, list(s.concurrency), s.k, tau, s.accept_lens) if model is not None else []
+    taus = dict(zip(s.concurrencies, s.accept_lens)) if s.accept_lens is not None else {}
+    rows = by_concurrency(model, list(s.concurrencies), s.k, tau, s.accept_lens) if model is not None else []
     pays = model.pays_up_to(s.k, lambda b: taus.get(b, tau), start=s.at_concurrency) if model is not None else None
     why = []
     if model is not None:
@@ -324,14 +397,6 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
              "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s, "context": p.context} for p in points]
     measured = residuals(model, points) if model is not None else []
     return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, measured, why)
-
-
-def lines(report: LoadReport) -> list[str]:
-    """What ``eaglelab perf --concurrency`` prints after its own table: the crossover, and where another k pays."""
-    other = [r for r in report.rows if not r["pays"] and r["best_speedup"] >= 1.0]
-    hint = [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
-            f"request{'s' if r['concurrency'] != 1 else ''} in flight: {r['best_speedup']:.2f}x" for r in other[:1]]
-    return [report.crossover(), *report.why, *hint, *report.notes]
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from eaglelab.outputs import table
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import ASSUMPTIONS, FOUNDING_CASE, Plan, Scenario, _count, _duration
 
@@ -133,3 +134,13 @@ def plan_markdown(p: Plan) -> str:
         lines += _md_table(NEED_HEADERS, need_cells(p)) + [""]
     lines += [f"**Decision:** {p.text}", ""]
     return "\n".join(lines)
+
+
+def plan_lines(p: Plan) -> list[str]:
+    """Scenario (with sources), decision table, needs and recommendation, as plain aligned lines (the command line)."""
+    lines = table([list(r) for r in scenario_lines(p)], ["scenario", "value", "source"]).splitlines()
+    lines += [""] + table(row_cells(p), ROW_HEADERS).splitlines() + [""]
+    if p.needs:
+        lines += table(need_cells(p), NEED_HEADERS).splitlines()
+        lines += ["(the law has no ceiling below k + 1: samples are lower bounds)", ""]
+    return lines + [p.text]
