@@ -21,7 +21,7 @@ DEFAULT_K = 3
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,
            above: float | None = None, max: float | None = None, choices: tuple | None = None, flag: str | None = None,
            old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False,
-           comma: bool = False, count: int | None = None) -> Any:
+           comma: bool = False, count: int | str | None = None, short: str | None = None, repeat: bool = False) -> Any:
     """A dataclass field with its command-line face.
 
     Args:
@@ -34,12 +34,14 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
         cli: False keeps the field off the command line (set by code, not by the user).
         positional: the command takes it as an argument, not a flag (``compare OLD_DRAFTER NEW_DRAFTER``).
         comma: several values as one comma-separated word (``--chain 0.7,0.5,0.3``), not one word each.
-        count: several values, exactly this many (``--aux-layers 1 6 11``).
+        count: several values, exactly this many (``--aux-layers 1 6 11``), or ``"*"``: any number, the bare flag too.
+        short: a one-letter spelling beside the flag (``-p`` for ``--param``).
+        repeat: several values, one per use of the flag (``-p A=1 -p B=2``).
     """
     meta = {"min": min, "above": above, "max": max, "choices": tuple(choices) if choices else None, "flag": flag,
             "old": tuple(old) or None, "help": help, "cli": None if cli else False,
             "positional": positional or None, "comma": comma or None,
-            "count": count}
+            "count": count, "short": short, "repeat": repeat or None}
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={k: v for k, v in meta.items() if v is not None})
 

@@ -19,7 +19,7 @@ import pytest
 from eaglelab.cli import build_parser, main
 from eaglelab.cli.arguments import settings_from
 from eaglelab.drift.sweep import SweepSettings
-from eaglelab.jobs.compare import CompareSettings
+from eaglelab.jobs.compare import CompareSettings, InspectSettings
 from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings
 from eaglelab.jobs.engine import EngineMeasureSettings
 from eaglelab.jobs.finetune import FinetuneSettings
@@ -30,10 +30,13 @@ from eaglelab.jobs.probe import DumpSettings, ProbeSettings
 from eaglelab.jobs.recipe import RecipeJobSettings
 from eaglelab.jobs.speculate import SpeculateSettings
 from eaglelab.jobs.targets import TargetCompareSettings
+from eaglelab.jobs.train_run import TrainRunSettings
 from eaglelab.planning.decision_table import FOUNDING_CASE
 from eaglelab.settings import default_of, flag_name, settings_fields
 from eaglelab.train.training import read_metrics
+from eaglelab.workbook.commands import ReportSettings, RunSettings
 from eaglelab.workbook.runner import notebook_parameters
+from eaglelab.worlds.build import WorldSettings
 
 from .conftest import REPO
 
@@ -46,9 +49,11 @@ SETTINGS_COMMANDS = {"probe": (ProbeSettings, ()), "dump": (DumpSettings, ()), "
                      "speculate": (SpeculateSettings, ()), "drafter init": (DrafterInitSettings, ()),
                      "drafter export": (ExportSettings, ()), "engine measure": (EngineMeasureSettings, ()),
                      "perf": (PerfSettings, ()), "plan": (PlanSettings, ()), "recipe": (RecipeJobSettings, ()),
+                     "inspect": (InspectSettings, ()), "report": (ReportSettings, ()), "run": (RunSettings, ()),
+                     "demo build": (WorldSettings, ()),
                      "finetune": (FinetuneSettings, ("measure_prompts", "measure_tokens"))}  # notebook 04's only
-#: Commands whose flags are still declared by hand: no settings dataclass yet (#39 item 2 gives each a job).
-HAND_DECLARED = {"inspect", "report", "run", "engine status", "demo"}
+#: Commands with no settings: ``engine status`` takes no flag.
+HAND_DECLARED = {"engine status"}
 
 
 def test_every_notebook_parameter_default_is_its_settings_default():
@@ -127,6 +132,16 @@ def test_a_command_with_no_flags_is_its_settings_defaults(command):
         assert action.help, (command, f.name)
         if f.metadata.get("choices"):
             assert list(action.choices) == list(f.metadata["choices"]), (command, f.name)
+
+
+def test_finetunes_run_flags_are_its_run_settings():
+    """``finetune`` takes two settings: what is trained (notebook 04's) and the run (its folder and cadence)."""
+    parser = subcommands()["finetune"]
+    assert parser.get_default("settings_classes") == (FinetuneSettings, TrainRunSettings)
+    args = parser.parse_args(["--new-target", "/t", "--scratch", "--out", "/o"])
+    assert settings_from(args, TrainRunSettings) == TrainRunSettings(out="/o", scratch=True)
+    helps = {a.dest: a.help for a in parser._actions}
+    assert all(helps[f.name] for f in settings_fields(TrainRunSettings)), helps
 
 
 @pytest.mark.parametrize("command", sorted(SETTINGS_COMMANDS))

