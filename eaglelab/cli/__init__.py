@@ -1,9 +1,10 @@
 """The ``eaglelab`` command line: flags (generated from the jobs' settings where a command has them) and printing.
 
-Every subcommand calls the same package functions the notebooks call: the metadata commands
+Every subcommand is a :class:`~eaglelab.cli.output.Command`: its settings dataclass (its flags are generated
+from the fields) and the job the notebooks call, whose report it prints. The metadata commands
 (:mod:`eaglelab.cli.checkpoints`: ``inspect``, ``compare``, ``compare-targets``; :mod:`eaglelab.cli.metadata`:
 ``run``, ``perf``, ``plan``, ``predict``, ``report``, ``recipe``) never import torch or transformers; the model
-commands (:mod:`eaglelab.cli.models`) import them inside each handler. Errors of type
+commands' jobs (:mod:`eaglelab.cli.models`) import them where they need them. Errors of type
 :class:`EaglelabError`, and argument errors, print one line and exit with code 2.
 """
 
