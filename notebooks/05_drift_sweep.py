@@ -112,10 +112,9 @@ display(table.round(3))
 # and `s` the per-token survival read from the measure (`x^γ`, or `exp(-γ KL)`).
 
 # %%
-tau_a = sweep.records[0]["on_a"]["accept_len"]
-fig = plots.plot_tau_vs_measures(
-    [{"family": r["point"]["family"], "tau": r["on_b"]["accept_len"], **r["measures"]} for r in sweep.records],
-    analysis.MEASURE_PANELS, analysis.laws(sweep.records), tau_a)
+tau_a = sweep.on_a.accept_len
+fig = plots.plot_tau_vs_measures([{"family": r.family, "tau": r.on_b.accept_len, **r.measures} for r in sweep.records],
+                                 analysis.MEASURE_PANELS, analysis.laws(sweep.records), tau_a)
 plots.savefig(fig, "05_tau_vs_measures", FIGURES_DIR, {"a": str(OLD_TARGET), "b": str(NEW_TARGET), "drafter": str(OLD_DRAFTER)});
 fig = plots.plot_position_vs_magnitude(analysis.magnitude_series(sweep.records))
 plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
@@ -132,16 +131,16 @@ plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
 # %%
 choice = analysis.held_out_choice(sweep.records, sweep.pair)
 summary = pd.DataFrame([{**{k: v for k, v in r.items() if k != "per_family"}, **r["per_family"]}
-                        for r in choice["summary"]]).set_index("predictor")
+                        for r in choice.ranked]).set_index("predictor")
 display(summary.round(3))
 calibration = analysis.save_calibration(Path(FIGURES_DIR) / "05_predictor.json", choice,
                                         f"notebook 05 on {OLD_TARGET} -> {NEW_TARGET} ({EVIDENCE})")
-rows = analysis.prediction_rows(sweep.records, sweep.pair, choice["held_out"], choice["chosen"])
+rows = analysis.prediction_rows(sweep.records, sweep.pair, choice.held_out, choice.chosen)
 fig = plots.plot_predicted_vs_measured(rows, TOLERANCE)
-plots.savefig(fig, "05_predicted_vs_measured", FIGURES_DIR, {"predictor": choice["chosen"]});
+plots.savefig(fig, "05_predicted_vs_measured", FIGURES_DIR, {"predictor": choice.chosen});
 measured_rows = [r for r in rows if r["measured"]]
 gaps = {name: [r[name] / r["measured"] - 1 for r in measured_rows] for name in ("teacher_forced", "walk", "walk_own_text")}
-print(f"chosen: {choice['chosen']}; engine-computable: {choice['chosen_engine']}; calibration -> {calibration}")
+print(f"chosen: {choice.chosen}; engine-computable: {choice.chosen_engine}; calibration -> {calibration}")
 
 # %% [markdown]
 # ## 4 · The serving-engine path: the same prediction from engine files
@@ -162,7 +161,7 @@ files_dir = Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "05"))
 data = probe_set(load_target(OLD_TARGET)[1], settings.sequences, settings.seq_len, world_of(OLD_TARGET))
 old_file = write_engine_file(OLD_TARGET, data.ids, data.counted, files_dir / "old_target.vllm.jsonl", "vllm", TOP_K)
 new_file = write_engine_file(NEW_TARGET, data.ids, data.counted, files_dir / "new_target.sglang.jsonl", "sglang", TOP_K)
-chain_a = sweep.records[0]["on_a"]["chain"]
+chain_a = sweep.on_a.chain
 args = ["predict", "--old", str(old_file), "--new", str(new_file), "--chain", ",".join(f"{c:.4f}" for c in chain_a),
         "--calibration", str(calibration), "--cycle-ms", str(CYCLE_MS), "--baseline-tps", str(BASELINE_TPS)]
 print("eaglelab " + " ".join(args))
@@ -170,29 +169,19 @@ assert eaglelab_cli(args) == 0
 
 # %%
 engine = predict_from_files(old_file, new_file, [chain_a], CYCLE_MS, BASELINE_TPS, calibration=calibration)
-b_point = next(r for r in sweep.records if r["point"]["family"] == "path" and r["point"]["magnitude"] == 1.0)
-print(f"from files: agreement {engine['measures']['agreement']:.4f} (sweep: {b_point['measures']['agreement']:.4f}), "
-      f"TV through the top {TOP_K} {engine['measures']['tv_topk']:.4f} (sweep: {b_point['measures']['tv_topk']:.4f}; "
-      f"exact TV {b_point['measures']['tv']:.4f}); predicted τ {engine['tau']:.2f} "
-      f"[{engine['low']:.2f}-{engine['high']:.2f}] vs teacher-forced {b_point['on_b']['accept_len']:.2f}")
+b_point = sweep.at("path", 1.0)
+print(f"from files: agreement {engine['measures']['agreement']:.4f} (sweep: {b_point.measures['agreement']:.4f}), "
+      f"TV through the top {TOP_K} {engine['measures']['tv_topk']:.4f} (sweep: {b_point.measures['tv_topk']:.4f}; "
+      f"exact TV {b_point.measures['tv']:.4f}); predicted τ {engine['tau']:.2f} "
+      f"[{engine['low']:.2f}-{engine['high']:.2f}] vs teacher-forced {b_point.on_b.accept_len:.2f}")
 
 # %% [markdown]
 # ## Findings
 
 # %%
-chosen, chosen_engine = choice["chosen"], choice["chosen_engine"]
-ranked = {r["predictor"]: r for r in choice["summary"]}
-
-
-def err(name: str) -> str:
-    """A predictor's worst held-out error with its band, in words."""
-    r = ranked[name]
-    band = r["worst_band"]
-    return f"{100 * r['worst']:.1f}%" + (f", 90% band {100 * band[0]:.1f}–{100 * band[1]:.1f}%" if band else "")
-
-
-failing = [r["predictor"] for r in choice["summary"] if r["worst"] > TOLERANCE]
-gamma, chain = choice["gamma_all"][chosen_engine], sweep.records[0]["on_a"]["chain"]
+chosen, chosen_engine = choice.chosen, choice.chosen_engine
+failing = choice.failing(TOLERANCE)
+gamma, chain = choice.gamma_all[chosen_engine], sweep.on_a.chain
 fits = analysis.law_errors(sweep.records)
 ranges = analysis.family_ranges(sweep.records)
 reading = ("the drafter loses less than the targets' disagreement alone implies: it reads the new target's states and "
@@ -202,12 +191,11 @@ findings = f"""
   moved target τ' = 1 + Σ c_i · s^(i+1), with s the per-token survival. Fitted on all {len(sweep.records)} points,
   one law per measure fits every family within: {', '.join(f"{analysis.MEASURE_PANELS[k]} {100 * e:.0f}%" for k, e in fits.items())}.
   The engine-computable choice, {chosen_engine}, has γ = {gamma:.2f}: {reading}.
-- **Families {TAG}:** {'; '.join(f"{analysis.FAMILY_TITLES[f]}: τ {v['mild_tau']:.2f} at {v['mild']} to {v['far_tau']:.2f} at "
-                                 f"{v['far']} (agreement {v['far_agreement']:.2f})" for f, v in ranges.items())}.
+- **Families {TAG}:** {'; '.join(v.words(f) for f, v in ranges.items())}.
 - **Predictors, held out {TAG}** (ranked by the upper end of the band of their worst error): best **{chosen}**
-  (worst error {err(chosen)}; mean {100 * ranked[chosen]['mean_abs']:.1f}%); best from engine logprobs alone
-  **{chosen_engine}** (worst {err(chosen_engine)}). {len(failing)} of {len(ranked)} miss the {100 * TOLERANCE:.0f}% goal:
-  {', '.join(f"{n} ({100 * ranked[n]['worst']:.0f}%)" for n in failing) or 'none'}.
+  (worst error {choice.error_words(chosen)}; mean {100 * choice.row(chosen)['mean_abs']:.1f}%); best from engine logprobs
+  alone **{chosen_engine}** (worst {choice.error_words(chosen_engine)}). {len(failing)} of {len(choice.ranked)} miss the
+  {100 * TOLERANCE:.0f}% goal: {', '.join(f"{n} ({100 * choice.row(n)['worst']:.0f}%)" for n in failing) or 'none'}.
 - **Teacher forced vs decoding {TAG}:** at the {len(measured_rows)} measured points, the teacher-forced τ on A's
   held-out replies differs from real speculative decoding (on B′'s own greedy text) by
   {analysis.gap_text(gaps['teacher_forced'], TOLERANCE)}; replayed cycle by cycle (decoding skips the positions its
@@ -215,8 +203,8 @@ findings = f"""
   produced, by {analysis.gap_text(gaps['walk_own_text'], TOLERANCE)}. What remains after the replay is the text B′
   writes, which A's replies do not show.
 - **From engine files {TAG}:** the vLLM- and SGLang-layout files give agreement {engine['measures']['agreement']:.3f}
-  (the sweep's own {b_point['measures']['agreement']:.3f}) and a predicted plug-in τ on B of **{engine['tau']:.2f}**
-  [{engine['low']:.2f}–{engine['high']:.2f}] against {b_point['on_b']['accept_len']:.2f} teacher forced (in sample: B is one of
+  (the sweep's own {b_point.measures['agreement']:.3f}) and a predicted plug-in τ on B of **{engine['tau']:.2f}**
+  [{engine['low']:.2f}–{engine['high']:.2f}] against {b_point.on_b.accept_len:.2f} teacher forced (in sample: B is one of
   the points γ was fitted on; the held-out error above is what to trust for a new pair): run
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
 """
@@ -224,6 +212,6 @@ display(Markdown(findings))
 save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
                                               "OLD_DRAFTER": OLD_DRAFTER}, world.root),
                      "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
-                     **analysis.calibration(choice), "held_out": [h.to_json() for h in choice["held_out"]],
+                     **choice.calibration(), "held_out": [h.to_json() for h in choice.held_out],
                      "gaps_vs_measured": gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
               bullets_from_markdown(findings), FIGURES_DIR);

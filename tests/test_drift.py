@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from eaglelab.cli import main
 from eaglelab.drift import families as fam
 from eaglelab.drift import predictors as pr
+from eaglelab.drift.records import DrafterOn, SweepRecord
 from eaglelab.engines import logprob_files as ef
 from eaglelab.errors import ParameterError
 from eaglelab.model.lora import LoRASnapshots
@@ -268,7 +270,8 @@ def test_files_written_from_a_model_give_the_sweeps_measures(tiny_world, tmp_pat
 # --------------------------------------------------------------------------- predictors
 
 
-def _record(family, agreement, chain_a, gamma_true, label=None):
+def _json_record(family, agreement, chain_a, gamma_true, label=None) -> dict:
+    """A record's JSON as a sweep writes it, its τ on B' following the law with ``gamma_true``."""
     s = agreement ** gamma_true
     tau_b = 1 + sum(c * s ** (i + 1) for i, c in enumerate(chain_a))
     return {"point": {"family": family, "label": label or f"{family} {agreement}"},
@@ -276,6 +279,10 @@ def _record(family, agreement, chain_a, gamma_true, label=None):
                          "cos_last": agreement},
             "on_a": {"chain": chain_a, "accept_len": 1 + sum(chain_a)}, "on_b": {"accept_len": tau_b},
             "conditional": {"accept_len": tau_b}}
+
+
+def _record(*args, **kwargs) -> SweepRecord:
+    return SweepRecord.from_json(_json_record(*args, **kwargs))
 
 
 def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_upper_end():
@@ -296,9 +303,8 @@ def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_
             out[side]["accept_len"] = 1 + sum(out[side]["chain"])  # the point estimate is what the sequences say
         return out
 
-    recs = [noisy(_record("none", 1.0, chain, 1.7))] + [noisy(_record(f, a, chain, 1.7)) for f, ags in
-                                                         (("path", (0.9, 0.7)), ("quant", (0.97, 0.85)),
-                                                          ("train", (0.8, 0.75))) for a in ags]
+    recs = [SweepRecord.from_json(noisy(_json_record(f, a, chain, 1.7))) for f, ags in
+            (("none", (1.0,)), ("path", (0.9, 0.7)), ("quant", (0.97, 0.85)), ("train", (0.8, 0.75))) for a in ags]
     held = pr.leave_one_family_out(recs, [pr.by_name("agreement^γ"), pr.by_name("agreement")])
     bands = pr.held_out_bands(held, recs, reps=200)
     rows = {r["predictor"]: r for r in pr.rank_predictors(held, bands)}
@@ -308,7 +314,7 @@ def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_
     # the ranking reads the band's upper end: a smaller worst with a wider band loses
     fake = {"agreement^γ": (0.01, 0.30), "agreement": (0.05, 0.10)}
     assert pr.rank_predictors(held, fake)[0]["predictor"] == "agreement"
-    bare = [dict(r, on_a={"chain": chain}) for r in recs]  # records without per-sequence hits: no band, no claim
+    bare = [replace(r, on_a=DrafterOn(chain, 1 + sum(chain))) for r in recs]  # no per-sequence hits: no band, no claim
     assert pr.held_out_bands(held, bare) == {}
 
 
@@ -448,16 +454,18 @@ def test_sweep_measures_each_point_once_and_reuses_its_cache(tiny_world, tmp_pat
     first = run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, points, measured, s, tmp_path,
                       progress=False)
     assert first.computed == 5 and len(list(tmp_path.glob("*.json"))) == 5
-    by = {r["point"]["label"]: r for r in first.records}
-    assert by["A itself"]["weight_distance"] == 0 and by["A itself"]["measures"]["agreement"] == 1.0
-    assert 0 < by["2 steps"]["weight_distance"] < by["4 steps"]["weight_distance"]
-    m = by["α = 1"]["measured"]
-    assert m["matches_greedy"] and all(1 <= m[k] <= 4 for k in ("accept_len", "tf_own_text", "walk_own_text"))
-    assert all(r["measured"] is None for r in first.records if r["point"]["label"] != "α = 1")
+    by = {r.label: r for r in first.records}
+    assert by["A itself"].weight_distance == 0 and by["A itself"].measures["agreement"] == 1.0
+    assert 0 < by["2 steps"].weight_distance < by["4 steps"].weight_distance
+    m = by["α = 1"].measured
+    assert m.matches_greedy and all(1 <= x <= 4 for x in (m.accept_len, m.tf_own_text, m.walk_own_text))
+    assert all(r.measured is None for r in first.records if r.label != "α = 1")
+    assert first.at("path", 1.0) is by["α = 1"] and first.on_a == by["A itself"].on_a
     again = run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, points, measured, s, tmp_path,
                       progress=False)
     # compared as JSON: a rate no cycle reached is NaN, and NaN != NaN once read back from the cache
-    assert again.computed == 0 and json.dumps(again.records, sort_keys=True) == json.dumps(first.records, sort_keys=True)
+    assert again.computed == 0 and json.dumps(again.to_json()["records"], sort_keys=True) == \
+        json.dumps(first.to_json()["records"], sort_keys=True)
     next(tmp_path.glob("quant-*.json")).write_text("{truncated")  # a damaged record is recomputed, not trusted
     assert run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, points, measured, s, tmp_path,
                      progress=False).computed == 1

@@ -6,6 +6,7 @@ Pure Python and numpy: everything here reads the records of :func:`eaglelab.drif
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from eaglelab.drift.predictors import (
     leave_one_family_out,
     rank_predictors,
 )
+from eaglelab.drift.records import SweepRecord
 
 #: the measures notebook 05 plots τ against: key -> axis label
 MEASURE_PANELS = {"agreement": "top-1 agreement of A and B'", "tv": "total variation of next-token distributions",
@@ -30,101 +32,146 @@ PANEL_LAWS = {"agreement": "agreement^γ", "tv": "(1 - TV)^γ", "kl": "exp(-γ K
 FAMILY_TITLES = {"path": "A + α (B - A)", "quant": "quantized A", "train": "A trained on docstrings"}
 
 
-def table_rows(records: Sequence[dict]) -> list[dict]:
-    """One flat row per point: family, point, weight distance, measures, τ (teacher forced, conditional, measured)."""
+def table_rows(records: Sequence[SweepRecord]) -> list[dict]:
+    """One flat row per point (a table's, and the findings'): family, point, weight distance, measures, τ (teacher
+    forced, walked, measured)."""
     rows = []
     for r in records:
-        m = r.get("measured") or {}
-        rows.append({"family": r["point"]["family"], "point": r["point"]["label"],
-                     "weight_dist": r["weight_distance"], **r["measures"],
-                     "tau_on_a": r["on_a"]["accept_len"], "tau_tf": r["on_b"]["accept_len"],
-                     "tau_tf_walk": r["on_b"]["walk_accept_len"], "tau_measured": m.get("accept_len"),
-                     "tau_walk_own_text": m.get("walk_own_text"), "speedup": m.get("speedup")})
+        m = r.measured
+        rows.append({"family": r.family, "point": r.label, "weight_dist": r.weight_distance, **r.measures,
+                     "tau_on_a": r.on_a.accept_len, "tau_tf": r.on_b.accept_len, "tau_tf_walk": r.on_b.walk_accept_len,
+                     "tau_measured": m and m.accept_len, "tau_walk_own_text": m and m.walk_own_text,
+                     "speedup": m and m.speedup})
     return rows
 
 
-def laws(records: Sequence[dict], points: int = 60) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def laws(records: Sequence[SweepRecord], points: int = 60) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each panel's law fitted on all records: measure key -> (x grid, τ).
 
     The drafter's chain on A is the sweep's (every record of one world shares it).
     """
-    chain = records[0]["on_a"]["chain"]
+    chain = records[0].on_a.chain
     out = {}
     for key, name in PANEL_LAWS.items():
         p = by_name(name)
         g = fit_gamma(p, records)
-        xs = np.array([r["measures"][key] for r in records])
+        xs = np.array([r.measures[key] for r in records])
         grid = np.linspace(xs.min(), xs.max(), points)
         out[key] = (grid, np.array([p.predict(chain, {key: x}, g) for x in grid]))
     return out
 
 
-def law_errors(records: Sequence[dict]) -> dict[str, float]:
+def law_errors(records: Sequence[SweepRecord]) -> dict[str, float]:
     """How well one law per measure fits every family at once: measure key -> worst |relative error| of τ."""
     out = {}
     for key, name in PANEL_LAWS.items():
         p = by_name(name)
         g = fit_gamma(p, records)
-        out[key] = max(abs(p.predict(r["on_a"]["chain"], r["measures"], g) / r["on_b"]["accept_len"] - 1) for r in records)
+        out[key] = max(abs(p.predict(r.on_a.chain, r.measures, g) / r.on_b.accept_len - 1) for r in records)
     return out
 
 
-def family_ranges(records: Sequence[dict]) -> dict[str, dict]:
-    """Per family, its mildest and strongest point (by weight distance) and the τ there."""
+@dataclass(frozen=True)
+class FamilyRange:
+    """A family's mildest and strongest point (by weight distance)."""
+
+    mild: SweepRecord
+    far: SweepRecord
+
+    def words(self, family: str) -> str:
+        """``A + α (B - A): τ 1.97 at α = 0.25 to 1.21 at α = 3 (agreement 0.31)``."""
+        return (f"{FAMILY_TITLES[family]}: τ {self.mild.on_b.accept_len:.2f} at {self.mild.label} to "
+                f"{self.far.on_b.accept_len:.2f} at {self.far.label} (agreement {self.far.measures['agreement']:.2f})")
+
+
+def family_ranges(records: Sequence[SweepRecord]) -> dict[str, FamilyRange]:
+    """Per family, its mildest and strongest point (by weight distance)."""
     out = {}
     for fam in FAMILY_TITLES:
-        rs = sorted((r for r in records if r["point"]["family"] == fam), key=lambda r: r["weight_distance"])
+        rs = sorted((r for r in records if r.family == fam), key=lambda r: r.weight_distance)
         if rs:
-            out[fam] = {"mild": rs[0]["point"]["label"], "mild_tau": rs[0]["on_b"]["accept_len"],
-                        "far": rs[-1]["point"]["label"], "far_tau": rs[-1]["on_b"]["accept_len"],
-                        "far_agreement": rs[-1]["measures"]["agreement"]}
+            out[fam] = FamilyRange(rs[0], rs[-1])
     return out
 
 
-def held_out_choice(records: Sequence[dict], pair: Sequence[dict] = ()) -> dict:
-    """Leave one family out for every predictor, rank them, choose, and fit the chosen ones on everything.
+@dataclass(frozen=True)
+class PredictorChoice:
+    """The predictors held out, ranked, and the two chosen, each fitted on the whole sweep.
 
-    Returns:
-        ``held_out`` (list of :class:`HeldOut`), ``summary`` (rows of :func:`rank_predictors`), ``chosen`` and
-        ``chosen_engine`` (names), and ``gamma_all`` (each predictor's γ fitted on all records).
+    Attributes:
+        held_out: every predictor's errors on each family left out (:class:`HeldOut`).
+        ranked: one row per predictor, best first (:func:`~eaglelab.drift.predictors.rank_predictors`).
+        chosen, chosen_engine: the best predictor, and the best computable from engine logprobs alone.
+        gamma_all: each predictor's γ fitted on all records.
     """
+
+    held_out: list[HeldOut]
+    ranked: list[dict]
+    chosen: str
+    chosen_engine: str
+    gamma_all: dict[str, float]
+
+    def row(self, name: str) -> dict:
+        """A predictor's ranked row (``worst``, ``mean_abs``, ``worst_band``, ``per_family``...)."""
+        return next(r for r in self.ranked if r["predictor"] == name)
+
+    def error_words(self, name: str) -> str:
+        """A predictor's worst held-out error with its band, in words."""
+        r = self.row(name)
+        band = r["worst_band"]
+        return f"{100 * r['worst']:.1f}%" + (f", 90% band {100 * band[0]:.1f}–{100 * band[1]:.1f}%" if band else "")
+
+    def failing(self, tolerance: float) -> list[str]:
+        """The predictors whose worst held-out error is over ``tolerance``, in rank order."""
+        return [r["predictor"] for r in self.ranked if r["worst"] > tolerance]
+
+    def calibration(self) -> dict:
+        """What ``eaglelab predict --calibration`` reads: the predictors chosen, each one's γ and held-out error."""
+        return {"chosen": self.chosen, "chosen_engine": self.chosen_engine,
+                "predictors": {r["predictor"]: {"gamma": self.gamma_all[r["predictor"]], "worst_held_out": r["worst"],
+                                                "worst_band": r.get("worst_band"),
+                                                "engine": by_name(r["predictor"]).engine} for r in self.ranked}}
+
+
+def held_out_choice(records: Sequence[SweepRecord], pair: Sequence[SweepRecord] = ()) -> PredictorChoice:
+    """Leave one family out for every predictor, rank them, choose, and fit every predictor on everything."""
     held = leave_one_family_out(records, extra=pair)
     rows = rank_predictors(held, held_out_bands(held, records, pair))
-    return {"held_out": held, "summary": rows, "chosen": choose(rows)["predictor"],
-            "chosen_engine": choose(rows, engine_only=True)["predictor"],
-            "gamma_all": {p.name: fit_gamma(p, records) for p in PREDICTORS}}
+    return PredictorChoice(held, rows, choose(rows)["predictor"], choose(rows, engine_only=True)["predictor"],
+                           {p.name: fit_gamma(p, records) for p in PREDICTORS})
 
 
-def prediction_rows(records: Sequence[dict], pair: Sequence[dict], held: Sequence[HeldOut], predictor: str) -> list[dict]:
+def prediction_rows(records: Sequence[SweepRecord], pair: Sequence[SweepRecord], held: Sequence[HeldOut],
+                    predictor: str) -> list[dict]:
     """The held-out predictions of one predictor next to the teacher-forced and measured τ, per point.
 
     ``walk``: the teacher-forced hits on A's replies replayed cycle by cycle; ``walk_own_text``: the same
     on the very text measured decoding produced.
     """
-    truth = {(r["point"]["family"], r["point"]["label"]): r for r in [*records, *pair]}
+    truth = {r.key: r for r in [*records, *pair]}
     rows = []
     for h in held:
         if h.predictor != predictor:
             continue
         for label, pred in zip(h.labels, h.predicted):
             r = truth[(h.family, label)]
-            m = r.get("measured") or {}
-            rows.append({"family": h.family, "point": label, "predicted": pred, "teacher_forced": r["on_b"]["accept_len"],
-                         "walk": r["on_b"]["walk_accept_len"], "measured": m.get("accept_len"),
-                         "walk_own_text": m.get("walk_own_text")})
+            m = r.measured
+            rows.append({"family": h.family, "point": label, "predicted": pred, "teacher_forced": r.on_b.accept_len,
+                         "walk": r.on_b.walk_accept_len, "measured": m and m.accept_len,
+                         "walk_own_text": m and m.walk_own_text})
     return rows
 
 
-def magnitude_series(records: Sequence[dict]) -> dict[str, dict]:
+def magnitude_series(records: Sequence[SweepRecord]) -> dict[str, dict]:
     """Per family: the drift's size (relative weight distance from A; A at 0) and the drafter's per-draft accuracy on B'."""
-    zero = next(r for r in records if r["point"]["family"] == "none")
+    zero = next(r for r in records if r.family == "none")
     out = {}
     for fam, title in FAMILY_TITLES.items():
-        rs = sorted((r for r in records if r["point"]["family"] == fam), key=lambda r: r["weight_distance"])
+        rs = sorted((r for r in records if r.family == fam), key=lambda r: r.weight_distance)
         if rs:
-            out[title] = {"magnitudes": [0.0, *[r["weight_distance"] for r in rs]],
-                          "acc": [zero["on_b"]["acc"], *[r["on_b"]["acc"] for r in rs]],
-                          "labels": ["A", *[r["point"]["label"] for r in rs]],
+            out[title] = {"magnitudes": [0.0, *[r.weight_distance for r in rs]],
+                          "acc": [zero.on_b.acc, *[r.on_b.acc for r in rs]],
+                          "labels": ["A", *[r.label for r in rs]],
                           "xlabel": "relative weight distance from A"}
     return out
 
@@ -138,15 +185,6 @@ def gap_text(gaps: Sequence[float], tolerance: float) -> str:
             f"{100 * tolerance:.0f}%)")
 
 
-def calibration(choice: dict) -> dict:
-    """What ``eaglelab predict --calibration`` reads: the engine predictor chosen, each one's γ and held-out error."""
-    rows = {r["predictor"]: r for r in choice["summary"]}
-    return {"chosen": choice["chosen"], "chosen_engine": choice["chosen_engine"],
-            "predictors": {name: {"gamma": choice["gamma_all"][name], "worst_held_out": r["worst"],
-                                  "worst_band": r.get("worst_band"), "engine": by_name(name).engine}
-                           for name, r in rows.items()}}
-
-
-def save_calibration(path: str | Path, choice: dict, source: str) -> Path:
+def save_calibration(path: str | Path, choice: PredictorChoice, source: str) -> Path:
     """Write the calibration JSON (atomically), saying which sweep it came from."""
-    return write_json_atomic(Path(path), {"source": source, "numbers": calibration(choice)})
+    return write_json_atomic(Path(path), {"source": source, "numbers": choice.calibration()})

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from eaglelab.drift.records import DrafterOn, PointId, SweepRecord
 from eaglelab.engines.logprob_files import compare_logprobs, read_logprob_file
 from eaglelab.errors import LogFormatError, ParameterError
 from eaglelab.inputs import field_number, printable, read_json_object
@@ -87,18 +88,18 @@ def by_name(name: str) -> Predictor:
     raise KeyError(name)
 
 
-def _predict_record(p: Predictor, r: dict, gamma: float) -> float:
-    return p.predict(r["on_a"]["chain"], r["measures"], gamma, r["conditional"]["accept_len"])
+def _predict_record(p: Predictor, r: SweepRecord, gamma: float) -> float:
+    return p.predict(r.on_a.chain, r.measures, gamma, r.conditional_tau)
 
 
-def fit_gamma(p: Predictor, records: Sequence[dict]) -> float:
+def fit_gamma(p: Predictor, records: Sequence[SweepRecord]) -> float:
     """The γ minimising the mean squared relative error of τ over ``records`` (1 for parameter-free predictors).
 
-    Each record: ``on_a.chain``, ``measures``, ``conditional.accept_len`` and the truth ``on_b.accept_len``.
+    Each record gives ``on_a.chain``, ``measures``, ``conditional_tau`` and the truth ``on_b.accept_len``.
     """
     if not p.fitted:
         return 1.0
-    truth = np.array([r["on_b"]["accept_len"] for r in records])
+    truth = np.array([r.on_b.accept_len for r in records])
 
     def loss(g: float) -> float:
         pred = np.array([_predict_record(p, r, g) for r in records])
@@ -146,26 +147,26 @@ class HeldOut:
                 "mean_abs": float(np.mean(np.abs(self.errors)))}
 
 
-def _held_out(p: Predictor, family: str, gamma: float, test: Sequence[dict]) -> HeldOut:
+def _held_out(p: Predictor, family: str, gamma: float, test: Sequence[SweepRecord]) -> HeldOut:
     pred = [_predict_record(p, r, gamma) for r in test]
-    return HeldOut(p.name, family, gamma, [x / r["on_b"]["accept_len"] - 1 for x, r in zip(pred, test)], pred,
-                   [r["point"]["label"] for r in test])
+    return HeldOut(p.name, family, gamma, [x / r.on_b.accept_len - 1 for x, r in zip(pred, test)], pred,
+                   [r.label for r in test])
 
 
-def leave_one_family_out(records: Sequence[dict], predictors: Sequence[Predictor] = PREDICTORS,
-                         zero_family: str = "none", extra: Sequence[dict] = ()) -> list[HeldOut]:
+def leave_one_family_out(records: Sequence[SweepRecord], predictors: Sequence[Predictor] = PREDICTORS,
+                         zero_family: str = "none", extra: Sequence[SweepRecord] = ()) -> list[HeldOut]:
     """Fit each predictor on all families but one and test it on the one left out; every family in turn.
 
     The zero point (A itself, family ``zero_family``) belongs to every training set and to no test.
     ``extra`` records (another model pair) are tested with γ fitted on all of ``records``, as family
     ``"pair"``.
     """
-    families = sorted({r["point"]["family"] for r in records} - {zero_family})
+    families = sorted({r.family for r in records} - {zero_family})
     out = []
     for p in predictors:
         for fam in families:
-            train = [r for r in records if r["point"]["family"] != fam]
-            test = [r for r in records if r["point"]["family"] == fam]
+            train = [r for r in records if r.family != fam]
+            test = [r for r in records if r.family == fam]
             out.append(_held_out(p, fam, fit_gamma(p, train), test))
         if extra:
             out.append(_held_out(p, "pair", fit_gamma(p, records), extra))
@@ -177,13 +178,13 @@ ERROR_BAND_REPS = 400
 ERROR_BAND_LEVEL = 0.9
 
 
-def _resampled(record: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _resampled(record: SweepRecord, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """A record's chain on A [reps, k] and τ on B [reps] under sequence weights [reps, N] (None without per-sequence data)."""
-    try:
-        ha, ca = np.asarray(record["on_a"]["seq_hits"], float), np.asarray(record["on_a"]["seq_counted"], float)
-        hb, cb = np.asarray(record["on_b"]["seq_hits"], float), np.asarray(record["on_b"]["seq_counted"], float)
-    except KeyError:
+    a, b = record.on_a, record.on_b
+    if a.seq_hits is None or a.seq_counted is None or b.seq_hits is None or b.seq_counted is None:
         return None
+    ha, ca = np.asarray(a.seq_hits, float), np.asarray(a.seq_counted, float)
+    hb, cb = np.asarray(b.seq_hits, float), np.asarray(b.seq_counted, float)
     if ha.ndim != 2 or ha.shape[0] != weights.shape[1] or not (ha.shape == ca.shape == hb.shape == cb.shape):
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -192,7 +193,7 @@ def _resampled(record: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return chain_a, tau_b
 
 
-def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[dict], extra: Sequence[dict] = (),
+def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[SweepRecord], extra: Sequence[SweepRecord] = (),
                    reps: int = ERROR_BAND_REPS, level: float = ERROR_BAND_LEVEL, seed: int = 0) -> dict[str, tuple]:
     """A bootstrap band of each predictor's worst held-out error, resampling the probed sequences.
 
@@ -209,12 +210,12 @@ def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[dict], extra: 
     draws = {}
     for group in (records, extra):
         if group:
-            n = len(group[0]["on_a"].get("seq_hits") or [])
+            n = len(group[0].on_a.seq_hits or [])
             if n:
                 w = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(float)
                 for r in group:
-                    draws[(r["point"]["family"], r["point"]["label"])] = _resampled(r, w)
-    by_key = {(r["point"]["family"], r["point"]["label"]): r for r in [*records, *extra]}
+                    draws[r.key] = _resampled(r, w)
+    by_key = {r.key: r for r in [*records, *extra]}
     q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
     out = {}
     for name in dict.fromkeys(h.predictor for h in held_out):
@@ -227,7 +228,7 @@ def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[dict], extra: 
                     ok = False
                     break
                 r = by_key[(h.family, label)]
-                pred = np.array([p.predict(d[0][i], r["measures"], h.gamma, r["conditional"]["accept_len"])
+                pred = np.array([p.predict(d[0][i], r.measures, h.gamma, r.conditional_tau)
                                  for i in range(reps)])
                 worst = np.maximum(worst, np.abs(pred / d[1] - 1))
         if ok:
@@ -363,8 +364,9 @@ def calibration_from_probe(probe: dict, where: str) -> dict:
         raise ParameterError(where, "its plugin.chain_on_a must be a list of rates in [0, 1]")
     agreement = field_number(probe, "argmax_agreement", where, ParameterError, low=0.0, low_open=False, high=1.0)
     tau_b = field_number(plugin, "accept_len_on_b", where, ParameterError, low=1.0, low_open=False)
-    record = {"on_a": {"chain": [float(c) for c in chain]}, "measures": {"agreement": agreement},
-              "conditional": {"accept_len": tau_b}, "on_b": {"accept_len": tau_b}}
+    chain = [float(c) for c in chain]
+    record = SweepRecord(PointId("probe", "the probe's pair"), {"agreement": agreement},
+                         DrafterOn(chain, 1.0 + sum(chain)), DrafterOn([], tau_b), conditional_tau=tau_b)
     method = "agreement^γ"
     gamma = fit_gamma(by_name(method), [record])
     band = ((probe.get("verdict") or {}).get("bands") or {}).get("tau_b") or {}

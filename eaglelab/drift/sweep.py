@@ -24,6 +24,7 @@ from eaglelab.data.world import default_world_dir
 from eaglelab.drift import families as fam
 from eaglelab.drift.families import ZERO, DriftPoint
 from eaglelab.drift.measures import measure_drift, reference_pass, teacher_forced
+from eaglelab.drift.records import DrafterOn, SweepRecord
 from eaglelab.errors import ConfigError
 from eaglelab.inputs import path_kind, read_json_object
 from eaglelab.model.decoding import benchmark_speculation
@@ -80,16 +81,33 @@ class SweepSettings:
 
 @dataclass
 class SweepResult:
-    """The records of a sweep: one dict per point (see :func:`measure_point`), plus the other pair's."""
+    """The records of a sweep: one :class:`~eaglelab.drift.records.SweepRecord` per point, plus the other pair's."""
 
-    records: list[dict]
-    pair: list[dict] = field(default_factory=list)
+    records: list[SweepRecord]
+    pair: list[SweepRecord] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     seconds: float = 0.0
     computed: int = 0
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"records": [r.to_json() for r in self.records], "pair": [r.to_json() for r in self.pair],
+                "settings": self.settings, "seconds": self.seconds, "computed": self.computed}
+
+    @property
+    def on_a(self) -> DrafterOn:
+        """The old drafter on A (every point of one sweep shares it)."""
+        return self.records[0].on_a
+
+    def at(self, family: str, magnitude: float) -> SweepRecord:
+        """The record of one point.
+
+        Raises:
+            KeyError: the sweep has no such point.
+        """
+        for r in self.records:
+            if r.family == family and r.point.magnitude == magnitude:
+                return r
+        raise KeyError(f"{family} {magnitude:g}")
 
 
 def _digest(obj) -> str:
@@ -211,18 +229,20 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
             records[p] = rec
         del model_a, work, state_b, reference
     extra = [_pair_record(*pair, settings, cache)] if pair is not None else []
-    return SweepResult([records[p] for p in points], extra, asdict(settings), time.perf_counter() - t0, len(todo))
+    return SweepResult([SweepRecord.from_json(records[p]) for p in points], [SweepRecord.from_json(r) for r in extra],
+                       asdict(settings), time.perf_counter() - t0, len(todo))
 
 
 def _cached(path: Path) -> dict | None:
-    """A cached record, or None when there is none or it cannot be read (it is then recomputed and replaced)."""
-
+    """A cached record, or None when there is none or it cannot be read as one (it is then recomputed and replaced)."""
     try:
         if path_kind(path, ConfigError) != "file":
             return None
-        return read_json_object(path, ConfigError, allow_nan=True)  # a rate no cycle reached is NaN
-    except ConfigError:
+        rec = read_json_object(path, ConfigError, allow_nan=True)  # a rate no cycle reached is NaN
+        SweepRecord.from_json(rec)
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError):
         return None
+    return rec
 
 
 def _continued_training(model, tok, settings: SweepSettings, steps: list[float]):
