@@ -289,6 +289,18 @@ def loads_json(data: bytes | str, where: str, error: type[EaglelabError], max_de
     return obj
 
 
+def loads_json_object(data: bytes | str, where: str, error: type[EaglelabError], allow_nan: bool = False) -> dict[str, Any]:
+    """Strict JSON (:func:`loads_json`) that must be an object.
+
+    Raises:
+        error: not strict JSON, or not an object.
+    """
+    obj = loads_json(data, where, error, allow_nan=allow_nan)
+    if not isinstance(obj, dict):
+        raise error(where, f"expected a JSON object, found {json_type(obj)}")
+    return obj
+
+
 def read_json_object(path: str | Path, error: type[EaglelabError], limit: int = MAX_JSON_BYTES,
                      allow_nan: bool = False) -> dict[str, Any]:
     """A JSON object from a regular file (configs, shard indexes, calibration files).
@@ -297,10 +309,7 @@ def read_json_object(path: str | Path, error: type[EaglelabError], limit: int = 
         error: the file cannot be read, is over ``limit`` bytes, is not strict JSON, or is not an object.
     """
     where = printable(str(path))
-    obj = loads_json(read_bytes(path, error, limit, "JSON file"), where, error, allow_nan=allow_nan)
-    if not isinstance(obj, dict):
-        raise error(where, f"expected a JSON object, found {json_type(obj)}")
-    return obj
+    return loads_json_object(read_bytes(path, error, limit, "JSON file"), where, error, allow_nan=allow_nan)
 
 
 def json_type(value: Any) -> str:

@@ -42,7 +42,7 @@ from urllib.parse import unquote
 from eaglelab.checkpoints.files.config_types import check_config_types
 from eaglelab.checkpoints.files.headers import MAX_HEADER_BYTES, parse_header_json
 from eaglelab.errors import ConfigError, EaglelabError, HeaderError, HubError, SourceError
-from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, printable, read_bytes, shown
+from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json_object, printable, read_bytes, shown
 
 
 def hub_offline() -> bool:
@@ -379,12 +379,7 @@ class HubRepo:
     def read_json(self, filename: str, error: type[EaglelabError] = SourceError) -> dict[str, Any] | None:
         """A JSON object file (strict JSON, capped), or None when the repo has no such file."""
         raw = self.read_file(filename, MAX_JSON_BYTES, error)
-        if raw is None:
-            return None
-        obj = loads_json(raw, self.where(filename), error)
-        if not isinstance(obj, dict):
-            raise error(self.where(filename), "expected a JSON object")
-        return obj
+        return None if raw is None else loads_json_object(raw, self.where(filename), error)
 
     def read_config(self) -> tuple[dict[str, Any] | None, str | None]:
         """``config.json``: ``(config, where)``, or ``(None, None)`` when the repo has none.

@@ -27,7 +27,15 @@ from typing import Any
 from eaglelab.checkpoints.files.hub import open_repo
 from eaglelab.checkpoints.files.sources import is_hub_id, local_path
 from eaglelab.errors import SourceError
-from eaglelab.inputs import MAX_JSON_BYTES, is_ascii_digits, loads_json, path_kind, printable, read_bytes, shown
+from eaglelab.inputs import (
+    MAX_JSON_BYTES,
+    is_ascii_digits,
+    loads_json_object,
+    path_kind,
+    printable,
+    read_bytes,
+    shown,
+)
 
 #: The small files of a target eaglelab reads beside its config (none of them is code).
 TARGET_FILES = ("tokenizer_config.json", "tokenizer.json", "tiktoken.model", "special_tokens_map.json",
@@ -59,12 +67,7 @@ class TargetFiles:
     def json(self, name: str) -> dict[str, Any] | None:
         """A file as a strict JSON object (None when absent)."""
         raw = self.files.get(name)
-        if raw is None:
-            return None
-        obj = loads_json(raw, self.where(name), SourceError)
-        if not isinstance(obj, dict):
-            raise SourceError(self.where(name), "expected a JSON object")
-        return obj
+        return None if raw is None else loads_json_object(raw, self.where(name), SourceError)
 
     def text(self, name: str, raw: bytes | None = None) -> str | None:
         raw = self.files.get(name) if raw is None else raw
