@@ -32,7 +32,7 @@ from eaglelab.jobs.speculate import SpeculateSettings
 from eaglelab.jobs.targets import TargetCompareSettings
 from eaglelab.jobs.train_run import TrainRunSettings
 from eaglelab.planning.decision_table import FOUNDING_CASE
-from eaglelab.settings import default_of, flag_name, settings_fields
+from eaglelab.settings import default_of, field_help, flag_name, settings_fields
 from eaglelab.train.training import read_metrics
 from eaglelab.workbook.commands import ReportSettings, RunSettings
 from eaglelab.workbook.runner import notebook_parameters
@@ -132,6 +132,21 @@ def test_a_command_with_no_flags_is_its_settings_defaults(command):
         assert action.help, (command, f.name)
         if f.metadata.get("choices"):
             assert list(action.choices) == list(f.metadata["choices"]), (command, f.name)
+
+
+def test_every_flags_help_is_written_once_in_its_settings_docstring():
+    """A field's help is its docstring entry (DESIGN E1): none is written again beside it as ``help=``."""
+    classes = {cls for cls, _ in SETTINGS_COMMANDS.values()} | {TrainRunSettings}
+    missing, twice = [], []
+    for cls in classes:
+        docs = field_help(cls)
+        for f in settings_fields(cls):
+            given = f.metadata.get("help")
+            if given is not None and given != argparse.SUPPRESS:
+                twice.append(f"{cls.__name__}.{f.name}")
+            if given is None and not docs.get(f.name):
+                missing.append(f"{cls.__name__}.{f.name}")
+    assert missing == [] and twice == [], (missing, twice)
 
 
 def test_finetunes_run_flags_are_its_run_settings():

@@ -25,15 +25,14 @@ class CompareSettings:
     """Which drafters to compare, and against which target.
 
     Attributes:
-        old_drafter: the old drafter (folder, file, shard index or hub id).
-        new_drafter: the other drafter (the new target's own, when there is one).
-        new_target: the target both should serve (folder, config.json or hub id); None: drafters only.
+        old_drafter: the old drafter, A (folder, file, shard index or hub id).
+        new_drafter: the other drafter, B (the new target's own, when it has one).
+        new_target: the new target (folder, config.json or hub id) to check both against (None: drafters only).
     """
 
-    old_drafter: str = option(positional=True, help="the old drafter, A (folder, file, index or hub id)")
-    new_drafter: str = option(positional=True, help="the other drafter, B (the new target's own, when it has one)")
-    new_target: str | None = option(None, old=("--target",),
-                                    help="the new target (folder, config.json or hub id) to check both against")
+    old_drafter: str = option(positional=True)
+    new_drafter: str = option(positional=True)
+    new_target: str | None = option(None, old=("--target",))
 
 
 @dataclass

@@ -43,46 +43,49 @@ class FinetuneSettings:
     """What a fine-tune trains on and how.
 
     Attributes:
-        new_target: the new target (folder or hub id).
-        old_drafter: the old drafter: the warm start's initialisation, and the plug-in baseline (None: from
+        new_target: the new target folder or hub id (the one to train a drafter for).
+        old_drafter: warm start from the old drafter (its d2t / t2d are kept); also the plug-in baseline (None: from
             scratch only).
-        data: a text or JSONL file; None: the world's replies of the target (demo world), else built-in text.
-        world_dir: the world folder whose replies to use; None: the one ``new_target`` lies in.
-        seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (caps for a world's replies).
-        steps: optimizer steps per run.
+        data: text or JSONL file (None: the world's replies of the target, else built-in text).
+        world_dir: world folder whose target-B replies to train on (None: the world ``new_target`` lies in, if any).
+        seq_len: tokens per row of packed text.
+        train_sequences: training sequences (at most; a world's replies are capped by it too).
+        eval_sequences: held-out sequences (at most).
+        steps: total optimizer steps per run.
         batch_size: sequences per step.
         lr: AdamW learning rate (a small drafter's; the recipes leave a large one's to the engine).
         ttt_length: training-time-test unroll (SpecForge's ``ttt_length``).
         k: drafts per cycle of the held-out τ, the plug-in τ and the measured τ.
-        loss_convention: ``specforge`` or ``speculators``: whose TTT loss and accuracy.
+        loss_convention: whose TTT loss, loss-mask alignment and accuracy to train on and report (specforge or
+            speculators).
         seed: data order and scratch's initialisation.
-        draft_vocab_size: scratch's draft vocabulary (None: the old drafter's, else min(32000, V)).
+        draft_vocab_size: draft vocabulary size for a drafter from scratch (None: the old drafter's, else
+            min(32000, V)).
         measure_prompts, measure_tokens: real speculative decoding of each start on the target.
-        dtype, device: how the target loads (its states are stored in float32).
+        dtype: the dtype the target loads in (its states are stored in float32).
+        device: cpu or cuda (None: cuda when available, one GPU per rank).
         trust_remote_code: allow the target's own code (off unless asked).
     """
 
-    new_target: str = option(old=("--target",), help="the new target folder or hub id (the one to train a drafter for)")
-    old_drafter: str | None = option(None, old=("--init",), help="warm start from the old drafter (its d2t / t2d are kept)")
-    data: str | None = option(None, help="text or JSONL file (default: the world's replies of the target, else built-in text)")
-    world_dir: str | None = option(None, old=("--world",), help="world folder whose target-B replies to train on "
-                                                               "(default: the world --new-target lies in, if any)")
-    seq_len: int = option(64, min=1, help="tokens per row of packed text")
-    train_sequences: int = option(128, min=1, flag="sequences", help="training sequences (at most)")
-    eval_sequences: int = option(32, min=1, help="held-out sequences (at most)")
-    steps: int = option(60, min=1, help="total optimizer steps")
+    new_target: str = option(old=("--target",))
+    old_drafter: str | None = option(None, old=("--init",))
+    data: str | None = None
+    world_dir: str | None = option(None, old=("--world",))
+    seq_len: int = option(64, min=1)
+    train_sequences: int = option(128, min=1, flag="sequences")
+    eval_sequences: int = option(32, min=1)
+    steps: int = option(60, min=1)
     batch_size: int = option(4, min=1)
     lr: float = option(2e-3, above=0)
     ttt_length: int = option(3, min=1, old=("--ttt-steps",))
     k: int = option(DEFAULT_K, min=1)
-    loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS,
-                                  help="whose TTT loss, loss-mask alignment and accuracy to train on and report")
+    loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS)
     seed: int = option(0, min=0)
-    draft_vocab_size: int | None = option(None, min=1, flag="draft-vocab", help="draft vocabulary size for --scratch")
+    draft_vocab_size: int | None = option(None, min=1, flag="draft-vocab")
     measure_prompts: int = option(4, min=0)
     measure_tokens: int = option(48, min=1)
     dtype: str = option("float32", choices=DTYPES)
-    device: str | None = option(None, help="cpu or cuda (default: cuda when available, one GPU per rank)")
+    device: str | None = None
     trust_remote_code: bool = False
 
     def __post_init__(self):

@@ -41,8 +41,8 @@ class ProbeSettings:
         old_target: the old target (the drafter was trained on it): folder or hub id.
         new_target: the new target.
         old_drafter: the old drafter.
-        data: a text or JSONL file; None: the world's held-out conversations when target A lies in
-            a world that keeps them (the demo world), else built-in text (:func:`eaglelab.data.sets.probe_set`).
+        data: text or JSONL file (None: the world's held-out conversations when the old target lies in a world that
+            keeps them, the demo world; else built-in text: :func:`eaglelab.data.sets.probe_set`).
         world_dir: the world folder whose conversations and prompts to use; None: the one target A lies in.
         sequences: sequences probed (whole conversations, or rows of ``seq_len`` tokens).
         seq_len: tokens per row of packed text (at most the targets' context).
@@ -50,8 +50,9 @@ class ProbeSettings:
         batch_size: sequences per forward: the probe's memory is bounded by it.
         measure_prompts: held-out prompts decoded for real on both targets (0: none).
         measure_tokens: new tokens per measured prompt.
-        dtype, device, device_map: how the targets load (``device_map="auto"`` spreads each over the GPUs);
-            from dumps, the dtype of the head products and the device they run on.
+        dtype: the dtype the targets load in; from dumps, the dtype of the head products.
+        device: cpu, cuda, cuda:1 (None: cuda when available); from dumps, where the head products run.
+        device_map: auto: spread each target over all GPUs (needs accelerate).
         trust_remote_code: allow the targets' own code (off unless asked).
         old_states, new_states: folders of the engines' hidden-state dumps of A and of B (SpecForge's or
             vLLM's layout, :mod:`eaglelab.data.dumps`): the probe then loads neither target, only
@@ -61,7 +62,7 @@ class ProbeSettings:
     old_target: str = option(old=("--target-a",))
     new_target: str = option(old=("--target-b",))
     old_drafter: str = option(old=("--drafter",))
-    data: str | None = option(None, help="text or JSONL file (default: the world's conversations, else built-in text)")
+    data: str | None = None
     world_dir: str | None = option(None, old=("--world",))
     sequences: int = option(24, min=1)
     seq_len: int = option(64, min=1)
@@ -70,8 +71,8 @@ class ProbeSettings:
     measure_prompts: int = option(6, min=0)
     measure_tokens: int = option(48, min=1)
     dtype: str = option("float32", choices=DTYPES)
-    device: str | None = option(None, help="cpu, cuda, cuda:1 (default: cuda when available)")
-    device_map: str | None = option(None, choices=("auto",), help="spread each target over all GPUs (needs accelerate)")
+    device: str | None = None
+    device_map: str | None = option(None, choices=("auto",))
     trust_remote_code: bool = option(False)
     old_states: str | None = option(None, old=("--states-a",))
     new_states: str | None = option(None, old=("--states-b",))
@@ -314,7 +315,11 @@ class DumpSettings:
         out: the folder to write (eaglelab's; ``force`` replaces an earlier dump there).
         layout: ``specforge`` (``rows_*/data_{i}.ckpt``) or ``vllm`` (``hs_{i}.safetensors``).
         compress: SpecForge's ``--compress`` (``.ckpt.gz``).
-        data, world_dir, sequences, seq_len: the sequences, as the probe picks them (:class:`ProbeSettings`).
+        data: text or JSONL file (None: the world's conversations, else built-in text); the sequences are picked as
+            the probe picks them (:class:`ProbeSettings`).
+        world_dir: world folder whose held-out conversations to dump.
+        sequences: sequences dumped (whole conversations, or rows of ``seq_len`` tokens).
+        seq_len: tokens per row of packed text.
         batch_size: sequences per forward.
         dtype: the storage dtype (``bfloat16`` is what engines write; ``float32`` keeps the live probe's numbers).
         force: replace an earlier dump eaglelab wrote in ``out``.
@@ -326,10 +331,10 @@ class DumpSettings:
     out: str
     layout: str = option("specforge", choices=("specforge", "vllm"))
     compress: bool = False
-    data: str | None = option(None, help="text or JSONL file (default: the world's conversations, else built-in text)")
-    world_dir: str | None = option(None, help="world folder whose held-out conversations to dump")
-    sequences: int = option(24, min=1, help="sequences dumped (whole conversations, or rows of --seq-len tokens)")
-    seq_len: int = option(64, min=1, help="tokens per row of packed text")
+    data: str | None = None
+    world_dir: str | None = None
+    sequences: int = option(24, min=1)
+    seq_len: int = option(64, min=1)
     batch_size: int = option(8, min=1)
     dtype: str = option("float32", choices=DTYPES)
     force: bool = False

@@ -39,14 +39,13 @@ class TargetCompareSettings:
     Attributes:
         old_target: the old target (folder, config.json, or hub id).
         new_target: the new target.
-        old_drafter: a drafter of the old target; its draft vocabulary's ids are checked in both tokenizers.
+        old_drafter: the old target's drafter: the ids its draft vocabulary uses are checked in both tokenizers.
         revision: hub revision for hub ids.
     """
 
-    old_target: str = option(positional=True, help="the old target (folder, config.json or hub id)")
+    old_target: str = option(positional=True)
     new_target: str = option(positional=True)
-    old_drafter: str | None = option(None, old=("--drafter",),
-                                     help="the old target's drafter: check the ids its draft vocabulary uses")
+    old_drafter: str | None = option(None, old=("--drafter",))
     revision: str | None = None
 
 
