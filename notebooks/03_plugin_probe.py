@@ -245,7 +245,6 @@ if pair is not None:
 # %%
 tau_a, tau_b = probe.tau_a, probe.tau_b
 proj_a, proj_b = (float(perf.effective_tps(t, CYCLE_MS / 1e3)) for t in (tau_a, tau_b))
-low, high = similarity["cosine_mean"].idxmin(), similarity["cosine_mean"].idxmax()
 scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on the new target (the old target's τ would give "
             f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
             + (plan_uses_plugin_tau(FIGURES_DIR, K) if result.decision.decided else
@@ -256,29 +255,20 @@ scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on t
             "table needs.")
 if measured:
     measured_line = (
-        f"- **Measured {TAG} (real speculative decoding on {next(pair.model_b.parameters()).device.type}):** τ "
+        f"**Measured {TAG} (real speculative decoding on {next(pair.model_b.parameters()).device.type}):** τ "
         f"{measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× "
         f"plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}){timing_warning(measured)}.\n"
         f"- **Measured in vLLM {TAG}:** {engine.findings()}")
 else:
-    measured_line = "- **Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
+    measured_line = "**Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
 dump_line = (f"probed from {OLD_STATES} (A) and {NEW_STATES} (B), the targets read for their heads only."
              if FROM_DUMPS else f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number "
                                 f"(similarity, agreement, TV, τ per position) within {dump_gap:.1e}.")
-findings = f"""
-- **Compared {TAG}:** the drafter `{OLD_DRAFTER}` on `{OLD_TARGET}` (A, old) and `{NEW_TARGET}` (B, new).
-- **How far the target moved {TAG}:** mean per-token cosine between A and B ranges from
-  {similarity['cosine_mean'].min():.3f} ({low}) to {similarity['cosine_mean'].max():.3f} ({high}); relative L2
-  {similarity['rel_l2'].min():.2f}–{similarity['rel_l2'].max():.2f}; CKA {similarity['cka'].min():.3f}–{similarity['cka'].max():.3f};
-  the two targets agree on the next token {100 * result.argmax_agreement:.1f}% of the time (total variation {result.tv:.3f}).
-- **Data {TAG}:** {probe.data} ({probe.positions} positions counted).
-- **Plug-in acceptance {TAG} (teacher forced, k = {K}):** simulated τ {tau_a:.2f} on A vs **{tau_b:.2f} on B**
-  ({bands['tau_b'].text()}); first-draft accuracy {result.eval_a['acc'][0]:.2f} → {result.eval_b['acc'][0]:.2f}.
-{measured_line}
-- **Verdict {TAG}: {result.decision.label.upper()}.** {'; '.join(result.decision.reasons)}.
-- **In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}
-- **The engines' dumps {TAG}:** {dump_line}
-"""
+said = probe.findings(TAG)
+findings = "\n".join(f"- {line}" for line in (
+    said["compared"], said["moved"], said["data"], said["plugin"], measured_line, said["verdict"],
+    f"**In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}",
+    f"**The engines' dumps {TAG}:** {dump_line}"))
 display(Markdown(findings))
 NOT_DONE = [] if demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,

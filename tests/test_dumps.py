@@ -134,6 +134,10 @@ def test_dump_probe_equals_the_live_probe(world_states, layout_a, layout_b):
     assert_same(report.result, w["live"])
     assert report.positions == int(w["data"].counted.sum())
     assert report.result.decision.bands is not None and report.measured is None
+    said = report.findings("[demo]")  # the report's own sentences carry its numbers
+    assert list(said) == ["compared", "moved", "data", "plugin", "verdict"]
+    assert f"**{report.tau_b:.2f} on B**" in said["plugin"] and report.result.decision.label.upper() in said["verdict"]
+    assert f"{100 * report.result.argmax_agreement:.1f}%" in said["moved"] and "[demo]" in said["data"]
 
 
 def test_padded_gapped_and_compressed_specforge_folders_give_the_clean_numbers(world_states, tmp_path):

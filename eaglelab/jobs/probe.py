@@ -155,6 +155,28 @@ class ProbeReport:
                 f"on {s.old_target} (A) and {s.new_target} (B) · τ (teacher forced, k = {s.k}) {self.tau_a:.2f} on A vs "
                 f"{self.tau_b:.2f} on B · next-token agreement {100 * self.result.argmax_agreement:.1f}%")
 
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """The probe's own findings, one sentence (markdown) each, by name, for a notebook to pick and order:
+        ``compared``, ``moved``, ``data``, ``plugin``, ``verdict``. ``tag``: the evidence tag (``[demo]``...)."""
+        s, r, t = self.settings, self.result, f" {tag}" if tag else ""
+        layers = r.layers
+        low, high = min(layers, key=lambda x: x.cosine_mean), max(layers, key=lambda x: x.cosine_mean)
+        band = r.decision.bands.get("tau_b") if r.decision.bands else None
+        return {
+            "compared": f"**Compared{t}:** the drafter `{s.old_drafter}` on `{s.old_target}` (A, old) and "
+                        f"`{s.new_target}` (B, new).",
+            "moved": f"**How far the target moved{t}:** mean per-token cosine between A and B ranges from "
+                     f"{low.cosine_mean:.3f} ({low.layer}) to {high.cosine_mean:.3f} ({high.layer}); relative L2 "
+                     f"{min(x.rel_l2 for x in layers):.2f}–{max(x.rel_l2 for x in layers):.2f}; CKA "
+                     f"{min(x.cka for x in layers):.3f}–{max(x.cka for x in layers):.3f}; the two targets agree on the "
+                     f"next token {100 * r.argmax_agreement:.1f}% of the time (total variation {r.tv:.3f}).",
+            "data": f"**Data{t}:** {self.data} ({self.positions} positions counted).",
+            "plugin": f"**Plug-in acceptance{t} (teacher forced, k = {s.k}):** simulated τ {self.tau_a:.2f} on A vs "
+                      f"**{self.tau_b:.2f} on B**" + (f" ({band.text()})" if band else "") +
+                      f"; first-draft accuracy {r.eval_a['acc'][0]:.2f} → {r.eval_b['acc'][0]:.2f}.",
+            "verdict": f"**Verdict{t}: {r.decision.label.upper()}.** {'; '.join(r.decision.reasons)}.",
+        }
+
     def lines(self) -> list[str]:
         """What ``eaglelab probe`` prints."""
         out = [f"data: {self.data}; {self.positions} positions counted; next-token agreement "
