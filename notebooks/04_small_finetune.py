@@ -240,11 +240,10 @@ warm, scratch, plug = measured[Option.WARM_START], measured[Option.FROM_SCRATCH]
 b = fit.exponent
 top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm start's need is the least extrapolated
 proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
-taus = finetuned.taus
+said = finetuned.findings(TAG)
 bullets = [
-    f"- **Compared {TAG}:** the old drafter `{OLD_DRAFTER}` plugged in, warm-started and from scratch on `{NEW_TARGET}`.",
-    f"- **Equal budget {TAG} ({STEPS} steps; data: {inputs.source}):** warm start reaches held-out τ "
-    f"{taus[Option.WARM_START]:.2f} vs {taus[Option.FROM_SCRATCH]:.2f} from scratch (plugged in: {taus[Option.PLUG_IN]:.2f}).",
+    f"- {said['compared']}",
+    f"- {said['equal_budget']}",
     f"- **Measured on the new target {TAG} (k = {K}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
     f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
     f"plain decoding on this {next(inputs.model.parameters()).device.type} (all outputs equal greedy: "

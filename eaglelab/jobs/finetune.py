@@ -221,6 +221,16 @@ class FinetuneReport:
     def lines(self) -> list[str]:
         return [self.headline(), self.recommendation.text]
 
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """The comparison's own findings, one sentence (markdown) each, by name, for a notebook to pick and order:
+        ``compared``, ``equal_budget``. ``tag``: the evidence tag (``[demo]``...)."""
+        s, t, at = self.settings, self.taus, f" {tag}" if tag else ""
+        return {"compared": f"**Compared{at}:** the old drafter `{s.old_drafter}` plugged in, warm-started and from "
+                            f"scratch on `{s.new_target}`.",
+                "equal_budget": f"**Equal budget{at} ({s.steps} steps; data: {self.data}):** warm start reaches held-out τ "
+                                f"{t[Option.WARM_START]:.2f} vs {t[Option.FROM_SCRATCH]:.2f} from scratch (plugged in: "
+                                f"{t[Option.PLUG_IN]:.2f})."}
+
 
 def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = None,
                     runs_dir: str | Path | None = None, progress: bool = True) -> FinetuneReport:
