@@ -63,11 +63,15 @@ class WorkbookRun:
 
 
 def run_notebooks(settings: RunSettings) -> WorkbookRun:
-    """Execute (or only prepare) the numbered notebooks in order, with the settings' parameters."""
+    """Execute (or only prepare) the numbered notebooks in order, with the settings' parameters.
+
+    Raises:
+        OutputError: ``out`` is not a folder eaglelab may write (an empty path is refused, never read as ``.``).
+    """
     s = settings
     out = s.out if s.out is not None else ("runs/smoke" if s.smoke else "runs/workbook")
     only = list(s.only) if s.only else None
-    return WorkbookRun(s, run_workbook(Path(out), smoke=s.smoke, only=only, parameters=s.parameters(),
+    return WorkbookRun(s, run_workbook(out, smoke=s.smoke, only=only, parameters=s.parameters(),
                                        prepare_only=s.prepare_only, progress=not s.prepare_only))
 
 

@@ -381,7 +381,7 @@ def _source_code_cell_number(executed: Path, cell_index: int) -> int | str:
 
 
 def run_workbook(
-    out_dir: Path,
+    out_dir: str | Path,
     smoke: bool = False,
     only: list[str] | None = None,
     parameters: dict[str, Any] | None = None,
