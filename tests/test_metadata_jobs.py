@@ -120,3 +120,17 @@ def test_a_recipe_takes_its_jobs_defaults_and_refuses_another_jobs_settings(tiny
                           "--out", str(tmp_path / "p"), "--force"])
     assert code == 0 and text.splitlines() == report.lines()
     assert json.loads((tmp_path / "p" / "recipe.json").read_text())["job"] == "probe"
+
+
+def test_a_recipe_flags_help_gives_the_defaults_its_jobs_own():
+    """The defaults are written once, in the jobs' settings; the shared flag's help reads them from there."""
+    from eaglelab.engines.load_recipes import LoadRecipeSettings
+    from eaglelab.engines.probe_recipes import ProbeRecipeSettings
+    from eaglelab.engines.recipes import RecipeSettings
+    from eaglelab.jobs.recipe import job_defaults_help
+
+    helps = job_defaults_help()
+    assert f"{RecipeSettings.__dataclass_fields__['data'].default} for warm-start" in helps["data"]
+    assert f"{ProbeRecipeSettings.__dataclass_fields__['data'].default} for probe" in helps["data"]
+    assert helps["prompt_tokens"].endswith(f"(default: {LoadRecipeSettings.__dataclass_fields__['prompt_tokens'].default})")
+    assert " ".join(map(str, LoadRecipeSettings.__dataclass_fields__["concurrency"].default)) in helps["concurrency"]

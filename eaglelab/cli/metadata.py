@@ -10,7 +10,7 @@ from eaglelab.cli.output import Command
 from eaglelab.jobs.perf import PerfSettings, diagnose_serving
 from eaglelab.jobs.plan import PlanSettings, founding_help, plan_options
 from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
-from eaglelab.jobs.recipe import RecipeJobSettings, write_recipe
+from eaglelab.jobs.recipe import RecipeJobSettings, job_defaults_help, write_recipe
 from eaglelab.workbook.commands import ReportSettings, RunSettings, run_notebooks, write_report
 
 COMMANDS = (
@@ -42,7 +42,8 @@ COMMANDS = (
             "drafter's own d2t / t2d, export, check, serve. --job probe: dump both targets' hidden states at the old "
             "drafter's layers on the same conversations (SpecForge on SGLang, or vLLM through speculators where the "
             "targets are not MLA), then probe the dumps. --job load: the serving engine's cost table for `eaglelab "
-            "perf --costs`. Reads configs and headers only.", json="print the recipe's steps as JSON"),
+            "perf --costs`. Reads configs and headers only.", json="print the recipe's steps as JSON",
+            helps=job_defaults_help()),
 )
 
 

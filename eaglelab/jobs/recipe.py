@@ -10,7 +10,7 @@ line. Its :class:`RecipeReport` prints and serialises itself. Reads configs and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from eaglelab.engines.load_recipes import LoadRecipe, LoadRecipeSettings, write_
 from eaglelab.engines.probe_recipes import ProbeRecipe, ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import Recipe, RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
-from eaglelab.settings import flag_name, option
+from eaglelab.settings import default_of, field_help, flag_name, option
 
 #: Each job's settings and the engines it runs on.
 JOBS: dict[str, tuple[type, tuple[str, ...]]] = {
@@ -43,27 +43,26 @@ class RecipeJobSettings:
             (plain steps and cycles at forced τ per concurrency) for `eaglelab perf --costs`.
         old_target: --job probe: the old target (the drafter was trained on it).
         force: replace a recipe in ``out`` (only what eaglelab wrote there).
-        data: prompts / conversations on the cluster (warm start: regenerated, default prompts.jsonl; probe: run
-            through both targets, default conversations.jsonl).
-        workdir: work folder on the cluster (default: the job's name, warm-start, probe or load).
-        gpus: GPUs of the node (default 8).
+        data: prompts / conversations on the cluster (warm start: regenerated; probe: run through both targets).
+        workdir: work folder on the cluster.
+        gpus: GPUs of the node.
         from_run: a workbook fine-tune folder (notebook 04's warm run): epochs and TTT length.
         learning_rate: learning rate (default: the engine's).
         epochs: epochs over the regenerated data (default: ``from_run``, else the engine's).
         ttt_length: training-time-test unroll (default: ``from_run``, else the engine's).
         k: draft tokens per cycle when serving.
-        max_length: tokens per training sequence or conversation (default 4096).
+        max_length: tokens per training sequence or conversation.
         chat_template: SpecForge's chat-template name for the target (default: picked from the target).
         embedding_key: the target's embedding tensor as SpecForge reads it (default: read from the target's
             headers, e.g. language_model.model.embed_tokens.weight).
         lm_head_key: the target's head tensor (default: read from its headers).
         concurrency: load: concurrencies to measure.
-        accept_lens: load: the τ values to force (default 1 2 3, those up to k + 1).
-        topk: load: the drafter's branching (default 1: a chain).
-        draft_tokens: load: tokens verified per request (a tree; default k + 1).
-        prompt_tokens: load: prompt tokens per request (default 1024).
-        output_tokens: load: tokens generated per request (default 256).
-        repeats: load: timed runs per concurrency (default 2).
+        accept_lens: load: the τ values to force (None: 1 2 3, those up to k + 1).
+        topk: load: the drafter's branching (1: a chain).
+        draft_tokens: load: tokens verified per request (a tree; None: k + 1).
+        prompt_tokens: load: prompt tokens per request.
+        output_tokens: load: tokens generated per request.
+        repeats: load: timed runs per concurrency.
     """
 
     engine: str = option(choices=("specforge", "speculators", "sglang", "vllm"))
@@ -120,6 +119,23 @@ class RecipeJobSettings:
             raise ParameterError("--from-run", f"is a warm-start setting; --job {self.job} trains nothing")
         given = {name: getattr(self, name) for name in own if name in by_name and getattr(self, name) is not None}
         return cls(**given)
+
+
+def job_defaults_help() -> dict[str, str]:
+    """Each recipe flag's help with the defaults its jobs give it (the defaults live in the jobs' settings)."""
+    docs = field_help(RecipeJobSettings)
+    out = {}
+    for name in docs:
+        given = []
+        for job, (cls, _) in JOBS.items():
+            f = next((f for f in fields(cls) if f.name == name), None)
+            if f is not None and (value := default_of(f)) not in (MISSING, None, ()):
+                given.append((job, " ".join(map(str, value)) if isinstance(value, tuple) else str(value)))
+        if given and name not in COMMAND_FIELDS:
+            same = len({v for _, v in given}) == 1
+            out[name] = docs[name].rstrip(".") + (f" (default: {given[0][1]})" if same else
+                                                  " (default: " + ", ".join(f"{v} for {j}" for j, v in given) + ")")
+    return out
 
 
 @dataclass
