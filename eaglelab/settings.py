@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from typing import Any
 
 #: The drafts per cycle every command, job and notebook starts from (``k``; the verify checks ``k + 1`` tokens).
@@ -48,12 +49,26 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
 
 def field_help(cls: type) -> dict[str, str]:
     """Each field's entry in the class docstring's ``Attributes:`` section (``a, b: text`` documents both), the
-    entries of the classes it extends first (a subclass's own entry wins)."""
+    entries of the classes it extends first (a subclass's own entry wins); ``{NAME}`` reads the constant NAME of
+    the class's module, so a default named in a help text is the code's own."""
     entries: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if dataclasses.is_dataclass(klass):
-            entries |= _attributes(klass.__dict__.get("__doc__") or "")
+            names = vars(sys.modules[klass.__module__])
+            entries |= {k: _CONSTANT.sub(lambda m, g=names: _shown(g, m), v)
+                        for k, v in _attributes(klass.__dict__.get("__doc__") or "").items()}
     return entries
+
+
+#: ``{NAME}`` in a settings docstring: the value of the module's constant NAME (a default written once, as code).
+_CONSTANT = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
+
+
+def _shown(names: dict[str, Any], match: re.Match) -> str:
+    if match.group(1) not in names:
+        return match.group(0)
+    value = names[match.group(1)]
+    return ", ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
 def _attributes(doc: str) -> dict[str, str]:

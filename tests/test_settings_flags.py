@@ -121,3 +121,39 @@ def test_reading_any_docstring_for_help_never_fails(doc):
     cls = type("Any", (), {"__doc__": doc})
     entries = field_help(cls)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items())
+
+
+#: A default a help text names, written once as code (read by ``{DEFAULT_WIDTHS}`` in a docstring).
+DEFAULT_WIDTHS = (1, 8, 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    """Settings whose help names a module constant.
+
+    Attributes:
+        widths: how wide (None: {DEFAULT_WIDTHS}); {not_a_constant} and {MISSING_NAME} stay as written.
+    """
+
+    widths: tuple[int, ...] | None = option(None, min=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Extended(_Named):
+    """Settings that extend another's.
+
+    Attributes:
+        depth: how deep.
+    """
+
+    depth: int = option(2, min=1)
+
+
+def test_a_help_names_a_default_by_its_constant_and_a_subclass_keeps_its_bases_entries():
+    helps = field_help(_Extended)
+    assert helps["widths"] == "how wide (None: 1, 8, 64); {not_a_constant} and {MISSING_NAME} stay as written."
+    assert helps["depth"] == "how deep."
+    parser = OneLineParser(prog="t")
+    add_settings(parser, _Extended)
+    text = parser.format_help()
+    assert "(None: 1, 8, 64)" in text and "how deep" in text

@@ -59,10 +59,10 @@ class MachineSettings:
     Attributes:
         target_config: the target's config.json (or folder, hub id) for the serving-cost model (None: the founding
             case's Kimi-K2.5, assumed).
-        gpu: the GPU, or cpu: this machine as the workbook's engine runs it (None: the founding case's GPU, or
-            h100-sxm for a target config; the output says which).
-        gpus: GPUs of the tensor-parallel group (None: the founding case's 8, or the fewest that hold the config's
-            weights).
+        gpu: the GPU, or cpu: this machine as the workbook's engine runs it (None: the founding case's {FOUNDING_GPU},
+            or {DEFAULT_GPU} for a target config; the output says which).
+        gpus: GPUs of the tensor-parallel group (None: the founding case's {FOUNDING_GPUS}, or the fewest that hold the
+            config's weights).
         link: the interconnect, when not the GPU's usual one.
         link_gbps: the all-reduce bus bandwidth measured on your GPUs (nccl-tests busbw, GB/s).
         kv_dtype: the KV cache's dtype.
@@ -107,8 +107,8 @@ class LoadSettings(MachineSettings):
     """What the load question is asked of: the measurements, and the target and machine (:class:`MachineSettings`).
 
     Attributes:
-        concurrency: requests in flight to answer for: speedup, break-even τ and the best k at each (None: 1, 8, 64
-            and 128).
+        concurrency: requests in flight to answer for: speedup, break-even τ and the best k at each (None:
+            {DEFAULT_CONCURRENCY}).
         baseline_tps: plain decoding tok/s per request, measured at ``at_concurrency``.
         cycle_ms: the speculative cycle in ms (draft + verify + overhead), measured at ``at_concurrency``.
         accept_len: acceptance length τ of the drafter served now (bonus token included).
