@@ -233,8 +233,11 @@ def out_cases(draw, root: Path) -> fz.Case:
     invariant = _unchanged(folder, {k: v for k, v in before.items() if not (k.startswith("target/") and kind == "ours")
                                     and not k.startswith("drafter/") and not k.endswith(".eaglelab-output.json")
                                     and not (kind == "ours-plus-user" and k == "target/run.sh")})
-    return fz.Case("out", f"{command} --out {kind}{' --force' if force else ''}", argv, "any", folder,
-                   check_ok=invariant, check_error=invariant, kind=f"{kind}")
+    # run from the case's folder: a relative or empty --out that went astray lands there, not in the repository;
+    # an empty --out is no folder, and recipe and run refuse it (report reads it as its default, FIGURES/GAME_PLAN.md)
+    oracle = "invalid" if kind == "empty-string" and command in ("recipe", "run") else "any"
+    return fz.Case("out", f"{command} --out {kind}{' --force' if force else ''}", argv, oracle, folder,
+                   check_ok=invariant, check_error=invariant, kind=f"{kind}", main=in_folder(folder))
 
 
 # --------------------------------------------------------------------------- recipe
