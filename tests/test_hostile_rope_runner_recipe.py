@@ -79,7 +79,7 @@ def test_kimi_k2s_equal_betas_are_still_computed(tmp_path):
 
 def test_a_targets_rope_is_checked_where_it_is_read(tmp_path):
     """#37 item 8: the target's config is read by compare --target and by the model commands' preflight."""
-    from eaglelab.checkpoints.drafters.inspection import load_target_config
+    from eaglelab.checkpoints.targets.reading import load_target_config
 
     target = tmp_path / "target"
     target.mkdir()

@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import load_target_config
 from eaglelab.checkpoints.drafters.preflight import check_drafter, check_target_pair
 from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.targets.config import is_mla_target, target_layer_count
+from eaglelab.checkpoints.targets.reading import load_target_config
 from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, _local_drafter, as_script_words
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, flag_value, script_text, script_value
 from eaglelab.engines.template_names import chat_template_for

@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint, load_target_config, read_target_weights
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs, is_speculators_config
 from eaglelab.checkpoints.drafters.tensor_table import strip_prefix
 from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target
 from eaglelab.checkpoints.targets.config import is_mla_target, is_multimodal, target_layer_count
+from eaglelab.checkpoints.targets.reading import load_target_config, read_target_weights
 from eaglelab.engines.scripts import (
     Here,
     Step,

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.checkpoints.drafters.export import export_drafter
-from eaglelab.checkpoints.drafters.inspection import load_target_config
 from eaglelab.checkpoints.drafters.spec import is_mla_config, is_speculators_config
 from eaglelab.checkpoints.files.sources import load_checkpoint
+from eaglelab.checkpoints.targets.reading import load_target_config
 from eaglelab.engines.vllm_mla import CPU_MLA_BACKEND, mla_refusal, target_uses_mla, write_vllm_mla_drafter
 from eaglelab.errors import EngineError, ParameterError, require_whole
 from eaglelab.inputs import field_int, field_number, json_type, loads_json, one_line, read_bytes

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import load_target_config
+from eaglelab.checkpoints.targets.reading import load_target_config
 from eaglelab.engines.vllm import LoadRun, engine_status, measure_costs_in_engine, measure_load_in_engine
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.inputs import printable

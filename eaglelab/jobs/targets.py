@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint, load_target_config, read_target_weights
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.checkpoints.drafters.tensor_table import strip_prefix
 from eaglelab.checkpoints.files.sources import read_small_tensor
 from eaglelab.checkpoints.targets.compare import (
@@ -24,6 +24,7 @@ from eaglelab.checkpoints.targets.compare import (
     target_verdict,
 )
 from eaglelab.checkpoints.targets.config import Quantization, TargetWeights, quantization_of
+from eaglelab.checkpoints.targets.reading import load_target_config, read_target_weights
 from eaglelab.checkpoints.targets.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import quoted, renamed_fields

@@ -29,11 +29,11 @@ from eaglelab.checkpoints.drafters.tensor_table import (
 from eaglelab.checkpoints.drafters.variants import Family, cautions, drafter_family, refusals
 from eaglelab.checkpoints.drafters.verdicts import Verdict, drafter_verdict, drafter_vs_target, trainer_cautions
 from eaglelab.checkpoints.files.config_diff import ConfigDiff
-from eaglelab.checkpoints.files.hub import open_repo
-from eaglelab.checkpoints.files.sources import Checkpoint, is_hub_id, load_checkpoint, local_path, read_config, read_small_tensor
+from eaglelab.checkpoints.files.sources import Checkpoint, load_checkpoint, read_config, read_small_tensor
 from eaglelab.checkpoints.targets.config import TargetWeights, target_weights
+from eaglelab.checkpoints.targets.reading import load_target_config, modelopt_config, read_target_weights
 from eaglelab.errors import ConfigError, EaglelabError, SourceError
-from eaglelab.inputs import path_kind, printable, quoted, read_json_object
+from eaglelab.inputs import printable, quoted
 from eaglelab.outputs import table
 
 
@@ -196,14 +196,6 @@ def inspect_checkpoint(source: str, revision: str | None = None) -> Inspection:
     problems += vocab_map_problems(ck, spec)
     return Inspection(ck, spec, problems, family, refusals(ck.config, str(where)),
                       cautions(ck.config) + trainer_cautions(ck.config) + head_cautions(spec, ck.tensors))
-
-
-def modelopt_config(ck: Checkpoint) -> dict[str, Any] | None:
-    """NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local checkpoint's weights (None when absent)."""
-    if not ck.local or not ck.weight_files:
-        return None
-    path = Path(ck.weight_files[0]).parent / "hf_quant_config.json"
-    return read_json_object(path, SourceError) if path_kind(path, SourceError) is not None else None
 
 
 def vocab_map_problems(ck: Checkpoint, spec: DrafterSpec) -> list[str]:
@@ -387,53 +379,6 @@ def config_table(paths) -> list[dict[str, Any]]:
                      "params (M, no embedding)": round(expected_parameters(spec) / 1e6, 1),
                      "consistent": not problems, "problems": "; ".join(problems)})
     return rows
-
-
-def load_target_config(target: str, revision: str | None = None) -> dict[str, Any]:
-    """A target's config: a folder with config.json, a config.json path, or a hub id (its config.json only,
-    at ``revision``).
-
-    Raises:
-        ConfigError: no such target, or a config that is not strict JSON with typed fields.
-        HubError: the hub id cannot be read (offline, missing, no answer within the timeout).
-    """
-
-    p = local_path(target, ConfigError)
-    kind = path_kind(p, ConfigError)
-    if kind == "folder":
-        return read_config(p / "config.json")
-    if kind is not None:
-        return read_config(p)
-    if not is_hub_id(target):
-        raise ConfigError(target, "no such target folder, config file or hub id")
-    repo = open_repo(target, revision)
-    with repo.reading("cannot read config.json"):
-        config, _ = repo.read_config()
-    if config is None:
-        raise ConfigError(target, "the hub repository has no config.json")
-    return config
-
-
-def read_target_weights(target: str, revision: str | None = None,
-                        modelopt: dict[str, Any] | None = None) -> TargetWeights | None:
-    """A target's headers summarised (:class:`~eaglelab.checkpoints.targets.config.TargetWeights`), or None for a
-    bare ``config.json`` or a folder without weights.
-
-    Args:
-        target: a folder, shard index, weights file or hub id.
-        revision: hub revision.
-        modelopt: ``hf_quant_config.json`` when already read (a local one beside the weights is read here).
-
-    Raises:
-        SourceError, HeaderError, HubError: the headers cannot be read.
-    """
-    if not is_hub_id(target) and path_kind(local_path(target, ConfigError), ConfigError) == "file" and \
-            Path(target).suffix == ".json" and not target.endswith(".safetensors.index.json"):
-        return None  # a config.json: no headers to read
-    ck = load_checkpoint(target, revision, weights_optional=True)
-    if not ck.tensors:
-        return None
-    return target_weights(ck.tensors, ck.config, target, modelopt if modelopt is not None else modelopt_config(ck))
 
 
 def compare_checkpoints(a: str, b: str, target: str | None = None) -> Comparison:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from eaglelab.checkpoints.drafters.inspection import load_target_config, read_target_weights
 from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_config
 from eaglelab.checkpoints.drafters.tensor_table import check_tensors_against_spec
 from eaglelab.checkpoints.drafters.variants import Family, check_computed, drafter_family
 from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target
 from eaglelab.checkpoints.files.sources import is_hub_id, load_checkpoint
 from eaglelab.checkpoints.targets.config import target_field, target_layer_count, text_config
+from eaglelab.checkpoints.targets.reading import load_target_config, read_target_weights
 from eaglelab.errors import CheckpointMismatchError, ConfigError, ParameterError, UnsupportedDrafterError
 from eaglelab.inputs import printable
 
