@@ -54,7 +54,8 @@ def field_help(cls: type) -> dict[str, str]:
     entries: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if dataclasses.is_dataclass(klass):
-            names = vars(sys.modules[klass.__module__])
+            module = sys.modules.get(klass.__module__)
+            names = vars(module) if module is not None else {}
             entries |= {k: _CONSTANT.sub(lambda m, g=names: _shown(g, m), v)
                         for k, v in _attributes(klass.__dict__.get("__doc__") or "").items()}
     return entries

@@ -8,7 +8,7 @@ says up to which concurrency each option pays. Its :class:`PlanReport` prints an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from eaglelab.errors import ParameterError
@@ -111,6 +111,5 @@ def plan_options(settings: PlanSettings) -> PlanReport:
     """
     s = settings
     scenario = s.scenario()
-    machine = {f.name: getattr(s, f.name) for f in fields(MachineSettings)}
-    load, source = load_model_for(LoadSettings(**machine, k=scenario.k))
+    load, source = load_model_for(LoadSettings(**asdict(s.machine_settings()), k=scenario.k))
     return PlanReport(s, plan(scenario, s.budgets, load=load, load_source=source, name_lever=s.verify_model != "none"))
