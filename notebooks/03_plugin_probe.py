@@ -173,7 +173,6 @@ chain = pd.DataFrame({f"{name} chain": ev["chain"] for name, ev in (("A", result
 display(pd.DataFrame({"on A": result.eval_a["acc"], "on B": result.eval_b["acc"]},
                      index=[f"draft {i + 1}" for i in range(K)]).T.round(3))
 display(chain.round(3))
-bands = result.decision.bands
 print(f"verdict: {result.decision.label}; gain kept {result.decision.kept_text()} "
       "(resampling the probed sequences)")
 
