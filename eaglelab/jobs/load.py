@@ -222,8 +222,8 @@ class LoadReport:
         """What ``eaglelab perf --concurrency`` prints: the logs' groups, the model's table, its residuals, the crossover."""
         out = []
         if self.log_rows:
-            out += table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
-                           _tps(r.get("plain_throughput")), "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"]
+            out += table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", tps_cell(r["throughput"]),
+                           tps_cell(r.get("plain_throughput")), "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"]
                           for r in self.log_rows],
                          ["concurrency", "n (log)", "accept len", "tok/s", "plain tok/s", "measured"]).splitlines() + [""]
         if self.rows:
@@ -262,7 +262,8 @@ class LoadReport:
         return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
 
 
-def _tps(x) -> str:
+def tps_cell(x: float | None) -> str:
+    """A tok/s in a table cell: one decimal, ``-`` when not measured."""
     return "-" if x is None else f"{x:.1f}"
 
 

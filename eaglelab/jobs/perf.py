@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.errors import ParameterError
-from eaglelab.jobs.load import LoadReport, LoadSettings, speculation_under_load
+from eaglelab.jobs.load import LoadReport, LoadSettings, speculation_under_load, tps_cell
 from eaglelab.outputs import strict_json_text, table
 from eaglelab.serving.logs import ParsedLog, log_by_concurrency, parse_log
 from eaglelab.serving.perf import diagnose
@@ -91,10 +91,6 @@ class PerfReport:
         return _point_lines(self.point or {}, self.settings.baseline_tps)
 
 
-def _tps(x) -> str:
-    return "-" if x is None else f"{x:.1f}"
-
-
 def _log_lines(parsed: ParsedLog) -> list[str]:
     s = parsed.summary()
     out = [f"{parsed.path}: {s['n']} metrics lines, {parsed.skipped_lines} other lines skipped, "
@@ -102,8 +98,8 @@ def _log_lines(parsed: ParsedLog) -> list[str]:
            f"median accept length {s['median_accept_len']:.2f}, median throughput {s['median_throughput']}"]
     rows = log_by_concurrency(parsed)
     if rows:
-        return out + table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", _tps(r["throughput"]),
-                             _tps(r["throughput_per_request"])] for r in rows],
+        return out + table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", tps_cell(r["throughput"]),
+                             tps_cell(r["throughput_per_request"])] for r in rows],
                            ["concurrency", "n", "accept len", "tok/s (all)", "tok/s per request"]).splitlines()
     return out + table([[g["source"], g["n"], f"{g['median_accept_len']:.2f}", g["median_throughput"]]
                         for g in s["by_source"]], ["source", "n", "accept len", "tok/s"]).splitlines()
