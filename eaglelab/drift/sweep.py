@@ -192,7 +192,7 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     base_key = {"models": files_key(old_target, new_target, old_drafter), "settings": asdict(settings), "version": RECORD_VERSION}
     paths = {p: cache / f"{p.family}-{p.magnitude:g}-{p.group}-{_digest([base_key, p.to_json()])}.json" for p in points}
     t0 = time.perf_counter()
-    records: dict[DriftPoint, dict] = {p: r for p in points if (r := _cached(paths[p])) is not None}
+    records: dict[DriftPoint, SweepRecord] = {p: r for p in points if (r := _cached(paths[p])) is not None}
     todo = [p for p in points if p not in records]
     if todo:
         model_a, tok = load_target(old_target)
@@ -226,23 +226,20 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
                 work.load_state_dict({k: state_a[k] for k in changed}, strict=False)  # back to A
             rec["data"] = data.source.description
             write_json_atomic(paths[p], rec)
-            records[p] = rec
+            records[p] = SweepRecord.from_json(rec)
         del model_a, work, state_b, reference
     extra = [_pair_record(*pair, settings, cache)] if pair is not None else []
-    return SweepResult([SweepRecord.from_json(records[p]) for p in points], [SweepRecord.from_json(r) for r in extra],
-                       asdict(settings), time.perf_counter() - t0, len(todo))
+    return SweepResult([records[p] for p in points], extra, asdict(settings), time.perf_counter() - t0, len(todo))
 
 
-def _cached(path: Path) -> dict | None:
+def _cached(path: Path) -> SweepRecord | None:
     """A cached record, or None when there is none or it cannot be read as one (it is then recomputed and replaced)."""
     try:
         if path_kind(path, ConfigError) != "file":
             return None
-        rec = read_json_object(path, ConfigError, allow_nan=True)  # a rate no cycle reached is NaN
-        SweepRecord.from_json(rec)
+        return SweepRecord.from_json(read_json_object(path, ConfigError, allow_nan=True))  # NaN: a rate no cycle reached
     except (ConfigError, KeyError, TypeError, ValueError, AttributeError):
         return None
-    return rec
 
 
 def _continued_training(model, tok, settings: SweepSettings, steps: list[float]):
@@ -256,7 +253,7 @@ def _continued_training(model, tok, settings: SweepSettings, steps: list[float])
     return lora
 
 
-def _pair_record(old_target, new_target, old_drafter, settings: SweepSettings, cache: Path) -> dict:
+def _pair_record(old_target, new_target, old_drafter, settings: SweepSettings, cache: Path) -> SweepRecord:
     """Another pair (its A, its B, its own drafter) as one point of family ``pair``."""
 
     world = world_of(old_target)
@@ -274,4 +271,4 @@ def _pair_record(old_target, new_target, old_drafter, settings: SweepSettings, c
                         measure_prompts(tok, settings.measure_prompts, world))
     rec["data"] = data.source.description
     write_json_atomic(path, rec)
-    return rec
+    return SweepRecord.from_json(rec)
