@@ -76,8 +76,7 @@ points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DE
 settings = SweepSettings(sequences=SEQUENCES, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS)  # the parameters first: a bad one is one line, before any world
 if SMOKE:
-    settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
-                             lora_seq_len=64, lora_rows=128)
+    settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16, lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
 # nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
 demo = notebook_case("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})

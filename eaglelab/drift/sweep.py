@@ -40,12 +40,12 @@ RECORD_VERSION = 3
 #: the demo sweep: A, then >= 5 magnitudes of each family; real speculative decoding at the marked points
 DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)),
                DriftPoint("quant", 8), *(DriftPoint("quant", b, g) for b, g in ((4, 128), (4, 32), (3, 128), (3, 32), (2, 32))),
-               *(DriftPoint("train", s) for s in (10, 20, 40, 80, 160)))
+               *(DriftPoint("train", s) for s in (5, 10, 20, 40, 80)))
 DEMO_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 4, 32),
-                 DriftPoint("quant", 3, 32), DriftPoint("train", 40), DriftPoint("train", 160))
+                 DriftPoint("quant", 3, 32), DriftPoint("train", 20), DriftPoint("train", 80))
 SMOKE_POINTS = (ZERO, DriftPoint("path", 0.5), DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 8),
-                DriftPoint("quant", 4, 32), DriftPoint("quant", 2, 32), DriftPoint("train", 10), DriftPoint("train", 40))
-SMOKE_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("quant", 2, 32), DriftPoint("train", 40))
+                DriftPoint("quant", 4, 32), DriftPoint("quant", 2, 32), DriftPoint("train", 5), DriftPoint("train", 20))
+SMOKE_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("quant", 2, 32), DriftPoint("train", 20))
 
 
 @dataclass
@@ -72,9 +72,9 @@ class SweepSettings:
     measure_prompts: int = 6
     measure_tokens: int = 48
     lora_rank: int = 16
-    lora_lr: float = 1e-3
+    lora_lr: float = 2e-3
     lora_batch: int = 4
-    lora_seq_len: int = 128
+    lora_seq_len: int = 64
     lora_rows: int = 256
     seed: int = 1
 

@@ -50,7 +50,7 @@ DEMO_PARAMS = {
     "prompts_train": 320,
     "prompts_held_out": 32,
     "response_tokens": 96,
-    "gen_batch": 32,
+    "gen_batch": 128,  # a decode step of 128 rows costs about what one of 32 does on a CPU
     # drafters: trained on their target's replies (prompt cropped to its last tokens)
     "draft_vocab_size": 4096,
     "loss_convention": "specforge",  # the drafters' TTT loss (eaglelab.train.ttt)
