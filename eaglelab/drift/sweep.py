@@ -37,12 +37,12 @@ from eaglelab.settings import DEFAULT_K
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
 RECORD_VERSION = 3
 
-#: the demo sweep: A, then >= 5 magnitudes of each family; real speculative decoding at the marked points
-DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0)),
-               DriftPoint("quant", 8), *(DriftPoint("quant", b, g) for b, g in ((4, 128), (4, 32), (3, 128), (3, 32), (2, 32))),
-               *(DriftPoint("train", s) for s in (5, 10, 20, 40, 80)))
-DEMO_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 4, 32),
-                 DriftPoint("quant", 3, 32), DriftPoint("train", 20), DriftPoint("train", 80))
+#: the demo sweep: A, then 4-5 magnitudes of each family, from barely moved to broken; real speculative decoding
+#: at one far point of each family (B itself, α = 1, is measured by notebook 03)
+DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.5, 1.0, 2.0, 3.0)),
+               DriftPoint("quant", 8), *(DriftPoint("quant", b, g) for b, g in ((4, 128), (4, 32), (3, 32), (2, 32))),
+               *(DriftPoint("train", s) for s in (10, 20, 40, 80)))
+DEMO_MEASURED = (ZERO, DriftPoint("path", 2.0), DriftPoint("quant", 3, 32), DriftPoint("train", 80))
 SMOKE_POINTS = (ZERO, DriftPoint("path", 0.5), DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 8),
                 DriftPoint("quant", 4, 32), DriftPoint("quant", 2, 32), DriftPoint("train", 5), DriftPoint("train", 20))
 SMOKE_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("quant", 2, 32), DriftPoint("train", 20))
@@ -64,12 +64,12 @@ class SweepSettings:
         seed: of the LoRA.
     """
 
-    sequences: int = 32
+    sequences: int = 24
     seq_len: int = 64
     k: int = DEFAULT_K
     batch_size: int = 8
     top_k: int = 20
-    measure_prompts: int = 6
+    measure_prompts: int = 4
     measure_tokens: int = 48
     lora_rank: int = 16
     lora_lr: float = 2e-3

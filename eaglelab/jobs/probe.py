@@ -68,7 +68,7 @@ class ProbeSettings:
     seq_len: int = option(64, min=1)
     k: int = option(DEFAULT_K, min=1, old=("--steps",))
     batch_size: int = option(8, min=1)
-    measure_prompts: int = option(6, min=0)
+    measure_prompts: int = option(4, min=0)
     measure_tokens: int = option(48, min=1)
     dtype: str = option("float32", choices=DTYPES)
     device: str | None = None
