@@ -17,6 +17,8 @@ from typing import Any
 
 #: The drafts per cycle every command, job and notebook starts from (``k``; the verify checks ``k + 1`` tokens).
 DEFAULT_K = 3
+#: prompts decoded for real wherever a τ is also measured (the probe, the sweep, the fine-tune): CPU timing, not a fit
+DEFAULT_MEASURE_PROMPTS = 4
 
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,

@@ -32,7 +32,7 @@ from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.lora import LoRASnapshots, projection_weights
 from eaglelab.model.targets import Target, load_target
 from eaglelab.progress import progress as bar
-from eaglelab.settings import DEFAULT_K
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
 RECORD_VERSION = 3
@@ -69,7 +69,7 @@ class SweepSettings:
     k: int = DEFAULT_K
     batch_size: int = 8
     top_k: int = 20
-    measure_prompts: int = 4
+    measure_prompts: int = DEFAULT_MEASURE_PROMPTS
     measure_tokens: int = 48
     lora_rank: int = 16
     lora_lr: float = 2e-3

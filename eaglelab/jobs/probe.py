@@ -19,7 +19,7 @@ from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import DEFAULT_K, option
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, option
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -68,7 +68,7 @@ class ProbeSettings:
     seq_len: int = option(64, min=1)
     k: int = option(DEFAULT_K, min=1, old=("--steps",))
     batch_size: int = option(8, min=1)
-    measure_prompts: int = option(4, min=0)
+    measure_prompts: int = option(DEFAULT_MEASURE_PROMPTS, min=0)
     measure_tokens: int = option(48, min=1)
     dtype: str = option("float32", choices=DTYPES)
     device: str | None = None
