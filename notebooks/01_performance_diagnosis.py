@@ -48,8 +48,8 @@ GOAL_TPS = 150.0  # the throughput wanted, tok/s (one number, as in notebook 04)
 CHART_GOALS_TPS = [100, 150, 200]  # further goals the charts mark and the requirement table answers
 MEASURED_VERIFY_MS = 30.0
 LOG_FILES = ["../data/logs/sglang_kimi_k25_sample.log", "../data/logs/vllm_sample.log"]
-CLOSED_LOOP_PROMPTS = 8
-CLOSED_LOOP_TOKENS = 64
+MEASURE_PROMPTS = 4  # the closed loop: prompts decoded plain and speculatively (as notebooks 03-05 measure)
+MEASURE_TOKENS = 48  # tokens generated per prompt and run
 MODEL_TOLERANCE = 0.10  # the performance model counts as confirmed within this relative error of the measurement
 # the decision table (section 6): what it takes to reach GOAL_TPS
 SAMPLES = 37_000  # samples of the new target's data your served drafter was trained on
@@ -90,7 +90,7 @@ from eaglelab.workbook.report import bullets_from_markdown, save_findings
 
 plots.use_style()
 if SMOKE:
-    CLOSED_LOOP_PROMPTS, CLOSED_LOOP_TOKENS = 3, 24
+    MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
     LOAD_BATCHES, LOAD_TOKENS = [1, 2, 4], 16
 figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
 scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
@@ -220,12 +220,12 @@ if fit.loads:
     model_a, tokenizer = load_target(OLD_TARGET, device="cpu")
     drafter_a = load_drafter(OLD_DRAFTER)
     target_a = Target.for_drafter(model_a, drafter_a.spec)
-    prompt_ids = measure_prompts(tokenizer, CLOSED_LOOP_PROMPTS, world_of(OLD_TARGET))
-    loop = benchmark_speculation(target_a, drafter_a, prompt_ids, CLOSED_LOOP_TOKENS, k=K)
+    prompt_ids = measure_prompts(tokenizer, MEASURE_PROMPTS, world_of(OLD_TARGET))
+    loop = benchmark_speculation(target_a, drafter_a, prompt_ids, MEASURE_TOKENS, k=K)
     fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"],
                                  [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
                                  [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
-    plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": CLOSED_LOOP_PROMPTS, "target": OLD_TARGET})
+    plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": MEASURE_PROMPTS, "target": OLD_TARGET})
     display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
     if not loop["timing_ok"]:
         display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))

@@ -133,6 +133,12 @@ def test_a_sweep_computes_a_side_once_and_gets_the_same_numbers(tiny_world):
         shared = measure_drift(a, moved, drafter, data.ids, data.counted, k=3, batch_size=4, reference=reference)
         assert json.dumps(shared.to_json(), sort_keys=True) == json.dumps(fresh.to_json(), sort_keys=True)
         assert 0 < shared.tv and shared.agreement < 1
+    # B' = A given as A itself (a sweep's zero point): no second forward, the numbers a second copy of A gives
+    again, _ = load_target(tiny_world.target_a, device="cpu")
+    copy = measure_drift(a, again, drafter, data.ids, data.counted, k=3, batch_size=4, reference=reference)
+    itself = measure_drift(a, a, drafter, data.ids, data.counted, k=3, batch_size=4, reference=reference)
+    assert json.dumps(itself.to_json(), sort_keys=True) == json.dumps(copy.to_json(), sort_keys=True)
+    assert itself.agreement == 1.0 and itself.tv == 0.0 and itself.on_b == itself.on_a
     other_k = measure_drift(a, b, drafter, data.ids, data.counted, k=2, batch_size=4, reference=reference)
     assert len(other_k.on_a["chain"]) == 2  # a reference of other settings is not used
     fewer = measure_drift(a, b, drafter, data.ids[:8], data.counted[:8], k=3, batch_size=4, reference=reference)
@@ -458,7 +464,7 @@ def test_sweep_measures_each_point_once_and_reuses_its_cache(tiny_world, tmp_pat
     assert by["A itself"].weight_distance == 0 and by["A itself"].measures["agreement"] == 1.0
     assert 0 < by["2 steps"].weight_distance < by["4 steps"].weight_distance
     m = by["α = 1"].measured
-    assert m.matches_greedy and all(1 <= x <= 4 for x in (m.accept_len, m.tf_own_text, m.walk_own_text))
+    assert m.prompts == 1 and m.cycles and all(1 <= x <= 4 for x in (m.accept_len, m.tf_own_text, m.walk_own_text))
     assert all(r.measured is None for r in first.records if r.label != "α = 1")
     assert first.at("path", 1.0) is by["α = 1"] and first.on_a == by["A itself"].on_a
     again = run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, points, measured, s, tmp_path,

@@ -40,8 +40,7 @@ def table_rows(records: Sequence[SweepRecord]) -> list[dict]:
         m = r.measured
         rows.append({"family": r.family, "point": r.label, "weight_dist": r.weight_distance, **r.measures,
                      "tau_on_a": r.on_a.accept_len, "tau_tf": r.on_b.accept_len, "tau_tf_walk": r.on_b.walk_accept_len,
-                     "tau_measured": m and m.accept_len, "tau_walk_own_text": m and m.walk_own_text,
-                     "speedup": m and m.speedup})
+                     "tau_measured": m and m.accept_len, "tau_walk_own_text": m and m.walk_own_text})
     return rows
 
 

@@ -82,14 +82,20 @@ def tv_top_k(logp: torch.Tensor, logq: torch.Tensor, text: torch.Tensor, k: int)
     Returns:
         [N] per-position values.
     """
-    def returned(logx):
-        seen = torch.zeros_like(logx, dtype=torch.bool)
-        seen.scatter_(1, logx.topk(k, dim=-1).indices, True)
-        seen.scatter_(1, text[:, None], True)
-        return seen
+    return _tv_seen(logp.exp(), logq.exp(), _returned(logp, text, k) & _returned(logq, text, k))
 
-    common = returned(logp) & returned(logq)
-    p, q = logp.exp() * common, logq.exp() * common
+
+def _returned(logx: torch.Tensor, text: torch.Tensor, k: int) -> torch.Tensor:
+    """[N, V] bool: the tokens an engine returns at each position (its top k and the text's next token)."""
+    seen = torch.zeros_like(logx, dtype=torch.bool)
+    seen.scatter_(1, logx.topk(k, dim=-1).indices, True)
+    seen.scatter_(1, text[:, None], True)
+    return seen
+
+
+def _tv_seen(p: torch.Tensor, q: torch.Tensor, common: torch.Tensor) -> torch.Tensor:
+    """[N] :func:`tv_top_k` from the two distributions themselves and the tokens both engines returned."""
+    p, q = p * common, q * common
     return 0.5 * ((p - q).abs().sum(-1) + (p.sum(-1) - q.sum(-1)).abs())
 
 
@@ -224,10 +230,14 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
         top_k: logprobs per position an engine would return (for ``tv_topk``).
         reference: A's side (:func:`reference_pass` on the same sequences), computed here when not given;
             a sweep passes the one it computed for its first point.
+
+    ``model_b`` given as ``model_a`` itself (a sweep's zero point) runs no second forward and no second drafter
+    evaluation: B''s side is the reference's, as a second identical forward would give it.
     """
 
     if reference is None or not reference.fits(sequences, counted, k, batch_size):
         reference = reference_pass(model_a, drafter, sequences, counted, k, batch_size)
+    same = model_b is model_a
     tb = Target.for_drafter(model_b, drafter.spec)
     sim = SimilarityAccumulator(layer_labels(tb.aux_layer_outputs))
     tally_b, cond, walk_b = AcceptanceTally(k), _ChainCounter(k), CycleWalk()
@@ -237,19 +247,22 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
         for i, ref in bar(zip(starts, reference.batches), total=len(starts), desc="drift point", disable=not progress,
                           leave=False):
             ids, mask = sequences[i: i + batch_size], counted[i: i + batch_size].bool()
-            sb, lb = capture_batch(tb, ids, mask)
-            greedy_b = lb.argmax(-1)
+            if same:
+                sb, greedy_b, logq = ref.states, ref.greedy, ref.logp
+            else:
+                sb, lb = capture_batch(tb, ids, mask)
+                greedy_b, logq = lb.argmax(-1), torch.log_softmax(lb[mask.to(lb.device)].float(), -1)
             update_similarity(sim, ref.states, sb, argmax_a=ref.greedy, argmax_b=greedy_b)
-            m = mask.to(lb.device)
-            logp, logq = ref.logp, torch.log_softmax(lb[m].float(), -1)
-            tv += float(0.5 * (logp.exp() - logq.exp()).abs().sum())
-            kl += float((logp.exp() * (logp - logq)).sum())
-            text = shift_mask(ids, 1).to(m.device)[m]  # the text's next token (where it has one)
-            tv_k += float(tv_top_k(logp, logq, text, top_k).sum())
-            with drafter.serving_target(model_b):
-                out_b = evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=lb)
+            logp = ref.logp
+            p, q = logp.exp(), logq.exp()  # once each: TV, KL and the engines' TV read the same
+            tv += float(0.5 * (p - q).abs().sum())
+            kl += float((p * (logp - logq)).sum())
+            text = shift_mask(ids, 1).to(logp.device)[mask.to(logp.device)]  # the text's next token (where it has one)
+            tv_k += float(_tv_seen(p, q, _returned(logp, text, top_k) & _returned(logq, text, top_k)).sum())
+            if not same:
+                with drafter.serving_target(model_b):
+                    walk_b.add(evaluate_batch(drafter, sb, model_b.lm_head, k, tally_b, t_logits=lb).chain_hits, mask)
             cond.add(ref.chain_hits, (ref.greedy == greedy_b), ref.counted)
-            walk_b.add(out_b.chain_hits, mask)
     finally:
         tb.close()
     res = sim.result()
@@ -257,8 +270,9 @@ def measure_drift(model_a, model_b, drafter: Eagle3Drafter, sequences: torch.Ten
     layers = {("last" if layer.layer == "last" else layer.layer.split(" ")[0]):
               {"cosine": layer.cosine_mean, "rel_l2": layer.rel_l2, "cka": layer.cka} for layer in res["layers"]}
     # per sequence, for the bootstrap band of the predictors' held-out errors
-    on_b = {**{key: tally_b.result()[key] for key in _TALLY_KEYS}, "walk_accept_len": walk_b.value(),
-            "seq_hits": tally_b.seq_hits, "seq_counted": tally_b.seq_counted}
+    on_b = dict(reference.on_a) if same else {
+        **{key: tally_b.result()[key] for key in _TALLY_KEYS}, "walk_accept_len": walk_b.value(),
+        "seq_hits": tally_b.seq_hits, "seq_counted": tally_b.seq_counted}
     return DriftMeasures(layers, res["argmax_agreement"], tv / n, kl / n, tv_k / n, res["tokens"], dict(reference.on_a),
                          on_b, cond.result())
 

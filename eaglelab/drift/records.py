@@ -57,10 +57,6 @@ class MeasuredDecoding:
     """Real speculative decoding of the old drafter on B' (:func:`eaglelab.drift.sweep.measured_decoding`)."""
 
     accept_len: float
-    speedup: float | None = None
-    tokens_per_s: float | None = None
-    greedy_tokens_per_s: float | None = None
-    matches_greedy: bool | None = None
     position_acceptance: list[float] | None = None
     prompts: int | None = None
     cycles: int | None = None

@@ -27,7 +27,7 @@ from eaglelab.drift.measures import measure_drift, reference_pass, teacher_force
 from eaglelab.drift.records import DrafterOn, SweepRecord
 from eaglelab.errors import ConfigError
 from eaglelab.inputs import path_kind, read_json_object
-from eaglelab.model.decoding import benchmark_speculation
+from eaglelab.model.decoding import measure_acceptance
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.lora import LoRASnapshots, projection_weights
 from eaglelab.model.targets import Target, load_target
@@ -35,7 +35,7 @@ from eaglelab.progress import progress as bar
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 
 #: the demo sweep: A, then 4-5 magnitudes of each family, from barely moved to broken; real speculative decoding
 #: at one far point of each family (B itself, α = 1, is measured by notebook 03)
@@ -131,7 +131,10 @@ def default_cache() -> Path:
 
 
 def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
-    """Real speculative decoding of the old drafter on ``model`` (its embedding served, as SGLang does).
+    """Real speculative decoding of the old drafter on ``model`` (its embedding served, as SGLang does): τ only.
+
+    The sweep fits τ, so it decodes speculatively alone (:func:`eaglelab.model.decoding.measure_acceptance`), with no
+    plain-decoding baseline to time against: notebooks 01, 03 and 04 time speculation on A and B.
 
     Also the drafter teacher forced on exactly the text that decoding produced (``tf_own_text``, and
     replayed cycle by cycle, ``walk_own_text``): next to the teacher-forced τ on A's replies, it
@@ -141,12 +144,10 @@ def measured_decoding(model, drafter, prompts, settings: SweepSettings) -> dict:
     target = Target.for_drafter(model, drafter.spec)
     try:
         with drafter.serving_target(model):
-            res = benchmark_speculation(target, drafter, prompts, settings.measure_tokens, k=settings.k,
-                                       keep_outputs=True)
+            res = measure_acceptance(target, drafter, prompts, settings.measure_tokens, k=settings.k)
     finally:
         target.close()
-    keep = ("accept_len", "speedup", "tokens_per_s", "greedy_tokens_per_s", "matches_greedy", "position_acceptance",
-            "prompts", "cycles")
+    keep = ("accept_len", "position_acceptance", "prompts", "cycles")
     ids, counted, _ = response_rows(Responses([list(p) for p in prompts], res["outputs"]))
     own = teacher_forced(model, drafter, ids, counted, settings.k, settings.batch_size)
     return {**{k: res[k] for k in keep}, "tf_own_text": own["accept_len"], "walk_own_text": own["walk_accept_len"]}
@@ -220,7 +221,7 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
                 changed = {}
             with torch.no_grad():
                 work.load_state_dict(changed, strict=False)
-            rec = measure_point(model_a, work, drafter, data, settings, p.to_json(),
+            rec = measure_point(model_a, work if changed else model_a, drafter, data, settings, p.to_json(),
                                 fam.weight_distance(state_a, changed), prompts if p in measured else None, reference)
             with torch.no_grad():
                 work.load_state_dict({k: state_a[k] for k in changed}, strict=False)  # back to A

@@ -269,6 +269,28 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
             for name, runs_ in spec_runs.items()}
 
 
+def measure_acceptance(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
+                       k: int = DEFAULT_K, cpu_kernels: bool | None = None, progress: bool = False) -> dict:
+    """τ of real speculative decoding alone: no plain-decoding baseline, no warm-up, no timing.
+
+    For a measurement that wants the acceptance and not the speed (a drift sweep's measured points): the
+    same cycles, and so the same ``accept_len`` and ``position_acceptance``, as :func:`benchmark_speculation`
+    on the same prompts, in about half its time.
+
+    Returns:
+        ``k``, ``prompts``, ``cycles``, ``accept_len``, ``position_acceptance`` and ``outputs`` (the generated
+        ids per prompt, plain greedy decoding's text: :func:`speculative_decode`).
+    """
+    if cpu_kernels is None:
+        cpu_kernels = target.device.type == "cpu"
+    with small_batch_kernels(target.model, enabled=cpu_kernels):  # the verify as the benchmark runs it
+        runs = [speculative_decode(target, drafter, ids, max_new_tokens, k)
+                for ids in bar(prompts, desc="speculative decoding", disable=not progress)]
+    merged = DecodeResult([], 0.0, 0.0, [c for r in runs for c in r.cycles], k)
+    return {"k": k, "prompts": len(prompts), "cycles": len(merged.cycles), "accept_len": merged.accept_len,
+            "position_acceptance": merged.position_acceptance(), "outputs": [r.tokens for r in runs]}
+
+
 def _tps(runs: list[DecodeResult]) -> float:
     return sum(len(r.tokens) - 1 for r in runs) / max(sum(r.seconds for r in runs), 1e-12)
 
