@@ -17,8 +17,10 @@ from typing import Any
 
 #: The drafts per cycle every command, job and notebook starts from (``k``; the verify checks ``k + 1`` tokens).
 DEFAULT_K = 3
-#: prompts decoded for real wherever a τ is also measured (the probe, the sweep, the fine-tune): CPU timing, not a fit
+#: prompts decoded for real wherever a τ is also measured (notebook 01's closed loop, the probe, the sweep, the
+#: fine-tune), and the tokens generated for each: CPU timing, not a fit
 DEFAULT_MEASURE_PROMPTS = 4
+DEFAULT_MEASURE_TOKENS = 48
 
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,

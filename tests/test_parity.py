@@ -32,7 +32,14 @@ from eaglelab.jobs.speculate import SpeculateSettings
 from eaglelab.jobs.targets import TargetCompareSettings
 from eaglelab.jobs.train_run import TrainRunSettings
 from eaglelab.planning.decision_table import FOUNDING_CASE
-from eaglelab.settings import default_of, field_help, flag_name, settings_fields
+from eaglelab.settings import (
+    DEFAULT_MEASURE_PROMPTS,
+    DEFAULT_MEASURE_TOKENS,
+    default_of,
+    field_help,
+    flag_name,
+    settings_fields,
+)
 from eaglelab.train.training import read_metrics
 from eaglelab.workbook.commands import ReportSettings, RunSettings
 from eaglelab.workbook.runner import notebook_parameters
@@ -67,6 +74,8 @@ def test_every_notebook_parameter_default_is_its_settings_default():
     first = notebook_parameters(REPO / "notebooks" / "01_performance_diagnosis.ipynb")
     names: dict[str, str] = {}
     assert {"BASELINE_TPS", "CYCLE_MS", "ACCEPT_LEN", "GOAL_TPS", "SAMPLES", "K"} <= set(first)
+    # the closed loop decodes as many prompts and tokens as the probe, the fine-tune and the sweep measure
+    assert (first["MEASURE_PROMPTS"], first["MEASURE_TOKENS"]) == (DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS)
     for field_name, value in FOUNDING_CASE.items():
         name = names.get(field_name, field_name.upper())
         if name not in first:  # an assumption the notebook does not expose

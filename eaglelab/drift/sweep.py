@@ -32,7 +32,7 @@ from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.lora import LoRASnapshots, projection_weights
 from eaglelab.model.targets import Target, load_target
 from eaglelab.progress import progress as bar
-from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS
 
 #: bumped whenever a record's contents change: older cached records are then recomputed, never mixed in
 RECORD_VERSION = 4
@@ -70,7 +70,7 @@ class SweepSettings:
     batch_size: int = 8
     top_k: int = 20
     measure_prompts: int = DEFAULT_MEASURE_PROMPTS
-    measure_tokens: int = 48
+    measure_tokens: int = DEFAULT_MEASURE_TOKENS
     lora_rank: int = 16
     lora_lr: float = 2e-3
     lora_batch: int = 4

@@ -22,7 +22,7 @@ from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_rec
 from eaglelab.errors import ParameterError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, option
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
@@ -83,7 +83,7 @@ class FinetuneSettings:
     seed: int = option(0, min=0)
     draft_vocab_size: int | None = option(None, min=1, flag="draft-vocab")
     measure_prompts: int = option(DEFAULT_MEASURE_PROMPTS, min=0)
-    measure_tokens: int = option(48, min=1)
+    measure_tokens: int = option(DEFAULT_MEASURE_TOKENS, min=1)
     dtype: str = option("float32", choices=DTYPES)
     device: str | None = None
     trust_remote_code: bool = False

@@ -19,7 +19,7 @@ from eaglelab.errors import ParameterError, SourceError, require_whole
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, option
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, option
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -69,7 +69,7 @@ class ProbeSettings:
     k: int = option(DEFAULT_K, min=1, old=("--steps",))
     batch_size: int = option(8, min=1)
     measure_prompts: int = option(DEFAULT_MEASURE_PROMPTS, min=0)
-    measure_tokens: int = option(48, min=1)
+    measure_tokens: int = option(DEFAULT_MEASURE_TOKENS, min=1)
     dtype: str = option("float32", choices=DTYPES)
     device: str | None = None
     device_map: str | None = option(None, choices=("auto",))
