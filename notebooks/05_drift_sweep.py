@@ -21,7 +21,7 @@
 # engines already return, without capturing hidden states or running the drafter on the new target?
 #
 # **Inputs.** Target A, the target B it moved to and the drafter trained on A (default: the demo
-# world's). From them, three controlled drift families, each at five magnitudes or more plus A
+# world's). From them, three controlled drift families, each at four or five magnitudes plus A
 # itself: the weight path `A + α (B - A)`, A quantized (int8 per channel to int2 in groups of 32),
 # and A continued-trained with a LoRA on another domain than B's. A second, different pair (the tiny
 # world's own A → B with its own drafter) tests the predictors on another model.
@@ -43,7 +43,7 @@ OLD_DRAFTER = None  # None: the world's drafter-a (trained on A)
 PAIR_WORLD = "tiny"  # another world whose own A → B pair tests the predictors on a different model; None: skip
 CACHE_DIR = None  # None: data/worlds/cache/drift (each point's record, reused by reruns)
 RUNS_DIR = "../data/runs/05"  # the engine-layout JSONL files of section 4
-SEQUENCES = 24  # held-out conversations teacher forced at every point (notebook 03 probes as many)
+SEQUENCES = 16  # held-out conversations teacher forced at every point (the first 16 of the 24 notebook 03 probes)
 K = 3  # drafts per cycle
 MEASURE_PROMPTS = 4  # real speculative decoding at the measured points
 MEASURE_TOKENS = 48

@@ -38,11 +38,12 @@ from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASUR
 RECORD_VERSION = 4
 
 #: the demo sweep: A, then 4-5 magnitudes of each family, from barely moved to broken; real speculative decoding
-#: at one far point of each family (B itself, α = 1, is measured by notebook 03)
+#: at one far point of each family (B itself, α = 1, is measured by notebook 03). The ``train`` family's LoRA runs
+#: 40 steps at a constant learning rate, so each snapshot is the one a longer run takes at the same step
 DEMO_POINTS = (ZERO, *(DriftPoint("path", a) for a in (0.5, 1.0, 2.0, 3.0)),
                DriftPoint("quant", 8), *(DriftPoint("quant", b, g) for b, g in ((4, 128), (4, 32), (3, 32), (2, 32))),
-               *(DriftPoint("train", s) for s in (10, 20, 40, 80)))
-DEMO_MEASURED = (ZERO, DriftPoint("path", 2.0), DriftPoint("quant", 3, 32), DriftPoint("train", 80))
+               *(DriftPoint("train", s) for s in (10, 20, 30, 40)))
+DEMO_MEASURED = (ZERO, DriftPoint("path", 2.0), DriftPoint("quant", 3, 32), DriftPoint("train", 40))
 SMOKE_POINTS = (ZERO, DriftPoint("path", 0.5), DriftPoint("path", 1.0), DriftPoint("path", 2.0), DriftPoint("quant", 8),
                 DriftPoint("quant", 4, 32), DriftPoint("quant", 2, 32), DriftPoint("train", 5), DriftPoint("train", 20))
 SMOKE_MEASURED = (ZERO, DriftPoint("path", 1.0), DriftPoint("quant", 2, 32), DriftPoint("train", 20))
@@ -64,7 +65,7 @@ class SweepSettings:
         seed: of the LoRA.
     """
 
-    sequences: int = 24
+    sequences: int = 16
     seq_len: int = 64
     k: int = DEFAULT_K
     batch_size: int = 8
