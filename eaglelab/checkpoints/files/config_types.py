@@ -39,11 +39,12 @@ FIELD_TYPES: dict[str, str] = {
     **dict.fromkeys(("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
                      "vocab_size", "draft_vocab_size", "target_hidden_size", "num_hidden_layers",
                      "max_position_embeddings", "original_max_position_embeddings",
-                     # multi-head latent attention and mixture of experts (DeepSeek-V3, Kimi)
+                     # multi-head latent attention and mixture of experts (DeepSeek-V3, Kimi; Qwen-MoE; Mixtral)
                      "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                     "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "num_experts"), SIZE),
-    **dict.fromkeys(("first_k_dense_replace", "n_shared_experts"), COUNT),
-    "eagle_aux_hidden_state_layer_ids": LAYER_IDS,
+                     "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "num_experts",
+                     "num_local_experts", "moe_layer_freq", "decoder_sparse_step"), SIZE),
+    **dict.fromkeys(("first_k_dense_replace", "n_shared_experts", "shared_expert_intermediate_size"), COUNT),
+    **dict.fromkeys(("eagle_aux_hidden_state_layer_ids", "mlp_only_layers"), LAYER_IDS),
     **dict.fromkeys(("rope_theta", "factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"),
                     POSITIVE),
     **dict.fromkeys(("mscale", "mscale_all_dim"), NON_NEGATIVE),
@@ -72,18 +73,44 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
+#: The largest layer count (and layer id) a config may claim: a hundred times the deepest published model (Llama 3.1
+#: 405B: 126 layers). Everything that walks a model's layers walks at most this many.
+MAX_LAYERS = 100_000
+#: The largest count of experts or heads: published models route to at most 384 experts (Kimi-K2) and 128 heads.
+MAX_UNITS = 1 << 20
+#: The largest width (hidden, head, MLP, latent ranks) and vocabulary: published ones are at most 2^18 (Gemma's
+#: 262,144 tokens; widths up to 53,248).
+MAX_WIDTH = 1 << 24
+#: Fields whose ceiling is below :data:`~eaglelab.inputs.MAX_FIELD_INT` (the rest: positions, which nothing walks):
+#: a 1 KB config claiming 2^40 layers is refused here, before anything loops or allocates over it.
+FIELD_CEILINGS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step"),
+                    MAX_LAYERS),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_routed_experts", "num_experts_per_tok",
+                     "num_experts", "num_local_experts", "n_shared_experts"), MAX_UNITS),
+    **dict.fromkeys(("hidden_size", "head_dim", "intermediate_size", "vocab_size", "draft_vocab_size",
+                     "target_hidden_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                     "v_head_dim", "moe_intermediate_size", "shared_expert_intermediate_size"), MAX_WIDTH),
+}
+
+
+def ceiling(key: str) -> int:
+    """The largest value field ``key`` may hold (:data:`FIELD_CEILINGS`, else 2^53)."""
+    return FIELD_CEILINGS.get(key, MAX_FIELD_INT)
+
+
 _CHECKS = {
-    SIZE: lambda v: _is_int(v) and 1 <= v <= MAX_FIELD_INT,
-    COUNT: lambda v: _is_int(v) and 0 <= v <= MAX_FIELD_INT,
-    LAYER_IDS: lambda v: isinstance(v, list) and all(_is_int(i) and 0 <= i <= 100_000 for i in v),
-    POSITIVE: lambda v: _is_number(v) and v > 0,
-    NON_NEGATIVE: lambda v: _is_number(v) and v >= 0,
-    FRACTION: lambda v: _is_number(v) and 0 < v <= 1,
-    EPS: lambda v: _is_number(v) and 0 < v < 1,
-    BOOL: lambda v: isinstance(v, bool),
-    STRING: lambda v: isinstance(v, str),
-    STRINGS: lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
-    OBJECT: lambda v: isinstance(v, dict),
+    SIZE: lambda v, top: _is_int(v) and 1 <= v <= top,
+    COUNT: lambda v, top: _is_int(v) and 0 <= v <= top,
+    LAYER_IDS: lambda v, top: isinstance(v, list) and all(_is_int(i) and 0 <= i < MAX_LAYERS for i in v),
+    POSITIVE: lambda v, top: _is_number(v) and v > 0,
+    NON_NEGATIVE: lambda v, top: _is_number(v) and v >= 0,
+    FRACTION: lambda v, top: _is_number(v) and 0 < v <= 1,
+    EPS: lambda v, top: _is_number(v) and 0 < v < 1,
+    BOOL: lambda v, top: isinstance(v, bool),
+    STRING: lambda v, top: isinstance(v, str),
+    STRINGS: lambda v, top: isinstance(v, list) and all(isinstance(s, str) for s in v),
+    OBJECT: lambda v, top: isinstance(v, dict),
 }
 
 
@@ -171,8 +198,11 @@ def check_config_types(cfg: Any, where: str, error: type[ConfigError] = ConfigEr
             kind = FIELD_TYPES.get(key)
             if kind is None or value is None:
                 continue
-            if not _CHECKS[kind](value):
-                raise error(where, f"field {printable(prefix + key)!r} must be {kind}, got {shown(value)}")
+            top = ceiling(key)
+            if not _CHECKS[kind](value, top):
+                bound = f" up to {top:,}" if kind in (SIZE, COUNT) and top < MAX_FIELD_INT else \
+                    f" below {MAX_LAYERS:,}" if kind == LAYER_IDS else ""
+                raise error(where, f"field {printable(prefix + key)!r} must be {kind}{bound}, got {shown(value)}")
         problem = rope_problem(obj, printable(prefix))
         if problem:
             raise error(where, problem)

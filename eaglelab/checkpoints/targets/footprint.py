@@ -15,6 +15,7 @@ than the model has. Configs and headers only: no torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,29 @@ def _attention_parameters(text: dict[str, Any], H: int) -> int | None:
     return out
 
 
-def _moe_layer(text: dict[str, Any], i: int) -> bool:
-    """Whether decoder layer ``i`` routes to experts (DeepSeek's first dense layers and frequency, Qwen's step)."""
-    if i < _whole(text, "first_k_dense_replace", 0) or i in (text.get("mlp_only_layers") or []):
-        return False
+def moe_layer_count(text: dict[str, Any], layers: int) -> int:
+    """How many of ``layers`` decoder layers route to experts (DeepSeek's first dense layers and frequency, Qwen's
+    step and dense list), counted without walking the layers: a config's counts are bounded
+    (:data:`~eaglelab.checkpoints.files.config_types.MAX_LAYERS`), and a count costs no more for a deep model."""
+    dense = min(_whole(text, "first_k_dense_replace", 0), layers)
     freq = _whole(text, "moe_layer_freq") or 1
     step = _whole(text, "decoder_sparse_step") or 1
-    return i % freq == 0 and (i + 1) % step == 0
+
+    def routed(i: int) -> bool:
+        return i >= dense and i % freq == 0 and (i + 1) % step == 0
+
+    # layers i >= dense with i = 0 (mod freq) and i = step - 1 (mod step): one residue r modulo lcm(freq, step), or none
+    period = math.lcm(freq, step)
+    first = next((r for r in range(step - 1, period, step) if r % freq == 0), None) if period <= 1 << 20 else None
+    if first is None and period <= 1 << 20:
+        count = 0
+    elif first is None:  # residues too many to search: the layers are few enough to count one by one
+        count = sum(routed(i) for i in range(dense, layers))
+    else:
+        start = first + max(0, -(-(dense - first) // period)) * period
+        count = 0 if start >= layers else (layers - 1 - start) // period + 1
+    only = {i for i in (text.get("mlp_only_layers") or []) if isinstance(i, int) and 0 <= i < layers}
+    return count - sum(routed(i) for i in only)
 
 
 def _mlp_parameters(text: dict[str, Any], H: int, moe: bool) -> int:
@@ -110,7 +127,8 @@ def language_model_parameters(config: dict[str, Any] | None) -> int | None:
     attention = _attention_parameters(text, H)
     if attention is None:
         return None
-    layers = sum(attention + 2 * H + _mlp_parameters(text, H, _moe_layer(text, i)) for i in range(L))
+    moe = moe_layer_count(text, L)
+    layers = L * (attention + 2 * H) + moe * _mlp_parameters(text, H, True) + (L - moe) * _mlp_parameters(text, H, False)
     tied, _ = tied_embeddings(config)
     return V * H + layers + H + (0 if tied else V * H)
 
