@@ -385,6 +385,7 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
     """
     between = verdict.get("between") if isinstance(verdict.get("between"), list) else []
     level, between = str(verdict.get("level")), [str(o) for o in between]
+    between = between if len(between) == 2 else []  # a band names the two options it straddles, or none
     action = str(recommendation.get("action"))
     kept = verdict.get("kept")
     number = isinstance(kept, (int, float)) and not isinstance(kept, bool) and math.isfinite(kept)
@@ -405,6 +406,30 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
             f"which trains each option and measures it by real decoding (ties within {TAU_TIE} go to the cheaper), "
             f"says **{action}**, and decides: the probe's {100 * PLUGIN_KEEP:.0f}% rule and the measured τ disagree "
             "on this pair, so read the measured τ of each option above.")
+
+
+def verdict_problem(verdict: object, recommendation: object) -> str | None:
+    """Why a findings file's verdict (notebook 03) and recommendation (notebook 04) are not what the notebooks write,
+    in words, or None: what :func:`reconcile` reads, checked once where it is read from outside.
+
+    A verdict's ``level`` is an option or :data:`NO_VERDICT`, its ``between`` none or two different options, its
+    ``kept`` a finite number or null; a recommendation's ``action`` is an option.
+    """
+    options = {str(o) for o in OPTIONS}
+    if not isinstance(verdict, dict) or not isinstance(recommendation, dict):
+        return "its verdict and recommendation must be objects"
+    level, between, kept = verdict.get("level"), verdict.get("between", []), verdict.get("kept")
+    if not isinstance(level, str) or level not in options | {NO_VERDICT}:
+        return f"verdict level must be one of {', '.join(sorted(options | {NO_VERDICT}))}"
+    if not isinstance(between, list) or len(between) not in (0, 2) \
+            or not all(isinstance(o, str) and o in options for o in between) or len(set(between)) != len(between):
+        return "verdict 'between' must name no option or two different options"
+    if kept is not None and not (isinstance(kept, (int, float)) and not isinstance(kept, bool) and math.isfinite(kept)):
+        return "verdict 'kept' must be a finite number or null"
+    action = recommendation.get("action")
+    if not isinstance(action, str) or action not in options:
+        return f"recommendation action must be one of {', '.join(sorted(options))}"
+    return None
 
 
 def plug_in_against_break_even(low: float, high: float, break_even: float) -> str:

@@ -67,6 +67,19 @@ def one_line(text: str) -> str:
     return "".join(_escape(c) if unicodedata.category(c) in _UNSHOWN else c for c in text)
 
 
+def unshown_character(text: str) -> tuple[int, str] | None:
+    """The first character of ``text`` a terminal or an editor acts on instead of showing (a control, format,
+    separator character or lone surrogate: a line break, ESC, a bidi override), with its position; None if none.
+
+    What a generated script or a notebook's checkpoint name refuses: quoted, such a character is still data to
+    bash, but a reader sees another line or another order of letters than the program runs.
+    """
+    text = str(text)
+    if text.isprintable():
+        return None
+    return next(((i, c) for i, c in enumerate(text) if unicodedata.category(c) in _UNSHOWN), None)
+
+
 def printable(text: str) -> str:
     """``text`` safe for a terminal: control, format and separator characters and lone surrogates escaped."""
     text = one_line(text)

@@ -86,7 +86,7 @@ from eaglelab.serving.logs import log_by_concurrency, parse_log
 from eaglelab.workbook import plots
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
 
 plots.use_style()
 if SMOKE:
@@ -266,7 +266,8 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL
 # `eaglelab perf --costs` fits it to a cost table measured on your cluster (`eaglelab recipe --job load`).
 
 # %%
-from eaglelab.jobs.load import LoadSettings, engine_load_check, speculation_under_load
+from eaglelab.jobs.load import LoadSettings, speculation_under_load
+from eaglelab.jobs.load_engine import engine_load_check
 from eaglelab.serving.load import load_curve
 
 load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
@@ -323,7 +324,7 @@ else:
 # (`eaglelab perf --costs`), and fitted to the smallest and largest batch alone to predict the ones between.
 
 # %%
-from eaglelab.jobs.load import engine_cost_fit
+from eaglelab.jobs.load_engine import engine_cost_fit
 
 costs = None
 if loop is not None:
@@ -415,7 +416,7 @@ else:
    if loop['timing_ok'] else '**These timings are not to be trusted:** ' + loop['timing_note'] + '.'}
 """
 findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
-display(Markdown(findings))
+display(Markdown(findings_markdown(findings)))
 save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
                                              logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
                      "diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],

@@ -57,7 +57,7 @@ from eaglelab.workbook.answers import comparison_answer
 from eaglelab.workbook.case import given, notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot
 from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import world_for
@@ -236,7 +236,7 @@ findings = f"""
   EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
 """
 findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
-display(Markdown(findings))
+display(Markdown(findings_markdown(findings)))
 save_findings("02", {"headline": report["headline"], "verdict": report["verdict"], "vocab_maps": report["vocab_maps"],
                      "inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
                                               "NEW_DRAFTER": NEW_DRAFTER}, world.root, not_done=NOT_DONE),

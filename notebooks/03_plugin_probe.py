@@ -79,7 +79,7 @@ from eaglelab.workbook.case import notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot, check_local_paths
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, plan_uses_plugin_tau, save_findings
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, plan_uses_plugin_tau, save_findings
 from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import world_for
 
@@ -268,7 +268,7 @@ findings = "\n".join(f"- {line}" for line in (
     said["compared"], said["moved"], said["data"], said["plugin"], measured_line, said["verdict"],
     f"**In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}",
     f"**The engines' dumps {TAG}:** {dump_line}"))
-display(Markdown(findings))
+display(Markdown(findings_markdown(findings)))
 NOT_DONE = [] if demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
                         "OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES}, world.root, data=DATA or None,

@@ -95,7 +95,7 @@ from eaglelab.workbook.case import notebook_case, world_default
 from eaglelab.workbook.choices import Choices, Slot, check_local_paths
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import save_findings, write_game_plan
+from eaglelab.workbook.report import findings_markdown, save_findings, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.workbook.widgets import ChoicePanel
 from eaglelab.worlds.build import world_for
@@ -269,7 +269,7 @@ bullets = [
     + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())
     + (" (for reference: nothing to train on this evidence)." if decision.action == Option.PLUG_IN else "."),
 ]
-display(Markdown("\n".join(bullets) + f"\n\n**Recommendation {TAG}.** {decision.text}"))
+display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decision.text}")))
 NOT_DONE = [] if demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
                             data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)

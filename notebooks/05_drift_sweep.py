@@ -67,7 +67,7 @@ from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.choices import locate
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, save_findings
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.worlds.build import build_world, world_for
 
@@ -207,7 +207,7 @@ findings = f"""
   the points γ was fitted on; the held-out error above is what to trust for a new pair): run
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
 """
-display(Markdown(findings))
+display(Markdown(findings_markdown(findings)))
 save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
                                               "OLD_DRAFTER": OLD_DRAFTER}, world.root),
                      "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),

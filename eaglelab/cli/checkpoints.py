@@ -13,14 +13,14 @@ from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 COMMANDS = (
     Command("inspect", InspectSettings, inspect_drafter, "tensor table and problems of one checkpoint, headers only",
             "Read a drafter checkpoint's config and safetensors headers (no tensor data) and check it against its "
-            "config.", escape=True),
+            "config."),
     Command("compare", CompareSettings, compare_drafters, "config and tensor diff of two drafters, with a verdict",
-            "Compare two drafter checkpoints from metadata only.", escape=True),
+            "Compare two drafter checkpoints from metadata only."),
     Command("compare-targets", TargetCompareSettings, compare_targets,
             "two targets from configs, headers and tokenizer files: what the old drafter meets on the new",
             "Compare two target models before any probe: the language models' configs (classified), quantization, "
             "tokenizers id by id and chat templates rendered on one conversation, from metadata only (local folders "
-            "or hub ids).", escape=True),
+            "or hub ids)."),
 )
 
 

@@ -25,7 +25,7 @@ DRAFTER = (
 COMMANDS = (
     Command("speculate", SpeculateSettings, speculate, "speculative decoding vs greedy on one prompt",
             "Run greedy EAGLE-3 speculative decoding and plain greedy decoding on a prompt; report accept length, "
-            "tok/s of both, and whether the outputs match."),
+            "tok/s of both, and whether the outputs match.", escape=False),
     Command("probe", ProbeSettings, probe_checkpoints,
             "similarity of two targets and the old drafter's plug-in acceptance",
             "Capture targets A and B on the same tokens, compare their hidden states at the drafter's layers, and "

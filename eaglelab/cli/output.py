@@ -52,7 +52,9 @@ class Command:
             or one line.
         help, description: the subcommand's line in ``eaglelab --help`` and the opening of its own ``--help``.
         json: the help of its ``--json`` flag (None: the command has none).
-        escape: print each line escaped (the report quotes checkpoints' files).
+        escape: print each line with its control and format characters escaped (the default: a report quotes
+            paths, names and files the user gave, which must not add a line or move the cursor); False only for a
+            report whose lines are a decoded reply's own.
         progress: the job takes ``progress``, on unless ``--json``.
         helps: field -> help on this command, where it says more than the settings' docstring.
     """
@@ -63,7 +65,7 @@ class Command:
     help: str
     description: str | None = None
     json: str | None = "machine-readable output"
-    escape: bool = False
+    escape: bool = True
     progress: bool = False
     helps: dict[str, str] | None = None
 

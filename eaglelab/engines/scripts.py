@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import OutputError, ParameterError
+from eaglelab.inputs import one_line, quoted, unshown_character
 from eaglelab.outputs import open_output_folder, os_problem, where
 
 
@@ -93,21 +94,25 @@ class Step:
 
 
 def script_value(name: str, value: Any) -> str:
-    """A user's value bound for the script or its configs: text without control characters, else refused.
+    """A user's value bound for the script or its configs: text without control or format characters, else refused.
 
     Quoting makes any other character safe in bash (:func:`shlex.quote`), YAML (JSON-escaped double
     quotes) and JSON; a line break, NUL or other control character would still end a comment line or
-    change a path on the way, so it is refused.
+    change a path on the way, and a format character (a bidi override such as U+202E, the isolates
+    U+2066-2069, a zero-width mark) makes the script read otherwise than bash runs it, so each is refused
+    (:func:`~eaglelab.inputs.unshown_character`).
 
     Raises:
         ParameterError: naming the setting and the first offending character.
     """
     if not isinstance(value, str) or not value:
-        raise ParameterError(name, f"must be a non-empty text, got {value!r:.60}")
-    for i, c in enumerate(value):
-        if unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp"):
-            raise ParameterError(name, f"holds the control character {c!r} at position {i}: refused in a generated "
-                                       "script (rename the path)")
+        raise ParameterError(name, f"must be a non-empty text, got {quoted(value, 60)}")
+    bad = unshown_character(value)
+    if bad is not None:
+        i, c = bad
+        raise ParameterError(name, f"holds the {'format' if unicodedata.category(c) == 'Cf' else 'control'} character "
+                                   f"{one_line(c)} at position {i}: refused in a generated script, where it would read "
+                                   "otherwise than bash runs it (rename the path)")
     return value
 
 
@@ -170,7 +175,7 @@ def script_text(head: list[str], workdir: str, steps: list[Step]) -> str:
     """A recipe's whole script: its commented head, strict bash, its own folder as ``$HERE``, the work folder
     made, then the numbered steps."""
     return "\n".join([*head, "set -euo pipefail", 'HERE="$(cd "$(dirname "$0")" && pwd)"  # this recipe\'s own files',
-                      f"mkdir -p -- {shlex.quote(workdir)}", "", *steps_text(steps)])
+                      f"mkdir -p -- {shlex.quote(script_value('--workdir', workdir))}", "", *steps_text(steps)])
 
 
 def steps_text(steps: list[Step]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from eaglelab.errors import ParameterError
+from eaglelab.inputs import one_line, unshown_character
 
 
 def given(value) -> bool:
@@ -32,8 +33,14 @@ def checkpoint_case(given_values: Mapping[str, str | None], required: Sequence[s
 
     Raises:
         ParameterError: some checkpoints given and a required one not: naming it, since filling it from the
-            demo world would answer for neither case.
+            demo world would answer for neither case; or a name holding a control or format character.
     """
+    for name, value in given_values.items():
+        bad = unshown_character(value) if isinstance(value, str) else None
+        if bad is not None:
+            raise ParameterError(name, f"holds the character {one_line(bad[1])} at position {bad[0]}: a checkpoint's "
+                                       "name is shown in the findings and the game plan, where a line break or a bidi "
+                                       "override would read as eaglelab's own words (rename the folder)")
     if not any(given(v) for v in given_values.values()):
         return True
     missing = [name for name in required if not given(given_values.get(name))]

@@ -24,6 +24,7 @@ from typing import Any
 
 from eaglelab.errors import ConfigError, ParameterError
 from eaglelab.inputs import json_type, printable, quoted
+from eaglelab.markdown import CELL_CHARS, md_text
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook.choices import REPO_ROOT, locate
 
@@ -43,10 +44,6 @@ BUNDLED_DIRS = (REPO_ROOT / "data" / "logs", REPO_ROOT / "data" / "fixtures")
 DATA_KINDS = {"world-replies": pv.DEMO, "built-in": pv.SAMPLE}
 #: A notebook whose checkpoints are some the demo world's, some the user's (not a provenance label).
 MIXED = "mixed"
-#: Longest text shown in a table cell, and in a sentence, before it is cut in the middle / at the end.
-CELL_CHARS, SENTENCE_CHARS = 72, 600
-#: Characters markdown acts on inside a table cell or a list item: backslash-escaped when shown.
-_MARKDOWN = set("\\`*_[]<>|~#!$&")
 
 
 @dataclass(frozen=True)
@@ -226,17 +223,6 @@ def _shown(value: Path | str, source: str, world_root: str | Path | None) -> str
 
 
 # --------------------------------------------------------------------------- rendering (the game plan's side)
-
-
-def md_text(text: str, limit: int = SENTENCE_CHARS, middle: bool = False) -> str:
-    """``text`` for one markdown table cell or list item: one printable line, cut to ``limit`` characters
-    (in the middle when ``middle``: a path's end names the file), and every character markdown or HTML acts
-    on backslash-escaped, so no value can add a column, a line, a link or a tag."""
-    text = printable(str(text))
-    if len(text) > limit:
-        keep = max(limit - 1, 2)
-        text = text[: keep // 3] + "…" + text[-(keep - keep // 3):] if middle else text[:keep] + "…"
-    return "".join("\\" + c if c in _MARKDOWN else c for c in text)
 
 
 def cell(i: Input | None) -> str:

@@ -8,13 +8,15 @@ into ``GAME_PLAN.md``.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eaglelab.decisions import NO_VERDICT, reconcile
+from eaglelab.decisions import NO_VERDICT, reconcile, verdict_problem
 from eaglelab.errors import ConfigError, EaglelabError
-from eaglelab.inputs import field_int, field_number, path_kind, printable, quoted, read_json_object
+from eaglelab.inputs import field_int, field_number, path_kind, printable, quoted, read_json_object, unshown_character
+from eaglelab.markdown import CELL_CHARS, md_bullets, md_line, md_text
 from eaglelab.outputs import open_output_folder, output_path, write_owned_file
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
@@ -98,24 +100,24 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
         lines += ["## Your decision", "", "*Run notebook 01 with your serving numbers for the decision table.*", ""]
     else:
         lines += decision_heading(decision.scenario)
-        lines += [*(line for sentence in _left_out(numbers, records) for line in (sentence, "")), plan_markdown(decision), ""]
-        png = _options_figure(decision, d)
-        lines += [f"![{png.stem}]({_link(png, out.parent)})", ""]
+        lines += [*(line for sentence in _left_out(numbers, records) for line in (sentence, ""))]
+        lines += [md_line(line) for line in plan_markdown(decision).splitlines()] + [""]
+        lines += [_image(_options_figure(decision, d), out.parent), ""]
     for nb, heading in SECTIONS.items():
         lines += [f"## {nb} · {heading}", ""]
         if nb not in found:
             lines += [f"*No findings yet: run notebook {nb}.*", ""]
             continue
-        lines += [b if b.startswith("- ") else f"- {b}" for b in found[nb]["bullets"]] + [""]
+        lines += md_bullets(found[nb]["bullets"]) + [""]
         for png in sorted(d.glob(f"{nb}_*.png")):
-            lines += [f"![{png.stem}]({_link(png, out.parent)})", ""]
+            lines += [_image(png, out.parent), ""]
     on = resting_on(records, ("03", "04"), {nb: _evidence(numbers.get(nb, {}), d / f"{nb}_findings.json")
                                             for nb in ("03", "04")})
     workbook = numbers.get("04", {}).get("recommendation")
     if isinstance(workbook, dict) and isinstance(workbook.get("text"), str) and workbook["text"]:
         source = on["04"] or pv.DEMO
         tag = pv.tag(source) if source in pv.LABELS else f"{pv.tag(pv.DEMO)} {pv.tag(pv.YOURS)}"
-        lines += [f"## The fine-tune's verdict {on_words(source)}", "", f"{workbook['text']} {tag}", ""]
+        lines += [f"## The fine-tune's verdict {on_words(source)}", "", md_line(f"{workbook['text']} {tag}"), ""]
         if source == MIXED:
             lines += ["Notebook 04 ran on some of the demo world's checkpoints beside yours (see what this plan was "
                       "computed from): not a forecast for your model. Run it on your checkpoints throughout for your "
@@ -125,13 +127,21 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
                       "model. Run notebooks 03 and 04 on your checkpoints for your own.", ""]
     verdict, recommended = numbers.get("03", {}).get("verdict"), numbers.get("04", {}).get("recommendation")
     if isinstance(verdict, dict) and isinstance(recommended, dict) and "level" in verdict and "action" in recommended:
+        problem = verdict_problem(verdict, recommended)
+        if problem is not None:
+            raise ConfigError(printable(str(d / "03_findings.json")), f"(or 04's): {problem}, as the notebooks write it")
         lines += [f"## One answer: the probe and the fine-tune {_both_on(on, records)}", "",
-                  reconcile(verdict, recommended), ""]
+                  md_line(reconcile(verdict, recommended)), ""]
     recipes = numbers.get("04", {}).get("recipes")
     if isinstance(recipes, dict) and recipes and all(isinstance(v, str) for v in recipes.values()):
+        bad = next((v for v in recipes.values() if not v or unshown_character(v) is not None), None)
+        if bad is not None:
+            raise ConfigError(printable(str(d / "04_findings.json")), f"its recipe path {quoted(bad, 60)} is not a path "
+                                                                      "notebook 04 writes")
         lines += ["## Hand-over: the warm start at scale", "",
                   "Runnable scripts that keep the old drafter's vocabulary map (`eaglelab recipe`):", ""]
-        lines += [f"- {engine}: [{Path(path).name}]({_link(Path(path), out.parent)})" for engine, path in recipes.items()]
+        lines += [f"- {md_text(engine, CELL_CHARS)}: [{md_text(Path(path).name, CELL_CHARS)}]"
+                  f"({_link(Path(path), out.parent)})" for engine, path in recipes.items()]
         lines += [""]
     return write_owned_file(out, "\n".join(lines) + "\n", SIGNATURE, "game plan")
 
@@ -266,11 +276,26 @@ def _left_out(numbers: dict[str, dict], records: dict[str, Any]) -> list[str]:
 
 
 def _link(path: Path, base: Path) -> str:
-    """A link to ``path`` from a document in ``base``: relative when it can be, else absolute."""
+    """A link's destination to ``path`` from a document in ``base``: relative when it can be, else absolute, and
+    percent-encoded (a file's name cannot close the link, nor name another scheme)."""
     try:
-        return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+        target = Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
     except ValueError:  # another drive
-        return path.resolve().as_posix()
+        target = path.resolve().as_posix()
+    return urllib.parse.quote(target, safe="/")
+
+
+def _image(png: Path, base: Path) -> str:
+    """A figure of the folder, shown: its name as the alternative text (escaped), its path as the destination."""
+    alt = "".join("\\" + c if c in "[]\\<>" else c for c in printable(png.stem))
+    return f"![{alt}]({_link(png, base)})"
+
+
+def findings_markdown(findings: str | list[str], closing: str = "") -> str:
+    """A findings cell's bullets (markdown text, or a list) as the notebook shows them: each one bullet, under the
+    game plan's escaping rule (:mod:`eaglelab.markdown`), and a closing line (a recommendation) after them."""
+    bullets = bullets_from_markdown(findings) if isinstance(findings, str) else list(findings)
+    return "\n".join(md_bullets(bullets)) + (f"\n\n{md_line(closing)}" if closing else "")
 
 
 def bullets_from_markdown(md: str) -> list[str]:
