@@ -27,7 +27,7 @@ def main() -> int:
 
     from eaglelab.data.sets import measure_prompts
     from eaglelab.engines.vllm import engine_status
-    from eaglelab.jobs.load import engine_load_check
+    from eaglelab.jobs.load_engine import engine_load_check
     from eaglelab.serving.load import CPU, LoadModel
     from eaglelab.serving.load_fit import calibrate
     from eaglelab.worlds.build import build_world

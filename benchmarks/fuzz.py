@@ -1,9 +1,10 @@
-"""Hostile inputs at scale (issues #13 and #31): what each category of input gets back.
+"""Hostile inputs at scale (issues #13, #31 and #53): what each category of input gets back.
 
 Draws cases from the strategies of ``tests/fuzzing.py`` (the readers: safetensors headers, config.json fields,
-shard indexes, server logs, command-line numbers, special files) and ``tests/fuzzing_write.py`` (the write side
+shard indexes, server logs, command-line numbers, special files), ``tests/fuzzing_write.py`` (the write side
 and what is read back: ``-p`` values, ``--out`` targets, names in generated recipes, findings and run files, the
-vLLM worker's answers, a misbehaving hub, the pickers' folder trees), runs each in this process under a time cap,
+vLLM worker's answers, a misbehaving hub, the pickers' folder trees) and ``tests/fuzzing_plans.py`` (game plans
+rendered from hostile findings folders, ``recipe --job load`` values, cost tables), runs each in this process under a time cap,
 and prints a table of categories x outcomes:
 
 - ``ok``: exit 0, valid output (``--json``: strict JSON); ``error``: exit 2, one line ``eaglelab <cmd>: error: ...``;
@@ -41,12 +42,17 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests import fuzzing as fz  # noqa: E402
+from tests import fuzzing_plans as fp  # noqa: E402
 from tests import fuzzing_write as fw  # noqa: E402
 
-#: Every category: the readers', then the write side's (each with its own time cap where it needs one).
-ALL_CATEGORIES = fz.CATEGORIES + fw.CATEGORIES
-#: Seconds per case where a category needs more than the default cap (``tests/fuzzing_write.py`` says why).
-CAPS = fw.TIME_CAPS
+#: Every category: the readers', the write side's, then issue #53's surfaces (game plans, load recipes, cost tables),
+#: each with its own time cap where it needs one.
+ALL_CATEGORIES = fz.CATEGORIES + fw.CATEGORIES + fp.CATEGORIES
+#: Seconds per case where a category needs more than the default cap (``tests/fuzzing_write.py`` and
+#: ``tests/fuzzing_plans.py`` say why).
+CAPS = {**fw.TIME_CAPS, **fp.TIME_CAPS}
+#: Each category's strategy.
+STRATEGIES = {**fz.STRATEGIES, **fw.STRATEGIES, **fp.STRATEGIES}
 
 
 class Tally:
@@ -82,7 +88,7 @@ def run_category(cat: str, n: int, seed: int | None, root: Path, cap: float, tal
     if cat == "hub":
         with fw.hub_for_fuzzing(root, deadline_s=1.0) as hub:
             return _run_strategy(cat, fw.hub_cases(root, hub), n, seed, CAPS[cat], tally, keep)
-    strategy = fz.STRATEGIES[cat](root) if cat in fz.STRATEGIES else fw.STRATEGIES[cat](root)
+    strategy = STRATEGIES[cat](root)
     return _run_strategy(cat, strategy, n, seed, max(cap, CAPS.get(cat, 0.0)), tally, keep, before)
 
 

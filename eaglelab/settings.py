@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Any
 
+from eaglelab.errors import ParameterError
+
 #: The drafts per cycle every command, job and notebook starts from (``k``; the verify checks ``k + 1`` tokens).
 DEFAULT_K = 3
 #: prompts decoded for real wherever a τ is also measured (notebook 01's closed loop, the probe, the sweep, the
@@ -26,7 +28,8 @@ DEFAULT_MEASURE_TOKENS = 48
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,
            above: float | None = None, max: float | None = None, choices: tuple | None = None, flag: str | None = None,
            old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False,
-           comma: bool = False, count: int | str | None = None, short: str | None = None, repeat: bool = False) -> Any:
+           comma: bool = False, count: int | str | None = None, short: str | None = None, repeat: bool = False,
+           mistake: str | None = None) -> Any:
     """A dataclass field with its command-line face.
 
     Args:
@@ -42,11 +45,13 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
         count: several values, exactly this many (``--aux-layers 1 6 11``), or ``"*"``: any number, the bare flag too.
         short: a one-letter spelling beside the flag (``-p`` for ``--param``).
         repeat: several values, one per use of the flag (``-p A=1 -p B=2``).
+        mistake: the likely mix-up behind a value out of range, said with the refusal (``per request, not summed
+            over the requests``): a range that is a physical bound says what its breach usually means.
     """
     meta = {"min": min, "above": above, "max": max, "choices": tuple(choices) if choices else None, "flag": flag,
             "old": tuple(old) or None, "help": help, "cli": None if cli else False,
             "positional": positional or None, "comma": comma or None,
-            "count": count, "short": short, "repeat": repeat or None}
+            "count": count, "short": short, "repeat": repeat or None, "mistake": mistake}
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={k: v for k, v in meta.items() if v is not None})
 
@@ -119,3 +124,60 @@ def default_of(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
+
+
+def range_words(meta: dict) -> str:
+    """A field's range in words (``a number in [0.01, 10000]``, ``a whole number >= 1``), from its option metadata."""
+    low, above, high = meta.get("min"), meta.get("above"), meta.get("max")
+    if low is not None and high is not None:
+        return f"in [{low:g}, {high:g}]"
+    if above is not None and high is not None:
+        return f"in ({above:g}, {high:g}]"
+    if low is not None:
+        return f">= {low:g}"
+    if above is not None:
+        return f"> {above:g}"
+    return f"<= {high:g}" if high is not None else "finite"
+
+
+def range_problem(value: Any, meta: dict, whole: bool) -> str | None:
+    """Why one value breaks its field's declared range (whole where the field is an int), or None."""
+    low, above, high = meta.get("min"), meta.get("above"), meta.get("max")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if whole and not (isinstance(value, int) and not isinstance(value, bool)):
+        return f"must be a whole number {range_words(meta)}, got {value!r:.60}"
+    if not number or value != value or value in (float("inf"), float("-inf")):
+        return f"must be a finite number {range_words(meta)}, got {value!r:.60}"
+    if (low is not None and value < low) or (above is not None and value <= above) or (high is not None and value > high):
+        said = f"must be {'a whole number' if whole else 'a number'} {range_words(meta)}, got {value if whole else f'{value:g}'}"
+        return said + (f" ({meta['mistake']})" if meta.get("mistake") else "")
+    return None
+
+
+def check_ranges(obj: Any) -> None:
+    """Each field of the settings ``obj`` within the range and choices its :func:`option` declares: the one rule for
+    flags, notebook parameters and the API alike (None is "not given", checked by the settings' own rules).
+
+    Raises:
+        ParameterError: naming the field's flag and the range (with its likely mix-up, where declared).
+    """
+    for f in dataclasses.fields(obj):
+        meta, value = f.metadata, getattr(obj, f.name)
+        ranged = any(meta.get(k) is not None for k in ("min", "above", "max"))
+        if value is None or not (ranged or meta.get("choices")):
+            continue
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        whole = whole_field(f)
+        for v in values:
+            problem = None
+            if meta.get("choices") and v not in meta["choices"]:
+                problem = f"must be one of {', '.join(map(str, meta['choices']))}, got {v!r:.60}"
+            elif ranged:
+                problem = range_problem(v, meta, whole)
+            if problem:
+                raise ParameterError(f"--{flag_name(f)}", problem)
+
+
+def whole_field(f: dataclasses.Field) -> bool:
+    """Whether the field holds whole numbers (its annotation's value type is ``int``)."""
+    return re.search(r"\bint\b", str(f.type)) is not None and "float" not in str(f.type)

@@ -1259,7 +1259,7 @@ LOG_VALUES = {
                ("2_0", "any"), ("+2.0", "any"), ("2.0e0", "any"), ("\u0663", "any"), ("2.19.3", "invalid")],
     "tps": [("258.07", "valid"), ("0.0", "valid"), ("0", "valid"), ("1234.5", "valid"), ("-1", "invalid"),
             ("-0.5", "invalid"), ("nan", "invalid"), ("inf", "invalid"), ("1e400", "invalid"), ("9" * 400, "invalid"),
-            ("abc", "invalid"), ("-0.0", "any"), ("1e3", "any")],
+            ("abc", "invalid"), ("-0.0", "any"), ("1e3", "any"), ("1e300", "invalid"), ("2e9", "invalid")],  # #53
     "rate": [("0.29", "valid"), ("0", "valid"), ("1", "valid"), ("1.0", "valid"), ("1.5", "invalid"),
              ("-0.1", "invalid"), ("nan", "invalid"), ("inf", "invalid"), ("150", "invalid"), ("abc", "invalid")],
     "pct": [("35.0", "valid"), ("0", "valid"), ("100", "valid"), ("100.0", "valid"), ("150.0", "invalid"),
@@ -1472,7 +1472,9 @@ def _range_status(flag: str, text: str, cmd: str, k: int) -> str:
         n = _int(text)
         if n is None or n < 1:
             return "invalid"
-        plain = text in NORMAL["--k"] if flag == "--k" else text.isascii() and text.isdigit() and n <= 10**12
+        if flag == "--concurrency" and n > 65536:  # requests in flight on one server: the cost table's bound (#53)
+            return "invalid"
+        plain = text in NORMAL["--k"] if flag == "--k" else text.isascii() and text.isdigit()
         return "valid" if plain else "any"
     if flag == "--chain":
         parts = [_num(p) for p in text.split(",")]
@@ -1651,6 +1653,7 @@ IMPOSSIBLE_LOAD_TARGETS = {
     "quantization bits true": {"quantization_config": {"quant_method": "gptq", "bits": True}},
     "more KV heads than heads": {"kv_lora_rank": None, "num_key_value_heads": 32},
     "heads wider than the model": {"kv_lora_rank": None, "num_attention_heads": 4096},
+    "2^40 layers (#53)": {"num_hidden_layers": 2 ** 40}, "2^40 routed experts (#53)": {"n_routed_experts": 2 ** 40},
 }
 #: Numbers no setup gives (#37 items 9 and 11): τ above k + 1, a cycle shorter than a plain step, on every path.
 LOAD_REFUSALS = {
@@ -1664,6 +1667,14 @@ LOAD_REFUSALS = {
     "perf --concurrency cycle below a step at 8": ["perf", "--baseline-tps", "20", "--cycle-ms", "40", "--accept-len", "2",
                                                    "--concurrency", "8", "64", "--at-concurrency", "8"],
     "plan cycle below a step": ["plan", "--cycle-ms", "5"],
+    # round four (#53): a tree that verifies fewer than k + 1 tokens, rates and loads no machine has
+    "perf a tree below k + 1": ["perf", "--k", "3", "--topk", "4", "--draft-tokens", "2", "--accept-len", "4",
+                                "--baseline-tps", "82", "--cycle-ms", "30", "--concurrency", "1", "8", "64"],
+    "perf a link of 1e-300 GB/s": ["perf", "--link-gbps", "1e-300", "--concurrency", "1", "8"],
+    "perf an aggregate tok/s per request": ["perf", "--baseline-tps", "3000000", "--cycle-ms", "30", "--accept-len", "2"],
+    "perf 1e11 requests in flight": ["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2",
+                                     "--concurrency", "1", "100000000000"],
+    "plan a cycle of 1e-9 ms": ["plan", "--cycle-ms", "1e-9"],
 }
 
 

@@ -182,6 +182,23 @@ def test_fuzz_write_side(tmp_path, category, examples):
     body()
 
 
+@pytest.mark.parametrize("category, examples", [("plan", 60), ("loadrecipe", 100), ("costs", 100)])
+def test_fuzz_round_four(tmp_path, category, examples):
+    """Issue #53's surfaces: game plans from hostile findings, load recipes with hostile values, hostile cost tables."""
+    from tests import fuzzing_plans as fp
+
+    strategy = fp.STRATEGIES[category](tmp_path)
+
+    @settings(max_examples=examples, **FUZZ)
+    @given(data=st.data())
+    def body(data):
+        case = data.draw(strategy, label="case")
+        outcome = fz.check(case, max(fz.TIME_CAP_S, fp.TIME_CAPS.get(category, 0.0)))
+        assert outcome.acceptable, fz.describe(case, outcome)
+
+    body()
+
+
 def test_fuzz_hub(tmp_path):
     """Every way the hub misbehaves here (trickle, huge or lying bodies, garbage, errors): one line within the deadline."""
     from tests import fuzzing_write as fw

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from eaglelab.cli import main
 from eaglelab.errors import ConfigError, ParameterError
+from eaglelab.markdown import md_text
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
-from eaglelab.workbook.inputs_record import REPO_ROOT, InputsRecord, md_text, record_inputs
+from eaglelab.workbook.inputs_record import REPO_ROOT, InputsRecord, record_inputs
 from eaglelab.workbook.report import read_findings, save_findings, write_game_plan
 
 #: The serving numbers of a user who entered every one (values of their own, not the founding case's).

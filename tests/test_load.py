@@ -294,7 +294,7 @@ def test_vllm_batched_at_several_concurrencies_beside_the_model(tiny_world):
 
     from eaglelab.data.sets import measure_prompts
     from eaglelab.engines.vllm import engine_status
-    from eaglelab.jobs.load import engine_load_check
+    from eaglelab.jobs.load_engine import engine_load_check
 
     ok, why = engine_status()
     if not ok:

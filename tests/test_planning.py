@@ -231,7 +231,7 @@ def test_cli_plan_takes_tau_from_a_log(tmp_path):
     assert data["scenario"]["accept_len"] == pytest.approx(2.1) and data["sources"]["accept_len"] == "logs"
 
 
-@pytest.mark.parametrize("args, needle", [(["--cycle-ms", "-3"], "--cycle-ms: must be > 0"),
+@pytest.mark.parametrize("args, needle", [(["--cycle-ms", "-3"], "--cycle-ms: must be a number in [0.01, 3.6e+06], got -3"),
                                           (["--accept-len", "5"], "accept_len"),
                                           (["--k", "zero"], "is not a whole number")])
 def test_cli_plan_bad_input_is_one_line_exit_2(args, needle):

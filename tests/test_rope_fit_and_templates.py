@@ -6,8 +6,9 @@
 - ``inspect`` (and ``compare``) caution that TorchSpec trains an MLA drafter's YaRN at θ 10000 whatever
   ``rope_theta`` says, naming the source and the probe; for certain when the config is a TorchSpec export
   (``_torchspec_version``), conditionally otherwise, and only for MLA drafters with YaRN.
-- The warm-start recipe picks SpecForge's chat template from the target (``llama3`` for a Llama, Kimi's own for
-  a Kimi target) or refuses to guess in one line naming ``--chat-template``; before, it passed ``llama3`` to all.
+- The warm-start recipe picks SpecForge's chat template from the target (from what its own template writes, #53:
+  ``llama3`` for a Llama 3 template or a base Llama, ``qwen`` for ChatML; Kimi's own for a Kimi target) or refuses to
+  guess in one line naming ``--chat-template``; before, it passed ``llama3`` to all.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def capture_template(recipe) -> str:
 def test_a_llama_target_gets_llama3(tiny_world):
     recipe = build_recipe(RecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_b)))
     assert capture_template(recipe) == "llama3" and recipe.settings.chat_template == "llama3"
-    assert recipe.provenance["chat_template"] == "llama3 (the target's model_type llama)"
+    assert recipe.provenance["chat_template"] == ("llama3 (the target ships no chat template (a base model): its family's, "
+                                                  "model_type llama, assumed)")
 
 
 def test_a_kimi_target_gets_kimis_template_not_llama3(kimi, tmp_path):  # noqa: F811
@@ -212,7 +214,8 @@ def test_the_probe_recipe_dumps_both_targets_with_the_template_they_imply(tiny_w
     llama = build_probe_recipe(ProbeRecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_a),
                                                    str(tiny_world.target_b)))
     assert probe_capture_templates(llama) == {"llama3"}
-    assert llama.provenance["chat template"] == "llama3 (the target's model_type llama)"
+    assert llama.provenance["chat template"] == ("llama3 (the target ships no chat template (a base model): its family's, "
+                                                 "model_type llama, assumed)")
     with pytest.raises(ParameterError, match="--chat-template") as err:
         build_probe_recipe(ProbeRecipeSettings("specforge", str(kimi.k2_drafter), str(kimi.k2_target),
                                                str(kimi.k25_target)))

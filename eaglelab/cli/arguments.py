@@ -13,7 +13,7 @@ import re
 import sys
 
 from eaglelab.inputs import is_ascii_digits
-from eaglelab.settings import default_of, field_help, flag_name, settings_fields
+from eaglelab.settings import default_of, field_help, flag_name, range_problem, settings_fields
 
 #: Largest count a flag takes (steps, sequences, tokens): far beyond any real run, small enough to stay exact.
 MAX_COUNT = 10**12
@@ -138,19 +138,33 @@ def _annotation(text: str) -> tuple[str, bool]:
     return (parts[0] if len(parts) == 1 else "str"), False
 
 
+def _ranged(one, meta):
+    """``one`` (a whole or a finite number) then the field's declared range (:func:`eaglelab.settings.range_problem`),
+    its likely mix-up said with the refusal."""
+    whole = one in (count, count0)
+
+    def checked(text: str):
+        value = one(text)
+        problem = range_problem(value, meta, whole)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return checked
+
+
 def _value_type(base: str, meta, where: str):
     """The argparse ``type`` of one value: whole numbers and finite numbers within the field's range."""
     low, above, high = meta.get("min"), meta.get("above"), meta.get("max")
     if base == "int":
-        if above is not None or high is not None or low not in (0, 1):
-            raise TypeError(f"{where}: a whole-number flag takes min=0 or min=1")
-        return count if low == 1 else count0
+        if above is not None or low not in (0, 1):
+            raise TypeError(f"{where}: a whole-number flag takes min=0 or min=1 (and a max)")
+        one = count if low == 1 else count0
+        return one if high is None else _ranged(one, meta)
     if base == "float":
         known = {(None, 0, None): positive, (1, None, None): accept_len, (0, None, 1): fraction,
                  (None, None, None): _number}
-        if (low, above, high) not in known:
-            raise TypeError(f"{where}: no flag type for the range min={low} above={above} max={high}")
-        return known[(low, above, high)]
+        return known.get((low, above, high)) or _ranged(_number, meta)
     if base in ("str", "Path"):
         return None
     raise TypeError(f"{where}: no flag for a field of type {base}")
@@ -228,8 +242,9 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
                 kw["default"] = (None if default is dataclasses.MISSING or meta.get("repeat") else
                                  list(default) if many and default is not None else default)
         where.add_argument(*([f"-{meta['short']}"] if meta.get("short") else []), f"--{name}", **kw)
-        for spelling in meta.get("old", ()):
-            alias(where, spelling, f"--{name}", f.name, **({"type": kw["type"]} if kw.get("type") else {}))
+        for spelling in meta.get("old", ()):  # the old spelling takes what the new one takes: type, arity, choices
+            alias(where, spelling, f"--{name}", f.name, **{k: kw[k] for k in ("type", "nargs", "choices", "metavar")
+                                                            if kw.get(k) is not None})
 
 
 def settings_from(args, cls, **given):

@@ -55,6 +55,11 @@ import urllib.parse
 COLUMNS = ("concurrency", "k", "draft_tokens", "topk", "accept_len", "context", "output_tok_s")
 EXTRA_COLUMNS = ("window_s", "window_tokens")
 HEADER = ",".join(COLUMNS + EXTRA_COLUMNS)
+#: The most requests in flight one measurement opens (eaglelab/serving/cost_table.py MAX_CONCURRENCY): a connection
+#: and a thread each, made before the round starts.
+MAX_CONCURRENCY = 65_536
+#: Whole-number options' ceiling (the cost table's MAX_WHOLE: beyond it a value is a typo, not a load).
+MAX_WHOLE = 10_000_000
 #: Largest error body shown from a server.
 MAX_ERROR_BYTES = 2000
 #: Longest line read from a stream (a chunk is a few hundred bytes).
@@ -458,9 +463,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     m.add_argument("--out", required=True, help="the cost table (CSV) to append to")
     m.add_argument("--engine", required=True, help="sglang or vllm (provenance)")
     m.add_argument("--model", help="the served model's id (default: the first of GET /v1/models)")
-    m.add_argument("--concurrency", type=whole_list, required=True, help="requests in flight, e.g. 1,2,4,8")
+    m.add_argument("--concurrency", type=lambda t: [whole(c, high=MAX_CONCURRENCY) for c in t.split(",")], required=True,
+                   help="requests in flight, e.g. 1,2,4,8 (a connection and a thread each)")
     m.add_argument("--prompt-tokens", type=whole, default=1024)
-    m.add_argument("--output-tokens", type=at_least_two, default=256)
+    m.add_argument("--output-tokens", type=lambda t: whole(t, low=2), default=256, help="a decode phase needs 2 or more")
     m.add_argument("--repeats", type=whole, default=2)
     m.add_argument("--k", type=int, choices=range(0, 65), metavar="K", required=True, help="drafts per cycle (0: plain)")
     m.add_argument("--draft-tokens", type=whole, help="tokens verified per request per cycle (default k + 1)")
@@ -474,21 +480,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def whole(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def whole_list(text: str) -> list[int]:
-    return [whole(part) for part in text.split(",")]
-
-
-def at_least_two(text: str) -> int:
-    value = int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2 (a decode phase needs tokens after the first), got {value}")
+def whole(text: str, low: int = 1, high: int = MAX_WHOLE) -> int:
+    word = text.strip()
+    if not (word.isascii() and word.isdigit()) or len(word) > 12:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number")
+    value = int(word)
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high:,}, got {value}")
     return value
 
 

@@ -46,6 +46,9 @@ from typing import Any
 
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, path_word, script_value, write_recipe_folder
 from eaglelab.errors import ParameterError
+from eaglelab.markdown import md_text
+from eaglelab.serving.cost_table import MAX_CONCURRENCY, MAX_WHOLE
+from eaglelab.serving.perf import require_tree
 from eaglelab.settings import DEFAULT_K
 
 #: The serving engines a load recipe is written for.
@@ -56,6 +59,8 @@ DEFAULT_ACCEPT_LENS = (1.0, 2.0, 3.0)
 SGLANG_ACC_METHOD = "match-expected"
 #: The client, copied beside the script.
 CLIENT = Path(__file__).with_name("load_client.py")
+#: The most GPUs a server spans, and timed runs per (setup, concurrency).
+MAX_GPUS, MAX_REPEATS = 4096, 1000
 #: Seconds the script waits for a stopped server before SIGKILL.
 STOP_GRACE_S = 60
 
@@ -209,26 +214,24 @@ def check_load_recipe(s: LoadRecipeSettings) -> None:
     """
     if s.engine not in LOAD_ENGINES:
         raise ParameterError("--engine", f"unknown engine {s.engine!r}; choose {' or '.join(LOAD_ENGINES)}")
-    for name, low in (("gpus", 1), ("k", 1), ("topk", 1), ("prompt_tokens", 1), ("output_tokens", 2), ("repeats", 1),
-                      ("port", 1), ("server_timeout_s", 1)):
+    for name, low, high in (("gpus", 1, MAX_GPUS), ("k", 1, 64), ("topk", 1, 64), ("prompt_tokens", 1, MAX_WHOLE),
+                            ("output_tokens", 2, MAX_WHOLE), ("repeats", 1, MAX_REPEATS), ("port", 1, 65535),
+                            ("server_timeout_s", 1, 7 * 24 * 3600)):
         value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ParameterError(f"--{name.replace('_', '-')}", f"must be a whole number of at least {low}, got {value!r}")
-    if s.k > 64:
-        raise ParameterError("--k", f"must be at most 64 drafts per cycle, got {s.k}")
-    if s.port > 65535:
-        raise ParameterError("--port", f"must be a TCP port (at most 65535), got {s.port}")
-    if not s.concurrency or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in s.concurrency):
-        raise ParameterError("--concurrency", f"must be whole numbers of at least 1, got {list(s.concurrency)!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ParameterError(f"--{name.replace('_', '-')}", f"must be a whole number from {low} to {high:,}, "
+                                                                f"got {value!r:.40}")
+    if s.prompt_tokens + s.output_tokens > MAX_WHOLE:  # the rows' context column
+        raise ParameterError("--prompt-tokens", f"with --output-tokens makes a context over {MAX_WHOLE:,} tokens")
+    if not s.concurrency or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_CONCURRENCY
+                                for c in s.concurrency):
+        raise ParameterError("--concurrency", f"must be whole numbers from 1 to {MAX_CONCURRENCY:,} (the client opens a "
+                                              f"connection per request; the cost table reads no more), got "
+                                              f"{list(s.concurrency)!r:.80}")
     if s.draft_tokens is not None and (isinstance(s.draft_tokens, bool) or not isinstance(s.draft_tokens, int)
                                        or s.draft_tokens < 2):
         raise ParameterError("--draft-tokens", f"must be a whole number of at least 2, got {s.draft_tokens!r}")
-    if s.topk == 1 and s.verified != s.k + 1:
-        raise ParameterError("--draft-tokens", f"a chain (topk 1) of k = {s.k} drafts verifies k + 1 = {s.k + 1} tokens, "
-                                               f"got {s.verified}")
-    if s.topk > 1 and not s.k + 1 <= s.verified <= s.topk * s.k + 1:
-        raise ParameterError("--draft-tokens", f"a tree of topk {s.topk} and k = {s.k} verifies from k + 1 to "
-                                               f"topk * k + 1 = {s.topk * s.k + 1} tokens, got {s.verified}")
+    require_tree(s.k, s.topk, s.draft_tokens)
     if s.engine == "vllm" and s.topk != 1:
         raise ParameterError("--topk", "vLLM's EAGLE-3 drafts a chain (topk 1); a tree is SGLang's (--engine sglang)")
     if not s.forced:
@@ -322,13 +325,15 @@ def write_load_recipe(settings: LoadRecipeSettings, out: str | Path, overwrite: 
 
 
 def readme(s: LoadRecipeSettings) -> str:
-    """The folder's README: what the script measures, how to run it, what comes out."""
+    """The folder's README: what the script measures, how to run it, what comes out (the work folder, the one value
+    of the user's it shows, escaped for Markdown: :func:`eaglelab.markdown.md_text`)."""
+    w = md_text(s.workdir)
     forced = "SGLANG_SIMULATE_ACC_LEN (with SGLANG_SIMULATE_ACC_METHOD=match-expected)" if s.engine == "sglang" else \
         'speculative_config "rejection_sample_method": "synthetic", "synthetic_acceptance_length"'
     return f"""# The serving cost table of {s.engine}, measured on your cluster
 
 Written by `eaglelab recipe --job load`. Copy this folder to a node with {s.gpus} GPUs, {s.engine} installed and the
-target and drafter reachable, then run `bash run.sh` from the folder where `{s.workdir}/` should appear.
+target and drafter reachable, then run `bash run.sh` from the folder where {w}/ should appear.
 
 For plain decoding, then for each forced acceptance length τ in {list(s.forced)} (k = {s.k}, topk {s.topk},
 {s.verified} tokens verified per cycle), the script serves the target on 127.0.0.1:{s.port}, waits for `/health`
@@ -339,10 +344,10 @@ drafter's quality does not matter, the cycle's cost is what is measured.
 
 Each row's `output_tok_s` is the decode phase only: the tokens that arrive between the last request's first token and
 the first request's last token (the window where all of them decode together), over that window's length. Rows go to
-`{s.workdir}/costs.csv` (comments on top: engine, model, GPU, date), one per concurrency and repeat, appended as they
-are measured. Each server's log is `{s.workdir}/server-*.log`. The script refuses to start when `costs.csv` exists.
+{w}/costs.csv (comments on top: engine, model, GPU, date), one per concurrency and repeat, appended as they
+are measured. Each server's log is {w}/server-\\*.log. The script refuses to start when `costs.csv` exists.
 
-Then `eaglelab perf --costs {s.workdir}/costs.csv --target-config ...` (the script's last step, when eaglelab is
+Then `eaglelab perf --costs` on {w}/costs.csv `--target-config ...` (the script's last step, when eaglelab is
 installed there) fits the load model to the table: plain step = concurrency / output_tok_s, speculative cycle =
 τ · concurrency / output_tok_s.
 

@@ -10,16 +10,14 @@ groups per concurrency, or an engine's cost table (:mod:`eaglelab.serving.cost_t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from eaglelab.checkpoints.targets.reading import load_target_config
-from eaglelab.engines.vllm import LoadRun, engine_status, measure_costs_in_engine, measure_load_in_engine
-from eaglelab.errors import ParameterError, is_whole, require_whole
+from eaglelab.errors import ParameterError
 from eaglelab.inputs import printable
 from eaglelab.outputs import table
-from eaglelab.serving.cost_table import CostTable, read_cost_table, write_cost_table
+from eaglelab.serving.cost_table import MAX_CONCURRENCY, MAX_WHOLE, CostTable, read_cost_table
 from eaglelab.serving.gpus import GPUS
 from eaglelab.serving.gpus import gpu as gpu_named
 from eaglelab.serving.load import (
@@ -43,9 +41,19 @@ from eaglelab.serving.load import (
 from eaglelab.serving.load_checks import Calibration, calibration_of, residuals
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
-from eaglelab.serving.perf import require_one_setup, require_reachable
+from eaglelab.serving.perf import (
+    CYCLE_MISTAKE,
+    MAX_STEP_S,
+    MAX_TPS,
+    MIN_STEP_S,
+    MIN_TPS,
+    TPS_MISTAKE,
+    require_one_setup,
+    require_reachable,
+    require_tree,
+)
 from eaglelab.serving.target_shape import KV_DTYPE_BYTES, require_kv_dtype, shape_from_config
-from eaglelab.settings import DEFAULT_K, option
+from eaglelab.settings import DEFAULT_K, check_ranges, option
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
 #: The GPU a user's target config is costed on when ``--gpu`` is not given (said so in the output).
@@ -70,28 +78,25 @@ class MachineSettings:
             the founding case's decode and draft).
         verify_kv: how the verify's attention reads the KV cache: once per request (FlashAttention, FlashInfer,
             FlashMLA) or per-token (decode kernels, e.g. vLLM's TRITON_MLA).
-        context: mean context tokens per request (its KV cache is read every step).
+        context: mean context tokens per request (its KV cache is read every step; 0: short prompts, as sweeps
+            publish "ctx 0").
     """
 
     target_config: str | None = None
     gpu: str | None = option(None, choices=(*sorted(GPUS), "cpu"))
-    gpus: int | None = option(None, min=1)
+    gpus: int | None = option(None, min=1, max=4096)
     link: str | None = option(None, choices=tuple(sorted(LINK_LATENCY_S)))
-    link_gbps: float | None = option(None, above=0)
+    link_gbps: float | None = option(None, min=0.01, max=10_000.0,
+                                     mistake="GB/s (bytes, as nccl-tests' busbw prints it), not Gb/s or bytes/s")
     kv_dtype: str = option("bf16", choices=tuple(sorted(KV_DTYPE_BYTES)))
     cuda_graphs: tuple[str, ...] | None = option(None, choices=STEP_KINDS, count="*")
     verify_kv: str = option("once", choices=VERIFY_KV)
-    context: int = option(2048, min=1)
+    context: int = option(2048, min=0, max=MAX_WHOLE)
 
     def __post_init__(self):
         if self.cuda_graphs == ():  # the bare flag: every step kind
             object.__setattr__(self, "cuda_graphs", STEP_KINDS)
-        require_whole("--context", self.context)
-        if self.gpus is not None:
-            require_whole("--gpus", self.gpus)
-        if self.link_gbps is not None and not (isinstance(self.link_gbps, (int, float)) and math.isfinite(self.link_gbps)
-                                               and self.link_gbps > 0):
-            raise ParameterError("--link-gbps", f"must be a positive finite number, got {self.link_gbps!r}")
+        check_ranges(self)  # every field's declared range, for flags, notebooks and the API alike
         require_kv_dtype(self.kv_dtype)
         require_verify_kv(self.verify_kv)
         if self.cuda_graphs is not None:
@@ -126,33 +131,25 @@ class LoadSettings(MachineSettings):
             every point's residual printed.
     """
 
-    concurrency: tuple[int, ...] | None = option(None, min=1)
-    baseline_tps: float | None = option(None, above=0)
-    cycle_ms: float | None = option(None, above=0)
+    concurrency: tuple[int, ...] | None = option(None, min=1, max=MAX_CONCURRENCY)
+    baseline_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
+    cycle_ms: float | None = option(None, min=1e3 * MIN_STEP_S, max=1e3 * MAX_STEP_S, mistake=CYCLE_MISTAKE)
     accept_len: float | None = option(None, min=1)
     accept_lens: tuple[float, ...] | None = option(None, min=1)
-    at_concurrency: int = option(1, min=1)
-    k: int = option(DEFAULT_K, min=1)
-    topk: int = option(1, min=1)
-    draft_tokens: int | None = option(None, min=1)
+    at_concurrency: int = option(1, min=1, max=MAX_CONCURRENCY)
+    k: int = option(DEFAULT_K, min=1, max=64)
+    topk: int = option(1, min=1, max=64)
+    draft_tokens: int | None = option(None, min=1, max=64 * 64 + 1)
     log: str | None = None
     plain_log: str | None = None
     costs: tuple[str, ...] | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        if self.concurrency is not None and (not self.concurrency or not all(is_whole(c) for c in self.concurrency)):
-            raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {list(self.concurrency)}")
-        for name in ("at_concurrency", "k", "topk"):
-            require_whole(f"--{name.replace('_', '-')}", getattr(self, name))
+        if self.concurrency is not None and not self.concurrency:
+            raise ParameterError("--concurrency", "must name at least one concurrency")
         if isinstance(self.costs, str):  # one table, as a notebook gives it
             object.__setattr__(self, "costs", (self.costs,))
-        if self.draft_tokens is not None:
-            require_whole("--draft-tokens", self.draft_tokens)
-        for name in ("baseline_tps", "cycle_ms", "accept_len"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ParameterError(f"--{name.replace('_', '-')}", f"must be a positive finite number, got {value!r}")
         if self.accept_len is not None:
             require_reachable(self.accept_len, self.k, "--accept-len")
         points = self.concurrencies
@@ -167,9 +164,7 @@ class LoadSettings(MachineSettings):
             if abs(at - self.accept_len) > 1e-9:
                 raise ParameterError("--accept-lens", f"gives τ {at:g} at --at-concurrency {self.at_concurrency}, where the "
                                                       f"measured point's τ is {self.accept_len:g} (--accept-len): one τ there")
-        if self.draft_tokens is not None and self.topk == 1 and self.draft_tokens != self.k + 1:
-            raise ParameterError("--draft-tokens", f"a chain (--topk 1) of k = {self.k} verifies k + 1 = {self.k + 1} "
-                                                   f"tokens per request, got {self.draft_tokens}")
+        require_tree(self.k, self.topk, self.draft_tokens)
         if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
             require_one_setup(self.cycle_ms, self.baseline_tps)
 
@@ -234,15 +229,22 @@ class LoadReport:
                           "break-even τ", "best k", "at best k"]).splitlines()
             out.append(f"({self.source}" + (f", {self.calibration.line()})" if self.calibration is not None else ")"))
         if len(self.residuals) > 2 and self.model is not None:
-            out += [""] + table([[r["concurrency"], r["what"], r["k"] or "-", r["context"] or "-", f"{r['measured_ms']:.2f}",
-                                  f"{r['model_ms']:.2f}", f"{100 * r['error']:+.1f}%"] for r in self.residuals],
+            out += [""] + table([[r["concurrency"], r["what"], r["k"] or "-", "-" if r["context"] is None else r["context"],
+                                  f"{r['measured_ms']:.2f}", f"{r['model_ms']:.2f}", f"{100 * r['error']:+.1f}%"]
+                                 for r in self.residuals],
                                 ["concurrency", "measured", "k", "context", "measured ms", "model ms", "residual"]).splitlines()
             out.append("each term, measured over its datasheet value: " + ", ".join(
                 f"{r['term']} {r['multiplier']:.2f}x" for r in scales_table(self.model)))
-        other = [r for r in self.rows if not r["pays"] and r["best_speedup"] >= 1.0]
-        hint = [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
+        return out + [self.crossover(), *self.why, *self.k_hint(), *self.notes]
+
+    def k_hint(self) -> list[str]:
+        """At most one line: the first concurrency of the table where speculation does not pay at ``k`` but would at
+        another k whose KV cache fits there (the table's own ``best_k`` and ``best_speedup``)."""
+        k = self.settings.k
+        other = [r for r in self.rows if not r["pays"] and r["best_k"] != k and r["best_speedup"] >= 1.0
+                 and self.model is not None and bool(self.model.kv_fits(r["concurrency"], r["best_k"]))]
+        return [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
                 f"request{'s' if r['concurrency'] != 1 else ''} in flight: {r['best_speedup']:.2f}x" for r in other[:1]]
-        return out + [self.crossover(), *self.why, *hint, *self.notes]
 
     def crossover(self) -> str:
         """One line: up to which concurrency speculation pays, per the model at τ."""
@@ -252,14 +254,29 @@ class LoadReport:
         per = "" if self.calibration is None or self.calibration.calibrated else \
             " (per a model fitted to, not calibrated on, the points measured)"
         if self.pays_up_to is None:
-            return f"at τ {self.tau:.2f} speculation does not pay even at {at} request{'s' if at != 1 else ''} in flight{per}"
-        if self.pays_up_to >= 1024:
-            return f"at τ {self.tau:.2f} speculation pays at every concurrency up to 1024{per}"
-        beyond = next(b for b in CONCURRENCY_GRID if b > self.pays_up_to)
-        if not bool(self.model.kv_fits(beyond, self.settings.k)):
-            return (f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests; at {beyond} their "
-                    f"KV cache does not fit beside the weights{per}")
-        return f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses beyond{per}"
+            line = f"at τ {self.tau:.2f} speculation does not pay at {at} request{'s' if at != 1 else ''} in flight"
+        elif self.pays_up_to >= 1024:
+            line = f"at τ {self.tau:.2f} speculation pays at every concurrency up to 1024"
+        else:
+            beyond = next(b for b in CONCURRENCY_GRID if b > self.pays_up_to)
+            line = (f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests; at {beyond} their "
+                    "KV cache does not fit beside the weights" if not bool(self.model.kv_fits(beyond, self.settings.k))
+                    else f"at τ {self.tau:.2f} speculation pays up to {self.pays_up_to} concurrent requests and loses "
+                         "beyond")
+        return line + self._rows_beside() + per
+
+    def _rows_beside(self) -> str:
+        """What the table's rows add to the crossover: where it pays beyond it (the rows not monotone), or that it
+        pays at no concurrency answered."""
+        upto = self.pays_up_to or 0
+        again = [r for r in self.rows if r["pays"] and r["concurrency"] > upto]
+        if again:
+            where = ", ".join(f"{r['concurrency']} ({r['speedup']:.2f}x)" for r in again[:4])
+            return (f", yet by the table it pays at {where}: the speedup is not monotone in the load here, so read "
+                    "the rows, not one crossover")
+        if self.pays_up_to is None and self.rows:
+            return f" nor at any concurrency of the table ({', '.join(str(r['concurrency']) for r in self.rows)})"
+        return ""
 
 
 def tps_cell(x: float | None) -> str:
@@ -300,7 +317,7 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
     return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
 
 
-def _cost_points(table: CostTable, s: LoadSettings) -> list[Point]:
+def cost_points(table: CostTable, s: LoadSettings) -> list[Point]:
     """A cost table's rows as measured points (plain steps and cycles at their own context)."""
     for r in table.cycles:
         if r.topk != s.topk or r.draft_tokens != (s.draft_tokens or r.k + 1):
@@ -355,7 +372,7 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
                 continue
             points.append(Point(c, decode_s=decode, cycle_s=cycle, k=s.k))
     for path in s.costs or ():
-        points += _cost_points(read_cost_table(path), s)
+        points += cost_points(read_cost_table(path), s)
     tau = s.accept_len if s.accept_len is not None else (spec.summary()["median_accept_len"] if spec is not None else None)
     if tau is None and s.accept_lens is not None:
         tau = s.accept_lens[0]
@@ -398,118 +415,3 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
              "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s, "context": p.context} for p in points]
     measured = residuals(model, points) if model is not None else []
     return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, measured, why)
-
-
-@dataclass
-class EngineLoadCheck:
-    """The load model against a real engine: vLLM batched at several concurrencies, on this machine.
-
-    The model (the target's serving cost on a CPU, :data:`eaglelab.serving.load.CPU`) is calibrated on the
-    smallest and the largest concurrency measured; the ones between are held out, and every row
-    says how far the model's speedup is from the measured one, and whether it lies inside the
-    range the repeated runs allow (``within_noise``): a gap inside the noise is not the model's.
-    """
-
-    run: LoadRun
-    model: LoadModel
-    rows: list[dict]
-    status: str = ""
-
-    @property
-    def worst_held_out(self) -> float | None:
-        held = [abs(r["error"]) for r in self.rows if r["held_out"]]
-        return max(held) if held else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "status": self.status, "worst_held_out": self.worst_held_out,
-                "model": self.model.to_json() if self.model is not None else None}
-
-
-def engine_load_check(target: str, drafter: str, prompts: list[list[int]], max_new_tokens: int, k: int,
-                      concurrency: list[int], target_config: dict, engine: str | None = "vllm",
-                      repeats: int = 3) -> EngineLoadCheck:
-    """The target alone and with the drafter in vLLM at each concurrency, beside the load model for this machine.
-
-    Returns:
-        rows with ``concurrency``, ``tau``, ``alone_tps``, ``drafter_tps`` (medians of ``repeats`` runs),
-        ``measured`` and ``model`` speedups, ``error`` (model / measured - 1), ``measured_low`` /
-        ``measured_high`` (the runs' range), ``within_noise`` and ``held_out``; without the engine, no
-        rows and the reason.
-    """
-    if engine is None:
-        return EngineLoadCheck(None, None, [], "SERVING_ENGINE = None")
-    ok, line = engine_status()
-    if not ok:
-        return EngineLoadCheck(None, None, [], line)
-    run = measure_load_in_engine(target, drafter, prompts, max_new_tokens, k=k, concurrency=concurrency,
-                                 repeats=repeats)
-    context = int(sum(len(p) for p in prompts) / len(prompts) + max_new_tokens / 2)
-    points = run.points()
-    ends = [points[0], points[-1]] if len(points) > 1 else points
-    model = calibrate(LoadModel(shape_from_config(target_config), CPU, context=context), ends)
-    rows = []
-    for point, tau, alone, spec, (low, high) in zip(points, run.tau, run.alone_tps, run.drafter_tps, run.speedup_range):
-        c = point.concurrency
-        predicted = float(model.speedup(c, k, tau))
-        measured = spec / alone
-        rows.append({"concurrency": c, "tau": tau, "alone_tps": alone, "drafter_tps": spec, "measured": measured,
-                     "model": predicted, "error": predicted / measured - 1.0, "measured_low": low,
-                     "measured_high": high, "within_noise": low <= predicted <= high, "held_out": point not in ends})
-    return EngineLoadCheck(run, model, rows, f"vLLM {run.version} on this machine")
-
-
-@dataclass
-class EngineCostFit:
-    """The model fitted to a cost table measured in vLLM on this machine, τ forced, and held out.
-
-    Attributes:
-        table: the measured cost table (:func:`eaglelab.engines.vllm.measure_costs_in_engine`), or None.
-        report: the model fitted to every row (its residuals in ``report.residuals``).
-        held_out: rows of the model fitted to the smallest and largest concurrency only, at the others:
-            ``concurrency``, ``what``, ``accept_len``, ``measured_ms``, ``model_ms``, ``error``.
-        path: where the table was written; status: the engine's, or why nothing was measured.
-    """
-
-    table: CostTable | None
-    report: LoadReport | None
-    held_out: list[dict]
-    path: str | None
-    status: str
-
-    @property
-    def worst_held_out(self) -> float | None:
-        return max((abs(r["error"]) for r in self.held_out), default=None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "status": self.status, "held_out": self.held_out,
-                "worst_held_out": self.worst_held_out, "fit": self.report.to_json() if self.report else None}
-
-
-def engine_cost_fit(target: str, drafter: str, prompts: list[list[int]], max_new_tokens: int, k: int,
-                    concurrency: list[int], accept_lens: list[float], out: str, engine: str | None = "vllm",
-                    repeats: int = 2) -> EngineCostFit:
-    """Measure the cost table in vLLM (τ forced), write it to ``out``, fit the model on this machine's CPU to it.
-
-    The fit to every row says how well the model's shape holds the measurements (its residuals); the fit to
-    the smallest and largest concurrency alone, predicting the ones between, says how far it carries.
-    """
-    if engine is None:
-        return EngineCostFit(None, None, [], None, "SERVING_ENGINE = None")
-    ok, line = engine_status()
-    if not ok:
-        return EngineCostFit(None, None, [], None, line)
-    table = measure_costs_in_engine(target, drafter, prompts, max_new_tokens, k, concurrency, accept_lens,
-                                    repeats=repeats)
-    path = str(write_cost_table(out, table.rows, table.comments))
-    settings = LoadSettings(concurrency=tuple(concurrency), accept_len=float(max(accept_lens)), k=k, gpu="cpu",
-                            target_config=target, costs=(path,), context=table.rows[0].context)
-    report = speculation_under_load(settings)
-    ends = {min(concurrency), max(concurrency)}
-    outer = CostTable(tuple(r for r in table.rows if r.concurrency in ends))
-    inner = tuple(r for r in table.rows if r.concurrency not in ends)
-    start, _ = load_model_for(settings)
-    held = residuals(calibrate(start, _cost_points(outer, settings)), _cost_points(CostTable(inner), settings))
-    for row, measurement in zip(held, inner):  # one row per measurement, in order
-        row["accept_len"] = measurement.accept_len
-    version = table.provenance().get("engine", "vLLM")
-    return EngineCostFit(table, report, held, path, f"{version} on this machine")

@@ -23,7 +23,7 @@ from eaglelab.errors import ParameterError
 from eaglelab.jobs.load import LoadReport, LoadSettings, speculation_under_load, tps_cell
 from eaglelab.outputs import strict_json_text, table
 from eaglelab.serving.logs import ParsedLog, log_by_concurrency, parse_log
-from eaglelab.serving.perf import diagnose
+from eaglelab.serving.perf import MAX_TPS, MIN_TPS, TPS_MISTAKE, diagnose
 from eaglelab.settings import option
 
 
@@ -35,7 +35,8 @@ class PerfSettings(LoadSettings):
         goal_tps: throughputs wanted: the τ each needs.
     """
 
-    goal_tps: tuple[float, ...] | None = option(None, above=0, old=("--target-tps",))
+    goal_tps: tuple[float, ...] | None = option(None, min=MIN_TPS, max=MAX_TPS, old=("--target-tps",),
+                                                mistake=TPS_MISTAKE)
 
     def __post_init__(self):
         if self.point_given and all(isinstance(v, (int, float)) and v > 0 for v in (self.baseline_tps, self.cycle_ms)):

@@ -15,11 +15,17 @@ from eaglelab.errors import ParameterError
 from eaglelab.jobs.load import LoadSettings, MachineSettings, load_model_for
 from eaglelab.planning.decision_table import FOUNDING_CASE, Plan, Scenario, plan
 from eaglelab.planning.render import plan_lines, plan_markdown
+from eaglelab.serving.cost_table import MAX_CONCURRENCY
 from eaglelab.serving.logs import parse_log
+from eaglelab.serving.perf import CYCLE_MISTAKE, MAX_STEP_S, MAX_TPS, MIN_STEP_S, MIN_TPS, TPS_MISTAKE
 from eaglelab.settings import field_help, option
 
 #: The lever-naming models ``--verify-model`` takes (``kimi-k2-pcie`` is ``load``'s old name; ``none`` names none).
 VERIFY_MODELS = ("load", "kimi-k2-pcie", "none")
+
+
+#: The most training samples a plan counts with (a thousand times the largest published drafter corpora).
+MAX_SAMPLES = 1e12
 
 
 @dataclass(frozen=True)
@@ -47,22 +53,22 @@ class PlanSettings(MachineSettings):
         at_concurrency: requests in flight when ``baseline_tps`` and ``cycle_ms`` were measured.
     """
 
-    baseline_tps: float | None = option(None, above=0)
-    cycle_ms: float | None = option(None, above=0)
+    baseline_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
+    cycle_ms: float | None = option(None, min=1e3 * MIN_STEP_S, max=1e3 * MAX_STEP_S, mistake=CYCLE_MISTAKE)
     accept_len: float | None = option(None, min=1)
     log: str | None = None
-    goal_tps: float | None = option(None, above=0, old=("--target-tps",))
-    samples: float | None = option(None, above=0)
-    gen_tps: float | None = option(None, above=0)
-    tokens_per_sample: float | None = option(None, above=0)
+    goal_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, old=("--target-tps",), mistake=TPS_MISTAKE)
+    samples: float | None = option(None, above=0, max=MAX_SAMPLES)
+    gen_tps: float | None = option(None, above=0, max=1e9, mistake="tokens per second over all generation streams")
+    tokens_per_sample: float | None = option(None, above=0, max=1e8)
     k: int | None = option(None, min=1)
     plugin_tau: float | None = option(None, min=1)
-    old_samples: float | None = option(None, above=0)
+    old_samples: float | None = option(None, above=0, max=MAX_SAMPLES)
     exponents: tuple[float, ...] | None = option(None, above=0, count=2, flag="exponent")
     transfer_fraction: tuple[float, ...] | None = option(None, min=0, max=1, count=2, flag="transfer")
-    budgets: tuple[float, ...] | None = option(None, above=0)
+    budgets: tuple[float, ...] | None = option(None, above=0, max=MAX_SAMPLES)
     verify_model: str = option("load", choices=VERIFY_MODELS)
-    at_concurrency: int | None = option(None, min=1)
+    at_concurrency: int | None = option(None, min=1, max=MAX_CONCURRENCY)
 
     def __post_init__(self):
         super().__post_init__()

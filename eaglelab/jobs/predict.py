@@ -13,7 +13,8 @@ from typing import Any
 from eaglelab.decisions import plug_in_against_break_even
 from eaglelab.drift.predictors import ENGINE_METHODS, chain_from_tau, chains_from_log, predict_from_files
 from eaglelab.errors import ParameterError
-from eaglelab.settings import option
+from eaglelab.serving.perf import CYCLE_MISTAKE, MAX_STEP_S, MAX_TPS, MIN_STEP_S, MIN_TPS, TPS_MISTAKE
+from eaglelab.settings import check_ranges, option
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,11 @@ class PredictSettings:
     k: int | None = option(None, min=1)
     method: str | None = option(None, choices=ENGINE_METHODS)
     calibration: str | None = None
-    cycle_ms: float = option(30.0, above=0)
-    baseline_tps: float | None = option(None, above=0)
+    cycle_ms: float = option(30.0, min=1e3 * MIN_STEP_S, max=1e3 * MAX_STEP_S, mistake=CYCLE_MISTAKE)
+    baseline_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
+
+    def __post_init__(self):
+        check_ranges(self)  # flags, notebooks and the API: one rule
 
     def chains(self) -> list[list[float]]:
         """The old drafter's chain rates on the old target, from the one source given.

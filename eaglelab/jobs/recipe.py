@@ -14,11 +14,13 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from eaglelab.engines.load_recipes import LoadRecipe, LoadRecipeSettings, write_load_recipe
+from eaglelab.engines.load_recipes import MAX_GPUS, MAX_REPEATS, LoadRecipe, LoadRecipeSettings, write_load_recipe
 from eaglelab.engines.probe_recipes import ProbeRecipe, ProbeRecipeSettings, write_probe_recipe
 from eaglelab.engines.recipes import Recipe, RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
-from eaglelab.settings import default_of, field_help, flag_name, option
+from eaglelab.inputs import printable
+from eaglelab.serving.cost_table import MAX_CONCURRENCY, MAX_WHOLE
+from eaglelab.settings import check_ranges, default_of, field_help, flag_name, option
 
 #: Each job's settings and the engines it runs on.
 JOBS: dict[str, tuple[type, tuple[str, ...]]] = {
@@ -74,23 +76,26 @@ class RecipeJobSettings:
     force: bool = False
     data: str | None = None
     workdir: str | None = None
-    gpus: int | None = option(None, min=1)
+    gpus: int | None = option(None, min=1, max=MAX_GPUS)
     from_run: str | None = None
     learning_rate: float | None = option(None, above=0, flag="lr")
     epochs: int | None = option(None, min=1)
     ttt_length: int | None = option(None, min=1)
-    k: int | None = option(None, min=1)
-    max_length: int | None = option(None, min=1)
+    k: int | None = option(None, min=1, max=64)
+    max_length: int | None = option(None, min=1, max=MAX_WHOLE)
     chat_template: str | None = None
     embedding_key: str | None = None
     lm_head_key: str | None = None
-    concurrency: tuple[int, ...] | None = option(None, min=1)
+    concurrency: tuple[int, ...] | None = option(None, min=1, max=MAX_CONCURRENCY)
     accept_lens: tuple[float, ...] | None = option(None, min=1)
-    topk: int | None = option(None, min=1)
-    draft_tokens: int | None = option(None, min=1)
-    prompt_tokens: int | None = option(None, min=1)
-    output_tokens: int | None = option(None, min=1)
-    repeats: int | None = option(None, min=1)
+    topk: int | None = option(None, min=1, max=64)
+    draft_tokens: int | None = option(None, min=1, max=64 * 64 + 1)
+    prompt_tokens: int | None = option(None, min=1, max=MAX_WHOLE)
+    output_tokens: int | None = option(None, min=1, max=MAX_WHOLE)
+    repeats: int | None = option(None, min=1, max=MAX_REPEATS)
+
+    def __post_init__(self):
+        check_ranges(self)  # each field's declared range (the load recipe's match what the cost table reads)
 
     def job_settings(self) -> RecipeSettings | ProbeRecipeSettings | LoadRecipeSettings:
         """The job's own settings: the values given, the job's defaults for the rest.
@@ -150,7 +155,7 @@ class RecipeReport:
         return self.recipe.to_json()
 
     def lines(self) -> list[str]:
-        r, out = self.recipe, self.out
+        r, out = self.recipe, printable(str(self.out))  # the folder as typed: a terminal shows it, never acts on it
         engine = self.settings.engine
         if isinstance(r, LoadRecipe):
             return [f"wrote {out}/run.sh ({len(r.steps)} steps, {engine}): plain decoding and the cycle at forced τ per "
@@ -158,11 +163,11 @@ class RecipeReport:
         if isinstance(r, ProbeRecipe):
             return [f"wrote {out}/run.sh ({len(r.steps)} steps, {engine}): dumps of both targets at layer outputs "
                     f"{r.vocab_map['aux_layer_outputs']}, then `eaglelab probe --old-states --new-states`",
-                    *(f"  {key}: {value}" for key, value in r.provenance.items())]
+                    *(f"  {key}: {printable(str(value))}" for key, value in r.provenance.items())]
         vocab = ("  vocabulary: the whole target vocabulary (no map to keep)" if r.vocab_map["full_vocab"] else
                  f"  vocabulary map kept: {r.vocab_map['draft_slots']} draft slots of {r.vocab_map['target_vocab']}")
         return [f"wrote {out}/run.sh ({len(r.steps)} steps, {engine}) " + " ".join(f"{out}/{name}" for name in r.files),
-                *(f"  {key}: {value}" for key, value in r.provenance.items()), vocab]
+                *(f"  {key}: {printable(str(value))}" for key, value in r.provenance.items()), vocab]
 
 
 def write_recipe(settings: RecipeJobSettings) -> RecipeReport:

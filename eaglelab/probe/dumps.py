@@ -62,11 +62,51 @@ class HeadPass:
     Attributes:
         a, b: the drafter's targets on A and on B (greedy token [B, S], draft logits [B, S, Vd]).
         tv: [B, S] total variation of A's and B's next-token distributions.
+        peak_a, peak_b: the largest next-token probability each head gives at any position of the batch.
     """
 
     a: TargetTokens
     b: TargetTokens
     tv: torch.Tensor
+    peak_a: float = 1.0
+    peak_b: float = 1.0
+
+
+#: A head whose largest next-token probability, anywhere in the probe, stays under this many times uniform (1 / V)
+#: spreads its mass evenly: it tells no token from another (a real head puts 10-100% on its first choice).
+UNIFORM_PEAK = 2.0
+
+
+@dataclass
+class HeadSpread:
+    """What one target's head did over the whole probe, to tell a head without weights by what it does.
+
+    A header-only or sparse sample reads as zeros; a placeholder head of ones, or of zeros with a stray element,
+    is no better: each gives every position the same greedy token, or a next-token distribution flat to within
+    :data:`UNIFORM_PEAK` of uniform, and a τ measured against such a target measures no target.
+    """
+
+    vocab: int
+    first: int | None = None
+    varied: bool = False
+    peak: float = 0.0
+
+    def update(self, greedy: torch.Tensor, peak: float) -> None:
+        flat = greedy.reshape(-1)
+        if flat.numel():
+            if self.first is None:
+                self.first = int(flat[0])
+            self.varied = self.varied or bool((flat != self.first).any())
+        self.peak = max(self.peak, peak)
+
+    def blank(self) -> str | None:
+        """Why this head measures no target, in words, or None when it tells tokens apart."""
+        if self.first is not None and not self.varied:
+            return f"gives every position the same greedy token (id {self.first})"
+        if self.peak < UNIFORM_PEAK / self.vocab:
+            return (f"spreads its probability evenly (at most {self.peak:.2e} on any token, under {UNIFORM_PEAK:g}x "
+                    f"uniform over {self.vocab:,} tokens)")
+        return None
 
 
 @torch.no_grad()
@@ -85,17 +125,20 @@ def head_pass(last_a: torch.Tensor, last_b: torch.Tensor, head_a: torch.Tensor, 
     draft_ids = draft_ids.to(head_a.device)
     chunk = head_chunk_positions(int(head_a.shape[0]), chunk)
     greedy_a, greedy_b, draft_a, draft_b, tv = [], [], [], [], []
+    peak_a = peak_b = 0.0
     for i in range(0, B * S, chunk):
         # each [chunk, V] block is let go as soon as its softmax is taken: three alive at a time, not six
         la = (xa[i: i + chunk].to(head_a.device, head_a.dtype) @ head_a.T).float()
         greedy_a.append(la.argmax(-1))
         draft_a.append(la[:, draft_ids])
         pa = torch.softmax(la, -1)
+        peak_a = max(peak_a, float(pa.max()) if pa.numel() else 0.0)
         del la
         lb = (xb[i: i + chunk].to(head_b.device, head_b.dtype) @ head_b.T).float()
         greedy_b.append(lb.argmax(-1))
         draft_b.append(lb[:, draft_ids])
         pb = torch.softmax(lb, -1)
+        peak_b = max(peak_b, float(pb.max()) if pb.numel() else 0.0)
         del lb
         tv.append(pa.sub_(pb).abs_().sum(-1).mul_(0.5))
         del pa, pb
@@ -105,7 +148,7 @@ def head_pass(last_a: torch.Tensor, last_b: torch.Tensor, head_a: torch.Tensor, 
 
     vd = int(draft_ids.numel())
     return HeadPass(TargetTokens(cat(greedy_a), cat(draft_a, vd)), TargetTokens(cat(greedy_b), cat(draft_b, vd)),
-                    cat(tv))
+                    cat(tv), peak_a, peak_b)
 
 
 @dataclass
@@ -184,6 +227,7 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
     draft_ids = drafter.draft_target_ids()
     embed_a, embed_b = heads_a.embedding.to(dev), heads_b.embedding.to(dev)  # rows are cast as they are looked up
     stacks_a, stacks_b = StackBuffers(), StackBuffers()  # each batch's stacks are written over the last one's
+    spread_a, spread_b = HeadSpread(int(heads_a.lm_head.shape[0])), HeadSpread(int(heads_b.lm_head.shape[0]))
     for start in range(0, len(pairs.indices), batch_size):
         with out_of_memory_as_error(DUMP_WHERE, DUMP_ADVICE):
             read = [pairs.read(i) for i in pairs.indices[start: start + batch_size]]
@@ -192,6 +236,8 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
             del read
             heads = head_pass(sa.last_hidden, sb.last_hidden, heads_a.lm_head, heads_b.lm_head, draft_ids, head_chunk)
             update_similarity(sim, sa, sb, argmax_a=heads.a.greedy, argmax_b=heads.b.greedy, tv=heads.tv)
+            spread_a.update(heads.a.greedy, heads.peak_a)
+            spread_b.update(heads.b.greedy, heads.peak_b)
             with drafter.serving_embedding(embed_a, heads_a.lm_head):
                 evaluate_batch(drafter, sa, None, k, tally_a, target=heads.a)
             with drafter.serving_embedding(embed_b, heads_b.lm_head):
@@ -203,18 +249,20 @@ def run_dump_probe(pairs: DumpPairs, heads_a: TargetHeads, heads_b: TargetHeads,
                          "paired samples", "positions counted (a position counts when the next token's loss mask "
                                            "is 1; a one-token sample counts none)")
     result = finish_probe(sim, labels, tally_a, tally_b, source)
-    blank = [h.source for h in (heads_a, heads_b) if not bool(h.lm_head.any())]
+    blank = [(h.source, why) for h, spread in ((heads_a, spread_a), (heads_b, spread_b))
+             if (why := "is all zeros" if not bool(h.lm_head.any()) else spread.blank()) is not None]
     return replace(result, decision=blank_heads_decision(result.decision, blank)) if blank else result
 
 
-def blank_heads_decision(decision: Decision, blank: list[str]) -> Decision:
-    """No verdict from heads that hold no weights: an ``lm_head`` of zeros gives every token the same logit.
+def blank_heads_decision(decision: Decision, blank: list[tuple[str, str]]) -> Decision:
+    """No verdict from heads that tell no token apart (:class:`HeadSpread`): ``blank`` names each and what it did.
 
-    A header-only or sparse sample (the Kimi-shaped one: terabyte shapes as holes) reads as zeros; the target's
-    next token is then a tie everywhere, and whatever τ the drafter gets against it measures nothing.
+    A header-only or sparse sample (the Kimi-shaped one: terabyte shapes as holes) reads as zeros, and a
+    placeholder head of ones or of a stray element is no better: the target's next token is then a tie, or one
+    token, everywhere, and whatever τ the drafter gets against it measures nothing.
     """
-    reasons = [f"the lm_head of {' and of '.join(printable(str(s)) for s in blank)} is all zeros (a header-only or "
-               "sparse sample, not the target's weights): every token gets the same logit, so the τ above measures "
+    said = "; ".join(f"the lm_head of {printable(str(source))} {why}" for source, why in blank)
+    reasons = [f"{said} (a header-only, sparse or placeholder head, not the target's weights): the τ above measures "
                "no target", *decision.reasons]
     bands = {k: v for k, v in (decision.bands or {}).items() if k != "kept"} or None
     return Decision(NO_VERDICT, reasons, None, (), bands, "the targets' heads hold no weights: probe the real ones")

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eaglelab.atomic import write_text_atomic
-from eaglelab.errors import CostTableError
+from eaglelab.errors import CostTableError, ParameterError
 from eaglelab.inputs import printable, read_bytes, shown
+from eaglelab.serving.perf import MAX_STEP_S, MIN_STEP_S, require_tree
 
 #: The columns, in order.
 COLUMNS = ("concurrency", "k", "draft_tokens", "topk", "accept_len", "context", "output_tok_s")
@@ -44,6 +45,10 @@ MAX_BYTES = 8 * 1024 * 1024
 MAX_ROWS = 100_000
 #: Whole-number columns' ceiling: beyond it a value is a typo, not a load.
 MAX_WHOLE = 10_000_000
+#: The most requests in flight a row (and every setting that names a concurrency: ``perf``, ``plan``, ``recipe --job
+#: load`` and its client) may hold: one server's batch is a few thousand at most, and the client opens a
+#: connection per request.
+MAX_CONCURRENCY = 65_536
 
 
 @dataclass(frozen=True)
@@ -117,10 +122,10 @@ class CostTable:
         return buf.getvalue()
 
 
-def _whole(text: str, column: str, where: str, low: int) -> int:
+def _whole(text: str, column: str, where: str, low: int, high: int = MAX_WHOLE) -> int:
     t = text.strip()
-    if not (t.isascii() and t.isdigit()) or len(t) > 12 or not low <= int(t) <= MAX_WHOLE:
-        raise CostTableError(where, f"column {column} must be a whole number from {low} to {MAX_WHOLE:,}, got {shown(text)}")
+    if not (t.isascii() and t.isdigit()) or len(t) > 12 or not low <= int(t) <= high:
+        raise CostTableError(where, f"column {column} must be a whole number from {low} to {high:,}, got {shown(text)}")
     return int(t)
 
 
@@ -145,7 +150,7 @@ def measurement(cells: list[str], where: str) -> Measurement:
     c, k, draft_tokens, topk, tau, context, tps = cells[: len(COLUMNS)]
     k_value = _whole(k, "k", where, 0)
     row = Measurement(
-        concurrency=_whole(c, "concurrency", where, 1), k=k_value,
+        concurrency=_whole(c, "concurrency", where, 1, MAX_CONCURRENCY), k=k_value,
         draft_tokens=_whole(draft_tokens, "draft_tokens", where, 1) if draft_tokens.strip() else k_value + 1,
         topk=_whole(topk, "topk", where, 1) if topk.strip() else 1,
         accept_len=_positive(tau, "accept_len", where) if tau.strip() or k_value else 1.0,
@@ -156,9 +161,16 @@ def measurement(cells: list[str], where: str) -> Measurement:
     if not row.plain and not 1.0 <= row.accept_len <= row.k + 1:
         raise CostTableError(where, f"accept_len {row.accept_len:g} is not reachable with k = {row.k} drafts per cycle "
                                     f"(it counts the bonus token: [1, {row.k + 1}])")
-    if not row.plain and row.draft_tokens < row.k + 1 and row.topk == 1:
-        raise CostTableError(where, f"a chain of k = {row.k} drafts verifies k + 1 = {row.k + 1} tokens per request, "
-                                    f"got draft_tokens {row.draft_tokens}")
+    if not row.plain:
+        try:
+            require_tree(row.k, row.topk, row.draft_tokens, "draft_tokens")
+        except ParameterError as exc:
+            raise CostTableError(where, exc.problem) from None
+    if not MIN_STEP_S <= row.step_s <= MAX_STEP_S:
+        raise CostTableError(where, f"output_tok_s {row.output_tok_s:g} at concurrency {row.concurrency} makes one "
+                                    f"{'step' if row.plain else 'cycle'} {row.step_s:.3g} s, outside the "
+                                    f"{MIN_STEP_S * 1e6:g} µs to {MAX_STEP_S:g} s any GPU takes: output_tok_s is "
+                                    "tokens per second summed over the requests (not per millisecond, not per request)")
     return row
 
 

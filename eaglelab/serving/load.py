@@ -373,14 +373,18 @@ class LoadModel:
         return best
 
     def best_k(self, concurrency: int, tau: float, k: int) -> tuple[int, float]:
-        """The k that maximises the speedup at ``concurrency``, the drafter's per-draft rate kept (from τ at ``k``).
+        """The k that maximises the speedup at ``concurrency``, the drafter's per-draft rate kept (from τ at ``k``),
+        among the k whose KV cache fits there (``k`` itself when none does: no k is better where none serves).
 
         A tree (``draft_tokens`` set) keeps its k: its verify size is the deployment's, not k's.
         """
         if self.draft_tokens is not None:
             return k, float(self.speedup(concurrency, k, tau))
         alpha = rate_for_accept_len(tau, k)
-        scores = {kk: float(self.speedup(concurrency, kk, accept_len_constant_rate(alpha, kk))) for kk in K_RANGE}
+        fitting = [kk for kk in K_RANGE if bool(self.kv_fits(concurrency, kk))]
+        if not fitting:
+            return k, float(self.speedup(concurrency, k, tau))
+        scores = {kk: float(self.speedup(concurrency, kk, accept_len_constant_rate(alpha, kk))) for kk in fitting}
         kk = max(scores, key=scores.get)
         return kk, scores[kk]
 

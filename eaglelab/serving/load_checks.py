@@ -197,7 +197,7 @@ def residuals(model: Any, points: list[Any]) -> list[dict]:
     """
     rows = []
     for p in points:
-        at = replace(model, context=p.context) if p.context else model
+        at = replace(model, context=p.context_in(model))
         for what, value in (("plain step", p.decode_s), ("cycle", p.cycle_s)):
             if value is None:
                 continue

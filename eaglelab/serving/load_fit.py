@@ -36,6 +36,10 @@ class Point:
     k: int | None = None
     context: int | None = None
 
+    def context_in(self, model) -> int:
+        """The context this point was measured at: its own (0 included: short prompts), else ``model``'s."""
+        return model.context if self.context is None else self.context
+
 
 def _check(points: list[Point]) -> None:
     for p in points:
@@ -127,7 +131,7 @@ PRIOR_WEIGHT = 1e-6
 
 def _term_columns(model: LoadModel, p: Point, cycle: bool) -> np.ndarray:
     """The model's terms at ``p`` with every multiplier 1: a fit's design row."""
-    bare = replace(model, scales=Scales(), context=p.context or model.context)
+    bare = replace(model, scales=Scales(), context=p.context_in(model))
     b = float(p.concurrency)
     if not cycle:
         parts = bare.forward_parts(b, b, "decode")
@@ -174,7 +178,7 @@ def fit(model: LoadModel, points: Iterable[Point]) -> LoadModel:
                 rows.append(_term_columns(model, p, cycle) / value)
                 y.append(1.0)
     first = min((p for p in points if p.decode_s is not None), key=lambda p: p.concurrency)
-    s0 = first.decode_s / float(replace(model, context=first.context or model.context).decode_s(first.concurrency))
+    s0 = first.decode_s / float(replace(model, context=first.context_in(model)).decode_s(first.concurrency))
     prior = np.array([s0] * 5 + [s0, 1.0])
     widths = np.array([PRIOR_WIDTH[t] for t in TERMS])
     a = np.vstack([np.array(rows), math.sqrt(PRIOR_WEIGHT) * np.diag(1.0 / (prior * widths))])

@@ -35,6 +35,7 @@ from eaglelab.errors import LogFormatError
 from eaglelab.inputs import is_ascii_digits, iter_lines, printable
 from eaglelab.outputs import finite_json, strict_json_text
 from eaglelab.serving.log_tally import Group, Tally, Values, group_summary, median
+from eaglelab.serving.perf import MAX_SERVER_TPS
 
 _SGLANG_MARK = "Decode batch"
 _VLLM_MARK = "SpecDecoding metrics:"
@@ -138,7 +139,8 @@ def _sglang(body: str, line_no: int) -> LogRecord | PlainRecord | None:
     accept = _one(f, "accept len")
     get = {k: _one(f, k) for k in ("#running-req", "accept rate", "cuda graph", "gen throughput (token/s)")}
     running = None if get["#running-req"] is None else _count(get["#running-req"], "#running-req")
-    gen = None if get["gen throughput (token/s)"] is None else _number(get["gen throughput (token/s)"], "gen throughput")
+    gen = None if get["gen throughput (token/s)"] is None else _number(get["gen throughput (token/s)"], "gen throughput",
+                                                                       high=MAX_SERVER_TPS)
     if accept is None:  # a decode line of a server without speculation
         return PlainRecord(line_no, "sglang", running, gen) if running is not None or gen is not None else None
     graph = get["cuda graph"]
@@ -160,7 +162,7 @@ def _vllm_stats(body: str, line_no: int) -> PlainRecord | None:
     if gen is None and running is None:
         return None
     return PlainRecord(line_no, "vllm", None if running is None else _count(running, "Running"),
-                       None if gen is None else _number(gen, "Avg generation throughput"))
+                       None if gen is None else _number(gen, "Avg generation throughput", high=MAX_SERVER_TPS))
 
 
 def _vllm(body: str, line_no: int) -> LogRecord:
@@ -180,7 +182,7 @@ def _vllm(body: str, line_no: int) -> LogRecord:
     throughput = _one(f, "Accepted throughput")
     return LogRecord(
         line_no=line_no, source="vllm", accept_len=tau,
-        throughput=None if throughput is None else _number(throughput, "Accepted throughput"),
+        throughput=None if throughput is None else _number(throughput, "Accepted throughput", high=MAX_SERVER_TPS),
         accept_rate=None if rate is None else _number(rate, "Avg Draft acceptance rate", high=100.0) / 100,
         per_position=per_position,
     )

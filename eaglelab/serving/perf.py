@@ -41,6 +41,21 @@ def effective_tps(accept_len, cycle_s):
 
 #: perf's earlier spelling of the ``break_even_tau`` key (plan and predict always wrote ``break_even_tau``):
 #: still written beside it, with the same value, for one release, then dropped.
+#: Physical bounds on what a user measures and enters (``perf``, ``plan``, ``predict``, cost tables): a decode step of
+#: one request takes at least 10 µs (a forward launches tens of kernels of several µs each, and reads its weights),
+#: at most an hour; a cycle likewise. Out of range is a mix-up, refused with the likely one (:func:`option`'s
+#: ``mistake``): an aggregate tok/s given per request, milliseconds given as seconds.
+MIN_STEP_S, MAX_STEP_S = 1e-5, 3600.0
+#: Per-request tok/s those steps allow.
+MIN_TPS, MAX_TPS = 1.0 / MAX_STEP_S, 1.0 / MIN_STEP_S
+#: The most tokens per second a server's log may report over all its requests (a thousand times the largest published
+#: aggregate decode rates, about 1e6 tok/s on a rack): a line above it is malformed, not a load.
+MAX_SERVER_TPS = 1e9
+#: The likely mix-up behind a per-request tok/s out of range.
+TPS_MISTAKE = ("per request: a step faster than 10 µs is faster than any forward; an aggregate tok/s summed over the "
+               "requests in flight is divided by them first")
+#: The likely mix-up behind a cycle out of range.
+CYCLE_MISTAKE = "milliseconds: a cycle takes from 0.01 ms to an hour"
 BREAK_EVEN_OLD_KEY = "break_even_accept_len"
 
 
@@ -98,6 +113,26 @@ def require_reachable(accept_len: float, k: int, name: str = "accept_len") -> fl
         raise ParameterError(name, f"τ {accept_len:g} is not reachable with k = {k} drafts per cycle: it counts the "
                                    f"bonus token, so it lies in [1, k + 1 = {k + 1}]")
     return accept_len
+
+
+def require_tree(k: int, topk: int, draft_tokens: int | None, name: str = "--draft-tokens") -> int:
+    """The tokens a cycle verifies per request, when a drafter of ``k`` steps and branching ``topk`` can verify them:
+    the one check of a tree's shape (``perf``, ``plan``, cost-table rows and ``recipe --job load`` refuse through it).
+
+    A chain (``topk`` 1) verifies k + 1 tokens; a tree from k + 1 (one path) to ``topk * k + 1`` (every candidate of
+    every step), as SGLang's ``--speculative-num-draft-tokens`` bounds it. ``draft_tokens`` None: k + 1.
+
+    Raises:
+        ParameterError: naming ``name``, with the range the shape allows.
+    """
+    verified = k + 1 if draft_tokens is None else draft_tokens
+    if topk == 1 and verified != k + 1:
+        raise ParameterError(name, f"a chain (topk 1) of k = {k} drafts verifies k + 1 = {k + 1} tokens per request, "
+                                   f"got {verified}")
+    if topk > 1 and not k + 1 <= verified <= topk * k + 1:
+        raise ParameterError(name, f"a tree of topk {topk} and k = {k} verifies from k + 1 = {k + 1} to topk * k + 1 = "
+                                   f"{topk * k + 1} tokens per request, got {verified}")
+    return verified
 
 
 def require_one_setup(cycle_ms: float, baseline_tps: float, where: str = "--cycle-ms") -> None:

@@ -15,13 +15,16 @@ import math
 import sys
 import time
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from eaglelab.errors import NotebookError, ParameterError
+from eaglelab.jobs.load import LoadSettings
+from eaglelab.jobs.plan import PlanSettings
 from eaglelab.outputs import make_folder, open_output_folder, output_path, resolved
 from eaglelab.progress import progress as progress_bar
+from eaglelab.settings import range_problem, whole_field
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.choices import check_local_paths
 from eaglelab.workbook.feasibility import cannot_run, stand_in
@@ -216,20 +219,18 @@ def renamed_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list
         ParameterError: an old and a new name given together with different values.
     """
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     notes: list[str] = []
     for name, value in parameters.items():
-        new = DEPRECATED_PARAMETERS.get(name)
-        if name == "GOAL_TPS" and isinstance(value, list):
-            new = "CHART_GOALS_TPS"
-        if new is None:
-            if name in out and out[name] != value:
-                raise ParameterError(f"-p {name}", f"given twice, as {name} and under an old name, with different values")
-            out[name] = value
-            continue
-        if new in parameters and parameters[new] != value or new in out and out[new] != value:
-            raise ParameterError(f"-p {name}", f"is the old name of {new}, which is given too with another value")
-        out[new] = value
-        notes.append(f"-p {name} is now -p {new}; the old name goes in the next release")
+        new = "CHART_GOALS_TPS" if name == "GOAL_TPS" and isinstance(value, list) else DEPRECATED_PARAMETERS.get(name)
+        current = new or name
+        if current in out and out[current] != value:  # compared under the names they now have, each spelling once
+            other = given_as[current]
+            said = f"-p {other}" if other == current else f"-p {other} (the old name of {current})"
+            raise ParameterError(f"-p {name}", f"names {current}, which {said} gives another value")
+        out[current], given_as[current] = value, name
+        if new is not None:
+            notes.append(f"-p {name} is now -p {new}; the old name goes in the next release")
     return out, notes
 
 
@@ -249,6 +250,17 @@ def optional_parameters(notebook: Path) -> set[str]:
         if tokens and tokens[0].type == tokenize.NAME and "None" in comment:
             names.add(tokens[0].string)
     return names
+
+
+def _ranged_fields(*classes: type) -> dict[str, Any]:
+    """Parameter name (the field's in capitals) -> the settings field whose declared range it takes."""
+    return {f.name.upper(): f for cls in classes for f in fields(cls)
+            if any(f.metadata.get(k) is not None for k in ("min", "above", "max"))}
+
+
+#: Per notebook, the settings fields its parameters are (the same names in capitals): their declared ranges and
+#: physical bounds (a step faster than 10 µs, a link of 1e-300 GB/s) hold for ``-p`` values as for flags.
+PARAMETER_FIELDS = {"01": _ranged_fields(LoadSettings, PlanSettings)}
 
 
 def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
@@ -277,6 +289,11 @@ def check_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> None:
             if name in d and not _fits(d[name], value):
                 raise ParameterError(f"-p {name}", f"{nb.stem} takes {_kind(d[name])} (its default is "
                                                    f"{d[name]!r:.40}), got {_kind(value)}")
+            field = PARAMETER_FIELDS.get(nb.stem[:2], {}).get(name)
+            for v in (value if isinstance(value, list) else [value]) if field is not None and value is not None else ():
+                problem = range_problem(v, field.metadata, whole_field(field))
+                if problem:
+                    raise ParameterError(f"-p {name}", problem)
 
 
 def _kind(value: Any) -> str:

@@ -1,0 +1,163 @@
+"""The suite's tiers: which tests start something expensive, marked where that thing starts.
+
+A test is in a tier when it builds a world, executes a notebook on a Jupyter kernel, starts vLLM's
+engine or drives JupyterLab in Chromium. Nobody has to remember a decorator for it:
+
+- a test that uses a fixture which starts one of them (``tiny_world``, ``smoke_run``, ...) gets the
+  fixture's marker at collection time (:data:`FIXTURE_TIERS`, through every fixture it depends on);
+- a test that calls the expensive entry point itself (:data:`ENTRY_POINTS`: the world builders, the
+  kernel launcher, the engine's worker, JupyterLab and the browser) fails at that call unless it
+  carries the tier's marker, naming the marker to add.
+
+``make check`` deselects every tier (:data:`CHECK_SELECTION`); ``make test`` runs them all. The plugin
+is loaded by ``tests/conftest.py``; ``tests/test_tiers.py`` checks it from a pytest run of its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pytest
+
+#: marker -> what a test in that tier starts (registered in pyproject.toml with the same words)
+TIERS: dict[str, str] = {
+    "world": "builds a world (the tiny or demo world, the Kimi-shaped sample)",
+    "notebook": "executes a notebook on a Jupyter kernel",
+    "engine": "starts vLLM's CPU engine",
+    "browser": "drives JupyterLab in Chromium",
+    "slow": "takes long without starting any of those (measured: docs/MEASURED.md)",
+}
+
+#: the ``-m`` expression of ``make check``: no tier at all
+CHECK_SELECTION = "not (" + " or ".join(TIERS) + ")"
+
+#: fixtures that start an expensive thing -> the tier of every test that uses them (directly or not)
+FIXTURE_TIERS: dict[str, str] = {
+    "tiny_world": "world",
+    "smoke_run": "notebook",
+}
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A function that starts an expensive thing: ``module.qualname`` (``Class.method`` for a method)."""
+
+    module: str
+    qualname: str
+    tier: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+ENTRY_POINTS: tuple[EntryPoint, ...] = (
+    EntryPoint("eaglelab.worlds.tiny", "build_tiny_world", "world"),
+    EntryPoint("eaglelab.worlds.demo", "build_demo_world", "world"),
+    EntryPoint("eaglelab.worlds.kimi_shapes", "build_kimi_sample", "world"),
+    EntryPoint("jupyter_client.manager", "KernelManager._async_launch_kernel", "notebook"),
+    EntryPoint("eaglelab.engines.vllm", "run_worker", "engine"),
+    EntryPoint("tests.browser", "jupyter_lab", "browser"),
+    EntryPoint("tests.browser", "browser_page", "browser"),
+)
+
+
+class TierError(Exception):
+    """A test started an expensive thing without its tier's marker."""
+
+
+_current: list[pytest.Item] = []
+
+
+def fixture_tiers(fixturenames: Iterable[str]) -> set[str]:
+    """The tiers a test is in through the fixtures it uses (``item.fixturenames`` is their closure)."""
+    return {FIXTURE_TIERS[name] for name in fixturenames if name in FIXTURE_TIERS}
+
+
+def missing_marker(item: pytest.Item | None, entry: EntryPoint) -> str | None:
+    """Why ``item`` may not call ``entry`` (None when it may, or when no test is running)."""
+    if item is None or item.get_closest_marker(entry.tier) is not None:
+        return None
+    return (f"{item.nodeid} {TIERS[entry.tier]} ({entry.name}) without @pytest.mark.{entry.tier}: "
+            f"add the marker, or use a fixture that starts it ({', '.join(sorted(FIXTURE_TIERS)) or 'none yet'})")
+
+
+def _guarded(entry: EntryPoint, original: Callable) -> Callable:
+    if entry.qualname.endswith("_async_launch_kernel"):
+        async def guard_async(*args, **kwargs):
+            problem = missing_marker(_current[-1] if _current else None, entry)
+            if problem:
+                raise TierError(problem)
+            return await original(*args, **kwargs)
+        guard = guard_async
+    else:
+        def guard(*args, **kwargs):
+            problem = missing_marker(_current[-1] if _current else None, entry)
+            if problem:
+                raise TierError(problem)
+            return original(*args, **kwargs)
+    guard.__wrapped__ = original  # type: ignore[attr-defined]
+    guard.__name__ = original.__name__
+    guard.__doc__ = original.__doc__
+    guard._tier_entry = entry  # type: ignore[attr-defined]
+    return guard
+
+
+def install_guards() -> list[str]:
+    """Replace every entry point by its guard, and every module global bound to it by ``from ... import``.
+
+    Returns:
+        the entry points that could not be imported here (their tier cannot start either).
+    """
+    absent = []
+    for entry in ENTRY_POINTS:
+        try:
+            module = importlib.import_module(entry.module)
+        except ImportError:
+            absent.append(entry.name)
+            continue
+        owner_name, _, attr = entry.qualname.rpartition(".")
+        owner = getattr(module, owner_name) if owner_name else module
+        original = getattr(owner, attr)
+        if hasattr(original, "_tier_entry"):
+            continue
+        guard = _guarded(entry, original)
+        setattr(owner, attr, guard)
+        if owner_name:
+            continue
+        for other in list(sys.modules.values()):
+            namespace = getattr(other, "__dict__", None)
+            if not namespace:
+                continue
+            for key, value in list(namespace.items()):
+                if value is original:
+                    setattr(other, key, guard)
+    return absent
+
+
+# --- the hooks (tests/conftest.py loads this module as a plugin) -------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with the tiers of the fixtures it uses, before ``-m`` deselects anything."""
+    for item in items:
+        for tier in sorted(fixture_tiers(getattr(item, "fixturenames", ()))):
+            if item.get_closest_marker(tier) is None:
+                item.add_marker(tier)
+
+
+def pytest_collection_finish(session):
+    install_guards()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.pop()
