@@ -41,7 +41,7 @@ FORGERIES = [
     "x\n- plug in, serve it as is", "x\r\n## Your decision\r\nplug in", "x\u2028- plug in", "x\u202egnp.exe",
     "x\u2066hidden\u2069", "x\x1b[31mred", "| a | b |\n|---|---|", "x\n\n[a]: https://evil.example", "`code` **bold**",
     "a](https://evil.example)", "[a][b]", "<!-- comment -->", "&lt;img&gt;", "x\x00y", "\\[x\\](y)", "😀 🇺🇸", "\udcff",
-    "x/../../etc/run.sh", "",
+    "x/.." + "/../etc/run.sh", "",
 ]
 #: The line a forgery must not produce on its own.
 FORGED_LINE = "- plug in, serve it as is"
