@@ -295,7 +295,7 @@ def recipe_cases(draw, root: Path) -> fz.Case:
     local = flag in LOCAL_PATH_FLAGS or (job == "probe" and flag == "--workdir")
     value = draw(DASH_NAMES if local else RECIPE_TEXT | DASH_NAMES)
     engine = draw(st.sampled_from(["specforge", "speculators"]))
-    bad = any(unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") for c in value)
+    bad = any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in value)  # Cf: bidi, soft hyphen
     paths = {"--old-drafter": "drafter", "--new-target": "target-b", "--old-target": "target-a"}
     if flag in LOCAL_PATH_FLAGS:
         paths[flag] = value

@@ -44,6 +44,30 @@ def test_matches_the_safetensors_library(tmp_path):
     assert tensors["m"].shape == (7,) and tensors["m"].dtype == "BOOL"
 
 
+@pytest.mark.parametrize("earlier, readable", [
+    ({"dtype": "F32", "shape": [2, 2], "data_offsets": [0, -3.2569301226601012e+16]}, False),  # fuzz round four
+    ({"dtype": "F99", "shape": [2, 2], "data_offsets": [0, 16]}, False),
+    ({"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}, True),  # well formed, replaced by the last
+])
+def test_a_repeated_tensor_name_reads_as_safetensors_reads_it(tmp_path, earlier, readable):
+    """serde reads every value of a repeated name (each must be an entry) and keeps the last."""
+    good = good_header()
+    text = '{"a": ' + json.dumps(earlier) + ', "b": ' + json.dumps(good["b"]) + ', "a": ' + json.dumps(good["a"]) + "}"
+    f = write_raw(tmp_path / "m.safetensors", text.encode(), bytes(24))
+    try:
+        with safe_open(str(f), "np") as opened:
+            theirs = {n: tuple(opened.get_slice(n).get_shape()) for n in opened.keys()}
+    except Exception:  # noqa: BLE001 - safetensors' own refusal, whatever its type
+        theirs = None
+    assert (theirs is not None) == readable
+    if readable:
+        tensors, _ = read_safetensors_header(f)
+        assert {n: t.shape for n, t in tensors.items()} == theirs
+    else:
+        with pytest.raises(HeaderError, match="m.safetensors: tensor 'a': "):
+            read_safetensors_header(f)
+
+
 @pytest.mark.parametrize("case, needle", [
     ("truncated", "truncated"),
     ("beyond", "past the end"),

@@ -78,9 +78,11 @@ class TensorInfo:
 
 
 class _Object(dict):
-    """A JSON object that remembers which of its keys appeared more than once (the last value is kept)."""
+    """A JSON object that remembers which of its keys appeared more than once (the last value is kept) and the
+    values it replaced: serde reads every one of them, so a malformed earlier value fails the file."""
 
     repeated: frozenset[str] = frozenset()
+    shadowed: tuple[tuple[str, Any], ...] = ()
 
 
 class _Invalid(ValueError):
@@ -92,6 +94,7 @@ def _object(pairs: list[tuple[str, Any]]) -> _Object:
     if len(obj) != len(pairs):
         seen: set[str] = set()
         obj.repeated = frozenset(k for k, _ in pairs if k in seen or seen.add(k))
+        obj.shadowed = tuple((k, v) for k, v in pairs if k in obj.repeated and obj[k] is not v)
     return obj
 
 
@@ -227,6 +230,8 @@ def validate_header_entries(header: dict[str, Any], where: str, data_size: int |
     meta = header.get("__metadata__")
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise HeaderError(where, "'__metadata__' is not an object of strings")
+    for name, entry in getattr(header, "shadowed", ()):  # a repeated name: each value is read, the last kept
+        _entry(name, entry, where)
     tensors: dict[str, TensorInfo] = {}
     for name, entry in header.items():
         if name == "__metadata__":
