@@ -1,15 +1,22 @@
 # The README's two commands: `make workbook` (the whole workbook on the demo world) and
 # `make test` (the test suite). Each sets up .venv first (scripts/setup.sh, idempotent).
+# `make check` is the inner loop: ruff and every test that starts no world build, notebook kernel, engine or
+# browser (the tiers of tests/tiers.py), with the hypothesis profile `dev`. CONTRIBUTING.md says what to run when.
 VENV := .venv/bin
 export HF_HUB_OFFLINE ?= 1
+CHECK_TIERS := not (world or notebook or engine or browser or slow)
 
-.PHONY: setup test workbook smoke world report lint engine
+.PHONY: setup test check workbook smoke world report lint engine
 
 setup:
 	@bash scripts/setup.sh
 
 test: setup
 	$(VENV)/python -m pytest
+
+check: setup
+	$(VENV)/ruff check eaglelab tests benchmarks
+	$(VENV)/python -m pytest -m "$(CHECK_TIERS)" --hypothesis-profile=dev
 
 workbook: setup world
 	$(VENV)/eaglelab run --out runs/workbook

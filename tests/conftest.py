@@ -1,4 +1,7 @@
-"""Shared fixtures: offline settings, tiny random Llama models, the tiny world (built once per session)."""
+"""Shared fixtures: offline settings, tiny random Llama models, the tiny world (built once per session).
+
+The tiers (`make check` / `make test`) and the hypothesis profiles are `tests/tiers.py`, loaded here as a plugin.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import pytest  # noqa: E402
+
+pytest_plugins = ["tests.tiers"]
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "data" / "fixtures" / "specforge-configs"

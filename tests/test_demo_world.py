@@ -74,6 +74,7 @@ def smollm2_gguf(tmp_path_factory):
         pytest.skip(f"SmolLM2 GGUF unavailable: {exc}")
 
 
+@pytest.mark.world
 def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, tmp_path, monkeypatch):
     """The whole pipeline on the real SmolLM2 pair with tiny budgets; a corrupted stage alone is rebuilt."""
     import json

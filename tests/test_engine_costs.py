@@ -99,6 +99,7 @@ def test_a_bad_forced_tau_is_refused_before_the_engine_starts(tiny_world, accept
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.engine
 def test_the_worker_refuses_a_bad_forced_tau_in_one_line(tmp_path, monkeypatch):
     """The real worker script validates before it imports vLLM: run by this interpreter, it names the field."""
     monkeypatch.setenv("EAGLELAB_VLLM_PYTHON", sys.executable)

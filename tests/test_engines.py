@@ -73,6 +73,7 @@ def test_a_result_outside_the_contract_is_one_line(broken):
         run_from_result({**recorded("with_drafter.json"), **broken} if broken else {}, "one")
 
 
+@pytest.mark.engine
 def test_the_worker_reports_a_failure_as_json(tmp_path, monkeypatch):
     """The real worker, run by an interpreter without vLLM: a JSON error and exit 2, one line here."""
     monkeypatch.setenv("EAGLELAB_VLLM_PYTHON", sys.executable)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests import fuzzing as fz
+from tests import tiers
 from tests.fuzzing import DRAFT_VOCAB, Raw, digits, nested_lists, nested_objects
 
 PHASES = [Phase.explicit, Phase.generate] + ([Phase.shrink] if os.environ.get("EAGLELAB_FUZZ_SHRINK") else [])
@@ -172,7 +173,7 @@ def test_fuzz_write_side(tmp_path, category, examples):
 
     strategy = fw.STRATEGIES[category](tmp_path)
 
-    @settings(max_examples=examples, **FUZZ)
+    @settings(max_examples=tiers.examples(examples), **FUZZ)
     @given(data=st.data())
     def body(data):
         case = data.draw(strategy, label="case")
@@ -189,7 +190,7 @@ def test_fuzz_round_four(tmp_path, category, examples):
 
     strategy = fp.STRATEGIES[category](tmp_path)
 
-    @settings(max_examples=examples, **FUZZ)
+    @settings(max_examples=tiers.examples(examples), **FUZZ)
     @given(data=st.data())
     def body(data):
         case = data.draw(strategy, label="case")

@@ -15,9 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.world  # the check builds the tiny world in its own process
 def test_the_gpu_check_runs_its_parts_and_writes_one_file(tmp_path):
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}

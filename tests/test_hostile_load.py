@@ -245,6 +245,7 @@ def generated_log(path, megabytes: float, seed: int = 0) -> int:
     return size
 
 
+@pytest.mark.slow
 def test_a_log_is_parsed_in_memory_a_small_fraction_of_its_size(tmp_path):
     """#37 item 19: `perf --log` kept one record per metrics line, about 2.5x the log's size (a 170 MB log:
     382 MB); now the summaries hold under a tenth of it and the streamed --json (a second tally beside the first)

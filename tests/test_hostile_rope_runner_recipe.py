@@ -206,6 +206,7 @@ def test_the_world_is_only_paths_when_every_checkpoint_is_given(tmp_path):
         world_for("demoo", tmp_path / "x", needed=False)
 
 
+@pytest.mark.notebook
 def test_notebook_03_checks_its_parameters_before_building_a_world(tmp_path):
     """#37 item 15: in the notebook itself (JupyterLab, no runner check), the setup cell reads the parameters first."""
     from eaglelab.workbook.runner import run_notebook

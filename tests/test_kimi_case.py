@@ -39,6 +39,7 @@ def write_dumps(folder: Path, seed: int) -> None:
         torch.save(specforge_payload(ids[i], torch.ones(TOKENS, dtype=torch.bool), aux, last), path)
 
 
+@pytest.mark.notebook
 def test_the_kimi_case_in_one_line(tmp_path):
     kimi = build_kimi_sample(tmp_path / "kimi", FIXTURES)
     write_dumps(tmp_path / "states-k2", seed=1)

@@ -203,6 +203,7 @@ def test_a_server_error_stops_the_script_in_one_line_and_the_server_is_stopped(t
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+@pytest.mark.engine
 def test_the_client_measures_vllm_itself(tmp_path):
     """The client against vLLM's OpenAI server (CPU build): token-id prompts, continuous usage, the table read back."""
     from eaglelab.engines.vllm import engine_python, engine_status
@@ -249,6 +250,7 @@ def test_the_client_measures_vllm_itself(tmp_path):
     assert all(0 < int(n) <= 4 * 23 for n in extra)  # decode-window tokens: never more than the decode phase's
 
 
+@pytest.mark.engine
 def test_vllms_own_parser_and_config_accept_the_serve_command(tmp_path):
     """The serve step parsed by vLLM 0.32's own CLI parser; its speculative config resolved by SpeculativeConfig."""
     from eaglelab.engines.vllm import engine_python, engine_status

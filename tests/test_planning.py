@@ -53,6 +53,7 @@ def test_anchored_law_passes_through_its_point():
         DataLaw.anchored(37_000, 4.2, b=0.2, k=3)  # beyond k + 1
 
 
+@pytest.mark.slow
 def test_fit_recovers_known_laws_within_their_bands():
     truth_s, truth_w = DataLaw(c=0.9, b=0.35, k=3), DataLaw(c=0.6, b=0.35, k=3)
     rng = np.random.default_rng(1)

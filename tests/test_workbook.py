@@ -105,6 +105,7 @@ nbformat.write(nb, "notebooks/01_broken.ipynb")
 """
 
 
+@pytest.mark.notebook
 def test_failing_cell_is_named_by_the_runner_and_the_cli(tmp_path):
     (tmp_path / "notebooks").mkdir()
     subprocess.run([sys.executable, "-c", BROKEN], cwd=tmp_path, check=True)

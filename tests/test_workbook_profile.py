@@ -55,6 +55,7 @@ def executed_run(run: Path) -> Path:
     return run
 
 
+@pytest.mark.notebook
 def test_the_table_reads_stage_and_cell_times_from_the_records(tmp_path):
     world = built_world(tmp_path / "worlds")
     run = executed_run(tmp_path / "runs" / "workbook")

@@ -96,6 +96,7 @@ def test_injected_cell_is_data_whatever_the_values(values):
     assert {k: namespace[k] for k in values} == json.loads(json.dumps(values))
 
 
+@pytest.mark.notebook
 def test_a_hostile_parameter_reaches_a_real_kernel_as_the_same_text(tmp_path):
     """A value built to end papermill's literal arrives in the kernel as data; nothing of it runs."""
     import nbformat
@@ -223,6 +224,7 @@ def test_recipe_and_report_never_replace_a_users_file(tiny_world, tmp_path, caps
     capsys.readouterr()
 
 
+@pytest.mark.world
 def test_demo_build_never_deletes_a_users_folder(tmp_path, capsys):
     folder = tmp_path / "mine"
     folder.mkdir()

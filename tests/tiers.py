@@ -1,4 +1,4 @@
-"""The suite's tiers: which tests start something expensive, marked where that thing starts.
+"""The suite's tiers and hypothesis profiles: what ``make check`` runs, and how many examples it draws.
 
 A test is in a tier when it builds a world, executes a notebook on a Jupyter kernel, starts vLLM's
 engine or drives JupyterLab in Chromium. Nobody has to remember a decorator for it:
@@ -9,8 +9,12 @@ engine or drives JupyterLab in Chromium. Nobody has to remember a decorator for 
   kernel launcher, the engine's worker, JupyterLab and the browser) fails at that call unless it
   carries the tier's marker, naming the marker to add.
 
-``make check`` deselects every tier (:data:`CHECK_SELECTION`); ``make test`` runs them all. The plugin
-is loaded by ``tests/conftest.py``; ``tests/test_tiers.py`` checks it from a pytest run of its own.
+``make check`` deselects every tier (:data:`CHECK_SELECTION`) and draws with the hypothesis profile
+``dev``: a tenth of the examples each property asks for (at least 3), at random. ``make test`` runs every
+tier with the profile ``ci`` (the default): the counts the tests ask for, derandomized, so every run meets
+the same cases. The header of each run names the profile in force.
+
+The plugin is loaded by ``tests/conftest.py``; ``tests/test_tiers.py`` checks it from pytest runs of its own.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 #: marker -> what a test in that tier starts (registered in pyproject.toml with the same words)
 TIERS: dict[str, str] = {
-    "world": "builds a world (the tiny or demo world, the Kimi-shaped sample)",
+    "world": "builds a world (the tiny or the demo world: models trained, replies generated)",
     "notebook": "executes a notebook on a Jupyter kernel",
-    "engine": "starts vLLM's CPU engine",
+    "engine": "starts vLLM's CPU engine or its environment's interpreter",
     "browser": "drives JupyterLab in Chromium",
     "slow": "takes long without starting any of those (measured: docs/MEASURED.md)",
 }
@@ -57,12 +62,22 @@ class EntryPoint:
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("eaglelab.worlds.tiny", "build_tiny_world", "world"),
     EntryPoint("eaglelab.worlds.demo", "build_demo_world", "world"),
-    EntryPoint("eaglelab.worlds.kimi_shapes", "build_kimi_sample", "world"),
     EntryPoint("jupyter_client.manager", "KernelManager._async_launch_kernel", "notebook"),
+    EntryPoint("eaglelab.engines.vllm", "engine_status", "engine"),
     EntryPoint("eaglelab.engines.vllm", "run_worker", "engine"),
     EntryPoint("tests.browser", "jupyter_lab", "browser"),
     EntryPoint("tests.browser", "browser_page", "browser"),
 )
+
+
+#: the share of a property's own ``max_examples`` that the ``dev`` profile draws
+DEV_SHARE = 0.1
+DEV_MIN_EXAMPLES = 3
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")  # before any test module is imported; ``--hypothesis-profile`` replaces it
 
 
 class TierError(Exception):
@@ -83,6 +98,25 @@ def missing_marker(item: pytest.Item | None, entry: EntryPoint) -> str | None:
         return None
     return (f"{item.nodeid} {TIERS[entry.tier]} ({entry.name}) without @pytest.mark.{entry.tier}: "
             f"add the marker, or use a fixture that starts it ({', '.join(sorted(FIXTURE_TIERS)) or 'none yet'})")
+
+
+def dev_examples(asked: int) -> int:
+    """What the ``dev`` profile draws for a property that asks for ``asked`` examples."""
+    return min(asked, max(DEV_MIN_EXAMPLES, round(asked * DEV_SHARE)))
+
+
+def examples(asked: int) -> int:
+    """What a property built inside a test (``@settings`` in its body) draws under the profile in force."""
+    return dev_examples(asked) if settings.get_current_profile_name() == "dev" else asked
+
+
+def _scale_examples(test) -> None:
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    if own is None or getattr(test, "_dev_scaled", False):
+        return
+    test._hypothesis_internal_use_settings = settings(own, max_examples=dev_examples(own.max_examples),
+                                                      derandomize=False, database=None)
+    test._dev_scaled = True
 
 
 def _guarded(entry: EntryPoint, original: Callable) -> Callable:
@@ -141,10 +175,19 @@ def install_guards() -> list[str]:
 # --- the hooks (tests/conftest.py loads this module as a plugin) -------------------------------------
 
 
+def pytest_report_header(config):
+    return (f"hypothesis profile: {settings.get_current_profile_name()}; "
+            f"tiers: {', '.join(TIERS)} (make check runs -m '{CHECK_SELECTION}')")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark every test with the tiers of the fixtures it uses, before ``-m`` deselects anything."""
+    """Mark every test with the tiers of the fixtures it uses, before ``-m`` deselects anything; under the
+    ``dev`` profile, scale each property's own example count."""
+    dev = settings.get_current_profile_name() == "dev"
     for item in items:
+        if dev:
+            _scale_examples(getattr(item, "obj", None))
         for tier in sorted(fixture_tiers(getattr(item, "fixturenames", ()))):
             if item.get_closest_marker(tier) is None:
                 item.add_marker(tier)
