@@ -77,8 +77,9 @@ def test_harness_drives_ipywidgets_in_jupyterlab(tmp_path):
 
 # --------------------------------------------------------------------------- the workbook itself, as a user works it
 
-def _prepare(tmp_path, number: str, upto: str | None = None):
-    """The repository's notebook ``number`` with ``SMOKE = True`` injected (papermill, not executed).
+def _prepare(tmp_path, number: str, upto: str | None = None, parameters: dict | None = None):
+    """The repository's notebook ``number`` with ``SMOKE = True`` and ``parameters`` injected (papermill, not
+    executed).
 
     It lies in ``tmp/notebooks`` beside a link to the repository's ``data/``, so its relative paths
     (sample logs, fixtures) resolve; figures and scratch files go to ``tmp/figures`` / ``tmp/scratch-NN``.
@@ -93,7 +94,8 @@ def _prepare(tmp_path, number: str, upto: str | None = None):
         (tmp_path / "data").symlink_to(REPO / "data")
     source = next((REPO / "notebooks").glob(f"{number}_*.ipynb"))
     target = tmp_path / "notebooks" / source.name
-    pm.execute_notebook(str(source), str(target), parameters={"SMOKE": True}, prepare_only=True, progress_bar=False)
+    pm.execute_notebook(str(source), str(target), parameters={"SMOKE": True, **(parameters or {})},
+                        prepare_only=True, progress_bar=False)
     if upto:
         nb = nbformat.read(target, as_version=4)
         nb.cells = nb.cells[:next(i for i, c in enumerate(nb.cells) if upto in c.source) + 1]
@@ -108,11 +110,12 @@ def _lab_env() -> dict[str, str]:
 
 
 @contextmanager
-def _ran(tmp_path, number: str, artifacts: str, upto: str | None = None, env: dict[str, str] | None = None):
+def _ran(tmp_path, number: str, artifacts: str, upto: str | None = None, env: dict[str, str] | None = None,
+         parameters: dict | None = None):
     """Notebook ``number`` (see :func:`_prepare`) opened in JupyterLab in Chromium and Run All done: ``(page, out)``."""
     if reason := browser_skip_reason():
         pytest.skip(reason)
-    name, out = _prepare(tmp_path, number, upto), artifacts_dir(artifacts)
+    name, out = _prepare(tmp_path, number, upto, parameters), artifacts_dir(artifacts)
     with jupyter_lab(tmp_path, env={**_lab_env(), **(env or {})}) as lab, browser_page(out) as page:
         open_notebook(page, lab, name)
         run_all(page, timeout_s=600)
@@ -127,7 +130,8 @@ def _numbers(page) -> str:
 def test_notebook_01_explorer_prints_its_numbers_live(tiny_world, tmp_path):
     from eaglelab.workbook.widgets import explorer_numbers
 
-    with _ran(tmp_path, "01", "01-explorer") as (page, out):
+    # the explorer reads the notebook's numbers; vLLM's sections are the smoke run's (test_workbook.py)
+    with _ran(tmp_path, "01", "01-explorer", parameters={"SERVING_ENGINE": None}) as (page, out):
         at_start = explorer_numbers(82.0, 30.0, 2.0, [100, 150, 200])
         wait_for_widget_text(page, f"{at_start['effective_tps']:.1f} tok/s · {at_start['speedup']:.2f}× plain")
         first = _numbers(page)

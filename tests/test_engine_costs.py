@@ -51,6 +51,7 @@ def band(forced: float, concurrency: int) -> float:
     return 4 * 0.5 / math.sqrt(concurrency * (TOKENS - 1) / forced)
 
 
+@pytest.mark.engine
 def test_a_forced_cost_table_is_measured_written_and_read_back(tiny_world, prompts, tmp_path):
     """Rows complete, measured τ near the forced one, cycles longer than plain steps, provenance kept."""
     need_engine()
@@ -76,6 +77,7 @@ def test_a_forced_cost_table_is_measured_written_and_read_back(tiny_world, promp
     assert [r.accept_len for r in back.rows] == pytest.approx([r.accept_len for r in table.rows], rel=1e-5)
 
 
+@pytest.mark.engine
 def test_the_schedule_ends_are_exact_and_tau_one_is_the_target_alone(tiny_world, prompts, tmp_path):
     """Forced τ 1 rejects every draft (the outputs are the target's greedy ones); τ k + 1 accepts every draft."""
     need_engine()
@@ -91,6 +93,7 @@ def test_the_schedule_ends_are_exact_and_tau_one_is_the_target_alone(tiny_world,
 
 
 @pytest.mark.parametrize("accept_lens", [(0.5,), (1.5, K + 1.5), (math.nan,), (True,), ("2",), ()])
+@pytest.mark.engine
 def test_a_bad_forced_tau_is_refused_before_the_engine_starts(tiny_world, accept_lens, monkeypatch):
     """The refusal comes before any engine: with no engine environment at all it is still the τ that is named."""
     monkeypatch.setenv("EAGLELAB_VLLM_PYTHON", "/nonexistent/python")

@@ -79,6 +79,7 @@ def as_eagle31(drafter, out):
     return out
 
 
+@pytest.mark.engine
 def test_vllm_measures_an_mla_drafter_on_a_deepseek_v3_target_as_the_workbook(tiny_world, served, tmp_path):
     """vLLM's Eagle3DeepseekV2ForCausalLM on CPU_MLA: τ and the per-position rates of the workbook's decoder,
     for the trained drafter and its EAGLE-3.1 form (fc_norm read: its τ moves, in both alike)."""
@@ -136,6 +137,7 @@ def test_a_q_proj_drafter_says_so_to_vllm(tmp_path):
     assert written["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # [1, 3, 4] read as SGLang reads them, plus one
 
 
+@pytest.mark.engine
 def test_an_mla_width_vllms_cpu_kernel_lacks_is_refused_in_one_line(tiny_world, tmp_path):
     """The tiny MLA world of tests/test_mla.py (latent 16 + rope 8): named with the kernel's one width, before any run."""
     target = write_deepseek_target(tmp_path / "target", tiny_world.target_a)
@@ -147,6 +149,7 @@ def test_an_mla_width_vllms_cpu_kernel_lacks_is_refused_in_one_line(tiny_world, 
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.engine
 def test_a_deepseek_v3_target_without_routing_keys_is_refused(served, tmp_path):
     """transformers writes no topk_method / scoring_func; vLLM reads them as softmax routing without the bias."""
     target, drafter = served

@@ -90,11 +90,13 @@ def test_the_worker_reports_a_failure_as_json(tmp_path, monkeypatch):
                     "max_model_len": 8}, timeout_s=120)
 
 
+@pytest.mark.engine
 def test_an_engine_eaglelab_does_not_drive_is_refused(tiny_world):
     with pytest.raises(EngineError, match="SGLang needs CUDA GPUs"):
         measure_in_engine(tiny_world.target_a, tiny_world.drafter_a, [[1, 2, 3]], 4, engine="sglang")
 
 
+@pytest.mark.engine
 def test_vllm_measures_what_the_workbook_measures(tiny_world):
     """vLLM on the tiny world: τ within 2% of the workbook's decoder, outputs equal the target alone and greedy."""
     ok, why = engine_status()
@@ -130,6 +132,7 @@ def test_an_export_vllm_cannot_serve_is_refused(tmp_path):
     assert to_speculators_config(cfg, {"num_hidden_layers": 4}, "target")["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
 
 
+@pytest.mark.engine
 def test_the_engine_command_prints_both_rates(tiny_world, capsys):
     """`eaglelab engine measure --compare` end to end, with positions no step reached printed as "-"."""
     ok, why = engine_status()

@@ -220,6 +220,7 @@ def test_notebook_03_checks_its_parameters_before_building_a_world(tmp_path):
     assert not world.exists()
 
 
+@pytest.mark.notebook
 def test_notebook_03_on_the_users_dumps_builds_no_world(tiny_world, tmp_path):
     """#37 item 15: OLD_STATES / NEW_STATES with the user's targets and drafter: the probe runs, and no demo world
     appears (neither at WORLD_DIR nor at the default place)."""

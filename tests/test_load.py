@@ -289,6 +289,7 @@ def test_a_worker_answer_for_several_concurrencies_is_checked_field_by_field(ans
         _groups_from_result(answer, [1, 2], k=3, repeats=3)
 
 
+@pytest.mark.engine
 def test_vllm_batched_at_several_concurrencies_beside_the_model(tiny_world):
     from transformers import AutoTokenizer
 

@@ -28,6 +28,7 @@ def users_pair(users_copy):
     return users_copy
 
 
+@pytest.mark.notebook
 def test_one_line_runs_every_notebook_on_the_users_checkpoints(users_pair, tmp_path):
     mine, out = users_pair, tmp_path / "run"
     no_world = tmp_path / "no-world"  # were any notebook to reach for the demo world, it would be built here
@@ -62,6 +63,7 @@ def test_one_line_runs_every_notebook_on_the_users_checkpoints(users_pair, tmp_p
     assert "not one case" not in header
 
 
+@pytest.mark.notebook
 def test_a_gap_in_the_users_case_is_one_line_before_anything_runs(users_pair, tmp_path):
     mine = users_pair
     with pytest.raises(ParameterError, match="OLD_DRAFTER: not given, while OLD_TARGET, NEW_TARGET are yours"):

@@ -151,18 +151,21 @@ def test_parameters_and_selection():
     assert [p.name[:2] for p in discover_notebooks(REPO / "notebooks", ["3", "01"])] == ["01", "03"]
 
 
+@pytest.mark.notebook
 def test_notebook_01_takes_tau_from_the_users_logs(tiny_world, tmp_path):
     """Logs outside the bundled samples are the user's: their median τ enters the decision, tagged [your logs]."""
     log = tmp_path / "my-sglang.log"
     log.write_text((REPO / "data" / "logs" / "sglang_kimi_k25_sample.log").read_text())
+    # vLLM's sections are the smoke run's (test_notebook_runs_in_smoke_mode): here the logs are what is asked
     run_workbook(tmp_path / "out", smoke=True, only=["01"], notebooks_dir=REPO / "notebooks", progress=False,
-                 parameters={"LOG_FILES": [str(log)]})
+                 parameters={"LOG_FILES": [str(log)], "SERVING_ENGINE": None})
     findings = json.loads((tmp_path / "out" / "figures" / "01_findings.json").read_text())
     plan = findings["numbers"]["plan"]
     assert plan["sources"]["accept_len"] == "logs" and plan["scenario"]["accept_len"] != 2.0
     assert any(b.startswith("- **Logs [your logs]:**") for b in findings["bullets"])
 
 
+@pytest.mark.notebook
 def test_notebook_03_from_the_engines_dumps_gives_the_live_verdict(tiny_world, smoke_run, tmp_path):
     """OLD_STATES / NEW_STATES: no target loaded, nothing decoded, and the live smoke run's numbers and verdict."""
     from eaglelab.jobs.probe import DumpSettings, dump_states

@@ -46,6 +46,13 @@ FIXTURE_TIERS: dict[str, str] = {
 }
 
 
+#: session fixtures whose one result many tests read -> the xdist group their users share, so that with
+#: ``-n 2 --dist loadgroup`` the thing is built once, on one worker, not once per worker
+SHARED_FIXTURES: dict[str, str] = {
+    "smoke_run": "smoke-notebooks",
+}
+
+
 @dataclass(frozen=True)
 class EntryPoint:
     """A function that starts an expensive thing: ``module.qualname`` (``Class.method`` for a method)."""
@@ -191,6 +198,11 @@ def pytest_collection_modifyitems(config, items):
         for tier in sorted(fixture_tiers(getattr(item, "fixturenames", ()))):
             if item.get_closest_marker(tier) is None:
                 item.add_marker(tier)
+        shared = sorted({SHARED_FIXTURES[n] for n in getattr(item, "fixturenames", ()) if n in SHARED_FIXTURES})
+        if shared and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        # in a --junitxml report, each test's tiers (benchmarks/bench_suite.py sums them)
+        item.user_properties.append(("tiers", " ".join(t for t in TIERS if item.get_closest_marker(t)) or "check"))
 
 
 def pytest_collection_finish(session):
