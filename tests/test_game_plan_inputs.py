@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from eaglelab.cli import main
 from eaglelab.errors import ConfigError, ParameterError
-from eaglelab.markdown import md_text
+from eaglelab.markdown import CELL_CHARS, md_text
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
@@ -135,7 +135,8 @@ def test_mixed_case_is_named_in_a_warning_and_in_the_headings(tmp_path, world, m
     assert text.index("## What this plan was computed from") < text.index("## Your decision") < text.index("## 02")
     rows = table_rows(text)
     assert [r[2:4] for r in rows] == ["02", "03", "04", "05"]
-    assert "demo world: target-b [demo]" in rows[0] and f"{md_text(str(mine / 'new'))} [your checkpoints]" in rows[1]
+    shown = md_text(str(mine / "new"), CELL_CHARS, middle=True)  # a long temporary path is cut in the middle
+    assert "demo world: target-b [demo]" in rows[0] and f"{shown} [your checkpoints]" in rows[1]
     assert "target B's own replies [demo]" in rows[2]  # the data column, shown because 04 recorded data
     assert ("**Not one case:** notebooks 02 and 04 ran on the demo world; 03 and 05 on your checkpoints: their numbers "
             "are not one case (OLD_TARGET, NEW_TARGET, OLD_DRAFTER differ between them).") in text

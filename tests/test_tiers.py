@@ -89,7 +89,8 @@ def test_drawn_count():
 
 
 def _inner_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
-    """``pytest ARGS`` on the small project; returns the process and each test's outcome (junit)."""
+    """``pytest ARGS`` on the small project; returns the process and each test's outcome (its JUnit report is
+    ``tmp_path / "junit-N.xml"``)."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     (project / "conftest.py").write_text(INNER_CONFTEST)
@@ -137,6 +138,16 @@ def test_the_dev_profile_draws_a_tenth_and_says_so(check_run):
 def test_the_whole_suite_runs_every_tier_with_the_ci_profile(tmp_path):
     proc, outcomes = _inner_run(tmp_path, "-m", "world or slow")
     assert "hypothesis profile: ci" in proc.stdout
+    # the report carries each test's tier, which the suite's benchmark sums
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from bench_suite import read_report
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    cases, wall = read_report(tmp_path / "junit-0.xml")
+    assert {c.nodeid.split("::")[1]: c.tier for c in cases} == {
+        "test_uses_the_world": "world", "test_uses_it_through_another_fixture": "world", "test_marked_slow": "slow"}
+    assert wall > 0 and all(c.file.endswith("test_inner.py") for c in cases)
     assert outcomes == {"test_uses_the_world": "passed",
                                                    "test_uses_it_through_another_fixture": "passed",
                                                    "test_marked_slow": "passed"}, proc.stdout
