@@ -20,7 +20,7 @@ from eaglelab.data.dump_writers import specforge_payload
 from eaglelab.workbook.runner import run_workbook
 from eaglelab.worlds.kimi_shapes import build_kimi_sample
 
-from .conftest import REPO
+from .conftest import REPO, run_cli
 
 FIXTURES = REPO / "data" / "fixtures" / "kimi"
 #: Hidden width of both Kimi targets, their vocabulary, and the dumps' size: paired samples of this many tokens.
@@ -86,3 +86,19 @@ def test_a_notebook_run_alone_on_a_target_too_large_says_so_in_one_line(tmp_path
     with pytest.raises(ParameterError) as err:
         require_loadable(notebook, {"OLD_TARGET": str(kimi.k2_target), "NEW_TARGET": str(kimi.k25_target)})
     assert str(err.value).startswith(f"{name}: ") and "\n" not in str(err.value) and "does not load here" in str(err.value)
+
+
+def test_the_run_says_where_its_game_plan_went(tmp_path):
+    """`eaglelab run` ends with the plan's path (in a smoke run: OUT/figures, not the README's figures/)."""
+    kimi = build_kimi_sample(tmp_path / "kimi", FIXTURES)
+    out = tmp_path / "run"
+    code, stdout, stderr = run_cli("run", "--smoke", "--only", "04", "--out", str(out),
+                                   "-p", f"NEW_TARGET={kimi.k25_target}", "-p", f"OLD_DRAFTER={kimi.k2_drafter}",
+                                   "-p", f"WORLD_DIR={tmp_path / 'no-world'}")
+    assert code == 0, stderr
+    plan = (out / "figures" / "GAME_PLAN.md").resolve()
+    assert stdout.splitlines()[-1] == f"game plan: {plan}" and plan.is_file()
+    assert "does not load here" in stdout  # 04 stood in: no kernel started, and the plan still written
+    code, stdout, _ = run_cli("run", "--smoke", "--only", "04", "--out", str(tmp_path / "prepared"), "--prepare-only",
+                              "-p", f"NEW_TARGET={kimi.k25_target}", "-p", f"OLD_DRAFTER={kimi.k2_drafter}")
+    assert code == 0 and "game plan:" not in stdout  # nothing ran, so no plan is claimed

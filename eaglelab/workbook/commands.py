@@ -12,7 +12,14 @@ from typing import Any
 
 from eaglelab.settings import option
 from eaglelab.workbook.report import write_game_plan
-from eaglelab.workbook.runner import NotebookRun, absolutise_paths, parse_parameter, run_workbook
+from eaglelab.workbook.runner import (
+    NotebookRun,
+    absolutise_paths,
+    ends_with_game_plan,
+    parse_parameter,
+    run_figures_dir,
+    run_workbook,
+)
 
 
 @dataclass(frozen=True)
@@ -50,16 +57,19 @@ class WorkbookRun:
 
     settings: RunSettings
     runs: list[NotebookRun]
+    game_plan: Path | None = None  # the game plan the run wrote at its end (None: it wrote none)
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": [{"notebook": r.notebook.name, "output": None if r.output is None else str(r.output),
-                          "seconds": r.seconds, "not_run": r.not_run} for r in self.runs]}
+                          "seconds": r.seconds, "not_run": r.not_run} for r in self.runs],
+                "game_plan": None if self.game_plan is None else str(self.game_plan)}
 
     def lines(self) -> list[str]:
         prepared = self.settings.prepare_only
         return [f"{r.notebook.name}: prepared -> {r.output}" if prepared else
                 f"{r.notebook.name}: not run here ({r.not_run}); its findings say what to run instead" if r.not_run else
-                f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}" for r in self.runs]
+                f"{r.notebook.name}: {r.seconds:.1f} s -> {r.output}" for r in self.runs] + \
+            ([f"game plan: {self.game_plan}"] if self.game_plan is not None else [])
 
 
 def run_notebooks(settings: RunSettings) -> WorkbookRun:
@@ -71,8 +81,12 @@ def run_notebooks(settings: RunSettings) -> WorkbookRun:
     s = settings
     out = s.out if s.out is not None else ("runs/smoke" if s.smoke else "runs/workbook")
     only = list(s.only) if s.only else None
-    return WorkbookRun(s, run_workbook(out, smoke=s.smoke, only=only, parameters=s.parameters(),
-                                       prepare_only=s.prepare_only, progress=not s.prepare_only))
+    runs = run_workbook(out, smoke=s.smoke, only=only, parameters=s.parameters(), prepare_only=s.prepare_only,
+                        progress=not s.prepare_only)
+    plan = None
+    if not s.prepare_only and ends_with_game_plan(runs):
+        plan = run_figures_dir(out, s.smoke, s.parameters()) / "GAME_PLAN.md"
+    return WorkbookRun(s, runs, plan)
 
 
 @dataclass(frozen=True)

@@ -452,11 +452,26 @@ def run_workbook(
                 runs.append(_stand_in(nb, params, why, out_dir))
             else:
                 runs.append(run_notebook(nb, out.claim(nb.name), params, kernel_name))
-    if not prepare_only and any(r.not_run or r.notebook.name[:2] >= "04" for r in runs):
-        # the run ends with its game plan: notebook 04 writes one, but 05 (or a stand-in) may come after it
-
+    if not prepare_only and ends_with_game_plan(runs):
         write_game_plan(figures_dir(notebooks_dir, params))
     return runs
+
+
+def ends_with_game_plan(runs: list[NotebookRun]) -> bool:
+    """Whether a run writes the game plan at its end: notebook 04 writes one, but 05 (or a stand-in) may come after
+    it, so a run that reached 04 or wrote a stand-in's findings assembles it again."""
+    return any(r.not_run or r.notebook.name[:2] >= "04" for r in runs)
+
+
+def run_figures_dir(out_dir: str | Path, smoke: bool, parameters: dict[str, Any] | None = None,
+                    notebooks_dir: Path | None = None) -> Path:
+    """Where a run's notebooks write their figures, findings and game plan: ``-p FIGURES_DIR`` as given, else
+    ``OUT/figures`` in a smoke run, else the notebooks' default (``figures/`` beside them)."""
+    notebooks_dir = notebooks_dir or find_notebooks_dir()
+    given, _ = renamed_parameters(parameters or {})
+    if "FIGURES_DIR" not in given and smoke:
+        return resolved(output_path(out_dir)) / "figures"
+    return figures_dir(notebooks_dir, given)
 
 
 def figures_dir(notebooks_dir: Path, parameters: dict[str, Any]) -> Path:
