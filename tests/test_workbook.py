@@ -41,6 +41,9 @@ def test_paired_py_percent_file_is_in_sync(nb):
     from_py = jupytext.read(py)
     from_nb = nbformat.read(nb, as_version=4)
     assert [c.source.strip() for c in from_py.cells] == [c.source.strip() for c in from_nb.cells]
+    # no jupytext version in either: saving in a JupyterLab with another jupytext rewrites nothing (#54)
+    assert "jupytext_version: " not in py.read_text() and '"jupytext_version":' not in nb.read_text()
+    assert from_nb.metadata["jupytext"]["notebook_metadata_filter"] == "-jupytext.text_representation.jupytext_version"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
