@@ -82,7 +82,7 @@ def _prepare(tmp_path, number: str, upto: str | None = None, parameters: dict | 
     executed).
 
     It lies in ``tmp/notebooks`` beside a link to the repository's ``data/``, so its relative paths
-    (sample logs, fixtures) resolve; figures and scratch files go to ``tmp/figures`` / ``tmp/scratch-NN``.
+    (sample logs, fixtures) resolve; figures and scratch files go to ``tmp/figures`` / ``tmp/runs/smoke/scratch-NN``.
     ``upto``: keep the cells up to the first whose source holds this text (the smoke run tests the rest).
     """
     import papermill as pm

@@ -189,3 +189,16 @@ def test_notebook_03_from_the_engines_dumps_gives_the_live_verdict(tiny_world, s
     assert numbers["verdict"]["level"] == live["verdict"]["level"]
     assert any("nothing decoded for real" in b for b in findings["bullets"])
     assert not (tmp_path / "out" / "figures" / "03_cka_map.png").exists()  # every layer needs the targets
+
+
+def test_smoke_scratch_goes_beside_the_run_or_under_runs_never_to_the_checkouts_root(tmp_path):
+    """`eaglelab run --smoke`: OUT/scratch-NN; SMOKE in JupyterLab (figures/ beside notebooks/): runs/smoke/scratch-NN."""
+    from eaglelab.workbook.runner import scratch_dir
+
+    run = tmp_path / "my-run"
+    assert scratch_dir("../data/runs/04", str(run / "figures"), True, "04") == str((run / "scratch-04").resolve())
+    checkout = tmp_path / "checkout"
+    (checkout / "notebooks").mkdir(parents=True)
+    got = scratch_dir("../data/runs/04", str(checkout / "notebooks" / ".." / "figures"), True, "04")
+    assert got == str((checkout / "runs" / "smoke" / "scratch-04").resolve())
+    assert scratch_dir("../data/runs/04", str(checkout / "figures"), False, "04") == "../data/runs/04"

@@ -339,9 +339,17 @@ def scratch_dir(default: str, figures_dir: str, smoke: bool, notebook: str) -> s
     """Where a notebook writes its scratch files: ``default``, or beside the figures in smoke runs.
 
     Smoke runs (the tests, ``eaglelab run --smoke``) send figures to ``OUT/figures``; their
-    scratch files go to ``OUT/scratch-NN`` so a smoke run never writes into ``data/``.
+    scratch files go to ``OUT/scratch-NN`` so a smoke run never writes into ``data/``. A notebook set to
+    SMOKE in JupyterLab writes its figures to the workbook's own ``figures/`` (beside ``notebooks/``): its
+    scratch files go to ``runs/smoke/scratch-NN`` there, where ``eaglelab run --smoke`` keeps its own, not
+    to the checkout's root.
     """
-    return str(Path(figures_dir).resolve().parent / f"scratch-{notebook}") if smoke else default
+    if not smoke:
+        return default
+    parent = Path(figures_dir).resolve().parent
+    if (parent / "notebooks").is_dir():
+        parent = parent / "runs" / "smoke"
+    return str(parent / f"scratch-{notebook}")
 
 
 def run_notebook(notebook: Path, output: Path, parameters: dict[str, Any],
