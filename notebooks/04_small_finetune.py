@@ -275,6 +275,7 @@ inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTE
                             data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)
 save_findings("04", {"inputs": inputs_used, "measured": measured, "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
                      "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
-                     "evidence": EVIDENCE, "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
+                     "evidence": EVIDENCE, "smoke": SMOKE,
+                     "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
               bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

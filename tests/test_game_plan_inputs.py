@@ -327,3 +327,25 @@ def test_plan_markdown_of_the_cli_keeps_its_tables():
     """`eaglelab plan` on entered numbers: the scenario is the user's, the table is the same one."""
     md = plan_markdown(plan(Scenario.founding_case(**ENTERED)))
     assert md.startswith("**Your scenario**\n") and "warm start, 50k samples (entered)" in md
+
+
+@pytest.mark.parametrize("scaling, smoke, used", [
+    ({"exponent": [0.2, 0.15, 0.25]}, False, True),
+    ({"exponent": [0.001, 0.0005, 0.002]}, False, False),  # #54: "6.72e+150B samples" from b = 0.001
+    ({"exponent": [0.2, 0.15, 0.25]}, True, False),  # a smoke run's sweep fits noise
+])
+def test_a_fitted_exponent_feeds_the_decision_only_from_a_real_sweep_steep_enough(scaling, smoke, used):
+    from eaglelab.planning.decision_table import DEFAULT_EXPONENTS, Scenario, plan
+    from eaglelab.workbook.report import _left_out, decision_plan
+
+    numbers = {"01": {"plan": json.loads(json.dumps(plan(Scenario.founding_case()).to_json()))},  # as saved
+               "04": {"evidence": "yours", "scaling": scaling, "smoke": smoke}}
+    decided = decision_plan(numbers, {})
+    left = _left_out(numbers, {})
+    if used:
+        assert decided.scenario.exponents == (0.15, 0.25) and decided.scenario.tag("exponents") == "your checkpoints"
+        assert left == []
+    else:
+        assert decided.scenario.exponents == DEFAULT_EXPONENTS and decided.scenario.tag("exponents") == "assumed"
+        assert len(left) == 1 and left[0].startswith("Notebook 04's data exponent is left out of this decision: ")
+        assert ("smoke run" in left[0]) == smoke and ("too flat" in left[0]) != smoke

@@ -34,6 +34,9 @@ DEFAULT_EXPONENTS = (0.1, 0.3)
 DEFAULT_TRANSFER = (0.1, 0.5)
 #: Largest data exponent accepted: a miss rate ∝ N^-b with b above this would vanish after a handful of samples.
 MAX_EXPONENT = 5.0
+#: Smallest fitted data exponent a projection takes: below it τ barely moved with data in the sweep, and the law
+#: extrapolated asks for astronomically many samples (measured laws give 0.1-0.3; b 0.001 gave 6.72e+150B samples).
+MIN_FITTED_EXPONENT = 0.05
 #: Most samples a scenario counts (a thousand trillion: beyond any dataset, and the law stays finite below it).
 MAX_SAMPLES = 1e15
 #: Tokens per generated training sample when the user gives none: an assumption.

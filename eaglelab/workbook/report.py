@@ -7,6 +7,7 @@ into ``GAME_PLAN.md``.
 
 from __future__ import annotations
 
+import math
 import os
 import urllib.parse
 from dataclasses import replace
@@ -19,7 +20,7 @@ from eaglelab.inputs import field_int, field_number, path_kind, printable, quote
 from eaglelab.markdown import CELL_CHARS, md_bullets, md_line, md_text
 from eaglelab.outputs import open_output_folder, output_path, write_owned_file
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.decision_table import Scenario, plan
+from eaglelab.planning.decision_table import MIN_FITTED_EXPONENT, Scenario, plan
 from eaglelab.planning.render import FOUNDING, PARTLY, founding_fields, plan_markdown, whose_case
 from eaglelab.workbook import plots
 from eaglelab.workbook.inputs_record import MIXED, InputsRecord, conflicts, inputs_section, on_words, resting_on, whose_words
@@ -247,15 +248,35 @@ def decision_plan(numbers: dict[str, dict], records: dict[str, Any] | None = Non
         tau_b = field_number(probe["plugin"], "accept_len_on_b", "03_findings.json plugin", ConfigError, low=1.0,
                              low_open=False)
         scenario = replace(scenario, plugin_tau=tau_b, sources=scenario.sources | {"plugin_tau": pv.YOURS})
-    fit = numbers.get("04", {}).get("scaling")
-    if _on_yours(numbers, records, "04") and fit:
-        exponent = fit["exponent"]
-        if not isinstance(exponent, list) or len(exponent) != 3 or not all(isinstance(x, (int, float)) for x in exponent):
-            raise ConfigError("04_findings.json scaling", "its exponent must be [best, low, high]")
+    if _on_yours(numbers, records, "04") and numbers.get("04", {}).get("scaling") and \
+            _exponent_problem(numbers["04"]) is None:
+        exponent = numbers["04"]["scaling"]["exponent"]
         scenario = replace(scenario, exponents=tuple(float(x) for x in exponent[1:]),
                            sources=scenario.sources | {"exponents": pv.YOURS})
     lever = numbers.get("01", {}).get("lever")
     return plan(scenario, lever=lever if isinstance(lever, str) else None)
+
+
+def _exponent_problem(found: dict[str, Any]) -> str | None:
+    """Why notebook 04's fitted data exponent cannot feed a projection (None: it can).
+
+    A smoke run's sweep (a few sequences, a few steps) fits noise, and an exponent below
+    :data:`MIN_FITTED_EXPONENT` says τ barely moved with data: extrapolated, it asks for astronomically many
+    samples (b 0.001 gave "6.72e+150B samples"). Either way the decision keeps the assumed range.
+
+    Raises:
+        ConfigError: the exponent is not [best, low, high] of numbers.
+    """
+    exponent = found["scaling"].get("exponent") if isinstance(found.get("scaling"), dict) else None
+    if not isinstance(exponent, list) or len(exponent) != 3 or \
+            not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in exponent):
+        raise ConfigError("04_findings.json scaling", "its exponent must be [best, low, high], finite numbers")
+    if found.get("smoke") is True:
+        return "it comes from a smoke run's sweep, which fits noise"
+    if min(exponent[1:]) < MIN_FITTED_EXPONENT:
+        return (f"its band (b {min(exponent[1:]):.3g}-{max(exponent[1:]):.3g}) reaches below {MIN_FITTED_EXPONENT:g}: "
+                "τ barely moved with data in the sweep, too flat to extrapolate")
+    return None
 
 
 def _on_yours(numbers: dict[str, dict], records: dict[str, Any] | None, nb: str) -> bool:
@@ -269,10 +290,15 @@ def _left_out(numbers: dict[str, dict], records: dict[str, Any]) -> list[str]:
     """Sentences for the evidence the decision leaves out because its notebook mixed the demo world's checkpoints
     with the user's (its findings call it the user's, its inputs record says otherwise)."""
     what = {"03": ("plugin", "Notebook 03's plug-in τ"), "04": ("scaling", "Notebook 04's data exponent")}
-    return [f"{words} is left out of this decision: not all the checkpoints it ran on are yours (see what this plan "
+    left = [f"{words} is left out of this decision: not all the checkpoints it ran on are yours (see what this plan "
             "was computed from)." for nb, (key, words) in what.items()
             if numbers.get(nb, {}).get(key) and numbers[nb].get("evidence") == pv.YOURS
             and not _on_yours(numbers, records, nb)]
+    if numbers.get("04", {}).get("scaling") and _on_yours(numbers, records, "04") and \
+            (why := _exponent_problem(numbers["04"])) is not None:
+        left.append(f"Notebook 04's data exponent is left out of this decision: {why}; the assumed range is used "
+                    "(run notebook 04 on more budgets and seeds, or on your own data, to measure it).")
+    return left
 
 
 def _link(path: Path, base: Path) -> str:
