@@ -8,8 +8,6 @@ the hostile folders; here, the rule itself on any text).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -24,7 +22,6 @@ from safetensors.torch import load_file, save_file
 
 from eaglelab.checkpoints.files.config_types import MAX_LAYERS, check_config_types
 from eaglelab.checkpoints.targets.footprint import language_model_parameters, moe_layer_count
-from eaglelab.cli import main
 from eaglelab.decisions import reconcile
 from eaglelab.engines import load_client
 from eaglelab.engines.load_recipes import LoadRecipeSettings, build_load_recipe
@@ -39,24 +36,7 @@ from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.runner import renamed_parameters
 from tests import fuzzing as fz
 from tests.test_dumps import dump_probe, world_states  # noqa: F401 (a fixture)
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    """``eaglelab ARGV`` in this process: exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(list(argv))
-        except SystemExit as stop:
-            rc = stop.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def refused(*argv: str) -> str:
-    """The one stderr line of a refusal (exit 2), and nothing on stdout."""
-    rc, out, err = run(*argv)
-    assert rc == 2 and out == "" and err.count("\n") == 1, (rc, out, err)
-    return err
+from tests.test_hostile_load import refused, run
 
 
 def copy_target(src, dst, **config):

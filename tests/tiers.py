@@ -19,7 +19,9 @@ The plugin is loaded by ``tests/conftest.py``; ``tests/test_tiers.py`` checks it
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -127,38 +129,31 @@ def _scale_examples(test) -> None:
 
 
 def _guarded(entry: EntryPoint, original: Callable) -> Callable:
-    if entry.qualname.endswith("_async_launch_kernel"):
-        async def guard_async(*args, **kwargs):
-            problem = missing_marker(_current[-1] if _current else None, entry)
-            if problem:
-                raise TierError(problem)
+    def check() -> None:
+        problem = missing_marker(_current[-1] if _current else None, entry)
+        if problem:
+            raise TierError(problem)
+
+    if inspect.iscoroutinefunction(original):
+        async def guard(*args, **kwargs):
+            check()
             return await original(*args, **kwargs)
-        guard = guard_async
     else:
         def guard(*args, **kwargs):
-            problem = missing_marker(_current[-1] if _current else None, entry)
-            if problem:
-                raise TierError(problem)
+            check()
             return original(*args, **kwargs)
-    guard.__wrapped__ = original  # type: ignore[attr-defined]
-    guard.__name__ = original.__name__
-    guard.__doc__ = original.__doc__
+    functools.update_wrapper(guard, original)
     guard._tier_entry = entry  # type: ignore[attr-defined]
     return guard
 
 
-def install_guards() -> list[str]:
-    """Replace every entry point by its guard, and every module global bound to it by ``from ... import``.
-
-    Returns:
-        the entry points that could not be imported here (their tier cannot start either).
-    """
-    absent = []
+def install_guards() -> None:
+    """Replace every entry point by its guard, and every module global bound to it by ``from ... import``
+    (an entry point whose module does not import here cannot start its thing either)."""
     for entry in ENTRY_POINTS:
         try:
             module = importlib.import_module(entry.module)
         except ImportError:
-            absent.append(entry.name)
             continue
         owner_name, _, attr = entry.qualname.rpartition(".")
         owner = getattr(module, owner_name) if owner_name else module
@@ -176,7 +171,6 @@ def install_guards() -> list[str]:
             for key, value in list(namespace.items()):
                 if value is original:
                     setattr(other, key, guard)
-    return absent
 
 
 # --- the hooks (tests/conftest.py loads this module as a plugin) -------------------------------------

@@ -81,11 +81,12 @@ def run_notebooks(settings: RunSettings) -> WorkbookRun:
     s = settings
     out = s.out if s.out is not None else ("runs/smoke" if s.smoke else "runs/workbook")
     only = list(s.only) if s.only else None
-    runs = run_workbook(out, smoke=s.smoke, only=only, parameters=s.parameters(), prepare_only=s.prepare_only,
+    parameters = s.parameters()
+    runs = run_workbook(out, smoke=s.smoke, only=only, parameters=parameters, prepare_only=s.prepare_only,
                         progress=not s.prepare_only)
     plan = None
     if not s.prepare_only and ends_with_game_plan(runs):
-        plan = run_figures_dir(out, s.smoke, s.parameters()) / "GAME_PLAN.md"
+        plan = run_figures_dir(out, s.smoke, parameters) / "GAME_PLAN.md"
     return WorkbookRun(s, runs, plan)
 
 
