@@ -18,7 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engines.vllm import _measured_taus, engine_drafter, engine_status, measure_costs_in_engine, run_worker
+from eaglelab.engines.vllm import (
+    _measured_taus,
+    engine_drafter,
+    engine_status,
+    measure_costs_in_engine,
+    run_worker,
+    run_workers,
+)
 from eaglelab.errors import EngineError, ParameterError
 from eaglelab.serving.cost_table import read_cost_table, write_cost_table
 
@@ -83,10 +90,11 @@ def test_the_schedule_ends_are_exact_and_tau_one_is_the_target_alone(tiny_world,
     need_engine()
     base = {"target": str(Path(tiny_world.target_a).resolve()), "prompts": prompts, "max_new_tokens": 16, "batch": "all",
             "dtype": "float32", "max_model_len": 1024, "seed": 0}
-    alone = run_worker({**base, "drafter": None, "k": 0})
     folder = str(engine_drafter(tiny_world.drafter_a, tiny_world.target_a, tmp_path, K))
-    none = run_worker({**base, "drafter": folder, "k": K, "forced_accept_len": 1.0})
-    every = run_worker({**base, "drafter": folder, "k": K, "forced_accept_len": float(K + 1)})
+    # three engines one after another in one worker process (the last forced, the first not: the port is per engine)
+    alone, none, every = run_workers([{**base, "drafter": None, "k": 0},
+                                      {**base, "drafter": folder, "k": K, "forced_accept_len": 1.0},
+                                      {**base, "drafter": folder, "k": K, "forced_accept_len": float(K + 1)}])
     assert none["forced_accept_len"] == 1.0 and none["spec"]["tau"] == 1.0 and none["outputs"] == alone["outputs"]
     assert every["spec"]["tau"] == K + 1 and every["spec"]["position_rate_unconditional"] == [1.0] * K
     assert every["synthetic_sampler"] in ("vllm", "eaglelab-cpu-port")

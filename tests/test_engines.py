@@ -22,6 +22,7 @@ from eaglelab.engines.vllm import (
     measure_in_engine,
     run_from_result,
     run_worker,
+    run_workers,
 )
 from eaglelab.errors import EngineError
 
@@ -88,6 +89,28 @@ def test_the_worker_reports_a_failure_as_json(tmp_path, monkeypatch):
     with pytest.raises(EngineError, match="target must be an absolute path"):
         run_worker({"target": "relative", "drafter": None, "k": 0, "prompts": [[1]], "max_new_tokens": 1,
                     "max_model_len": 8}, timeout_s=120)
+
+
+@pytest.mark.engine
+def test_a_list_of_requests_is_checked_whole_before_any_engine_starts(tmp_path, monkeypatch):
+    """The real worker, run by an interpreter without vLLM: a bad request anywhere in a list is named by its place
+    before the first engine would be built, and a list is one process whatever its length (capped)."""
+    monkeypatch.setenv("EAGLELAB_VLLM_PYTHON", sys.executable)
+    import eaglelab.engines.vllm as ev
+
+    monkeypatch.setattr(ev, "_VERSION", "print('test')")  # this interpreter stands in as the engine's
+    (tmp_path / "target").mkdir()
+    good = {"target": str(tmp_path / "target"), "drafter": None, "k": 0, "prompts": [[1, 2]], "max_new_tokens": 4,
+            "max_model_len": 64}
+    with pytest.raises(EngineError, match=r"request 3 of 3: max_new_tokens must be >= 1") as err:
+        run_workers([good, good, {**good, "max_new_tokens": 0}], timeout_s=120)
+    assert "\n" not in str(err.value)
+    with pytest.raises(EngineError, match="share one log: give log_file in the first only"):
+        run_workers([good, {**good, "log_file": str(tmp_path / "other.log")}], timeout_s=120)
+    with pytest.raises(EngineError, match=f"1 to {ev.MAX_REQUESTS} requests"):
+        run_workers([good] * (ev.MAX_REQUESTS + 1), timeout_s=120)
+    with pytest.raises(EngineError, match="1 to"):
+        run_workers([], timeout_s=120)
 
 
 @pytest.mark.engine

@@ -45,6 +45,8 @@ WORKER = Path(__file__).with_name("vllm_worker.py")
 DEFAULT_ENV = Path(__file__).resolve().parents[2] / ".venv-vllm"
 #: Largest worker answer read back (token ids of every prompt, the engine's log lines).
 MAX_RESULT_BYTES = 256 * 1024 * 1024
+#: Requests one worker process runs (``vllm_worker.MAX_REQUESTS``: each builds an engine).
+MAX_REQUESTS = 64
 #: Serving engines eaglelab drives (training engines, which recipes are written for: recipes.TRAINING_ENGINES).
 #: SGLang has no CPU build; see the README for what it would need.
 SERVING_ENGINES = ("vllm",)
@@ -148,30 +150,48 @@ def run_worker(request: dict[str, Any], timeout_s: float = 900.0) -> dict[str, A
         EngineError: no engine environment, the worker failed, timed out, or answered with
             something that is not the contract's JSON; the line says which, with the engine's own reason.
     """
+    return run_workers([request], timeout_s)[0]
+
+
+def run_workers(requests: list[dict[str, Any]], timeout_s: float = 900.0) -> list[dict[str, Any]]:
+    """Run the worker once on several requests: one engine after another in one process, vLLM imported once.
+
+    On two CPU cores the import is about 9 s of an 11 s run on the tiny model, the engine's start 2-3 s:
+    the target alone and three drafters take one import instead of four. ``timeout_s`` is per request.
+
+    Raises:
+        EngineError: as :func:`run_worker`; the worker names a failed request by its place in the list.
+    """
     ok, why = engine_status()
     if not ok:
         raise EngineError("vllm", why)
+    if not 1 <= len(requests) <= MAX_REQUESTS:
+        raise EngineError("vllm", f"one worker runs 1 to {MAX_REQUESTS} requests, got {len(requests)}")
+    deadline = timeout_s * len(requests)
     with tempfile.TemporaryDirectory(prefix="eaglelab-vllm-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps(request))
+        req.write_text(json.dumps(list(requests)))
         try:
             proc = subprocess.run([str(engine_python()), str(WORKER), str(req), str(res)], capture_output=True,
-                                  text=True, timeout=timeout_s)
+                                  text=True, timeout=deadline)
         except subprocess.TimeoutExpired:
-            raise EngineError("vllm", f"no result within {timeout_s:g} s") from None
+            raise EngineError("vllm", f"no result within {deadline:g} s") from None
         raw = read_bytes(res, EngineError, MAX_RESULT_BYTES, "worker result") if res.is_file() else proc.stdout.encode()
     if not raw.strip():
         raise EngineError("vllm", f"the worker wrote no result (exit {proc.returncode}): "
                                   f"{one_line(proc.stderr.strip()[-300:])}")
-    result = loads_json(raw, "vllm worker result", EngineError)
-    if not isinstance(result, dict):
-        raise EngineError("vllm", "the worker's result is not a JSON object")
-    if "error" in result or proc.returncode != 0:
-        log_tail = result.get("log_tail")
+    results = loads_json(raw, "vllm worker result", EngineError)
+    if isinstance(results, dict):  # a request the worker could not read at all is answered by one object
+        results = [results]
+    if not isinstance(results, list) or not results or not all(isinstance(r, dict) for r in results):
+        raise EngineError("vllm", "the worker's result is not a list of JSON objects, one per request")
+    last = results[-1]
+    if "error" in last or proc.returncode != 0 or len(results) != len(requests):
+        log_tail = last.get("log_tail")
         tail = " | ".join(str(x)[:300] for x in log_tail[-3:]) if isinstance(log_tail, list) else ""
-        error = result.get("error", f"exit {proc.returncode}")
+        error = last.get("error", f"exit {proc.returncode}, {len(results)} results for {len(requests)} requests")
         raise EngineError("vllm", one_line(f"{str(error)[:500]}" + (f" (log: {tail})" if tail else "")))
-    return result
+    return results
 
 
 def run_from_result(result: dict[str, Any], batch: str, prompts: int | None = None) -> EngineRun:
@@ -300,19 +320,36 @@ def measure_in_engine(target: str | Path, drafter: str | Path, prompts: list[lis
     Raises:
         EngineError: an engine other than vLLM, no engine environment, or a failed run.
     """
+    return measure_drafters_in_engine(target, {"drafter": drafter}, prompts, max_new_tokens, k, batch, engine, dtype,
+                                      stop_token_ids, max_model_len, timeout_s, target_alone)["drafter"]
+
+
+def measure_drafters_in_engine(target: str | Path, drafters: dict[str, str | Path], prompts: list[list[int]],
+                               max_new_tokens: int, k: int = DEFAULT_K, batch: str = "one", engine: str = "vllm",
+                               dtype: str = "float32", stop_token_ids: list[int] | None = None,
+                               max_model_len: int = 1024, timeout_s: float = 900.0,
+                               target_alone: EngineRun | None = None) -> dict[str, EngineMeasurement]:
+    """:func:`measure_in_engine` for several drafters on one target: one worker process, the target alone run once.
+
+    Raises:
+        EngineError: as :func:`measure_in_engine`.
+    """
     if engine not in SERVING_ENGINES:
         raise EngineError(engine, f"not driven by eaglelab here (engines: {', '.join(SERVING_ENGINES)}); SGLang needs CUDA GPUs")
     if batch not in ("one", "all"):
         raise EngineError(engine, f"batch must be 'one' or 'all', got {batch!r}")
     base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
             "max_new_tokens": int(max_new_tokens), "batch": batch, "dtype": dtype, "max_model_len": int(max_model_len),
-            "seed": 0, "stop_token_ids": list(stop_token_ids or []), **attention_backends(target, drafter)}
+            "seed": 0, "stop_token_ids": list(stop_token_ids or [])}
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
-        folder = engine_drafter(drafter, target, Path(tmp), k)
-        spec = run_from_result(run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s), batch, len(prompts))
-    alone = target_alone or run_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), batch,
-                                            len(prompts))
-    return EngineMeasurement(spec, alone)
+        requests = [{**base, **attention_backends(target, drafter), "k": int(k),
+                     "drafter": str(engine_drafter(drafter, target, Path(tmp) / f"drafter-{i}", k))}
+                    for i, drafter in enumerate(drafters.values())]
+        if target_alone is None:
+            requests.append({**base, **attention_backends(target, None), "drafter": None, "k": 0})
+        results = [run_from_result(r, batch, len(prompts)) for r in run_workers(requests, timeout_s)]
+    alone = target_alone or results[-1]
+    return {name: EngineMeasurement(run, alone) for name, run in zip(drafters, results)}
 
 
 @dataclass
@@ -381,7 +418,8 @@ def _groups_from_result(result: dict[str, Any], concurrency: list[int], k: int, 
 def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: list[list[int]], max_new_tokens: int,
                            k: int = DEFAULT_K, concurrency: list[int] = (1, 4, 16), dtype: str = "float32",
                            max_model_len: int = 1024, repeats: int = 3, timeout_s: float = 900.0) -> LoadRun:
-    """The target alone and with the drafter in vLLM, batched at each concurrency: one engine start per side.
+    """The target alone and with the drafter in vLLM, batched at each concurrency: one engine start per side, both in
+    one worker process.
 
     Args:
         prompts: token ids; concurrency ``c`` batches the first ``c`` of them (at least ``max(concurrency)``).
@@ -398,10 +436,10 @@ def measure_load_in_engine(target: str | Path, drafter: str | Path, prompts: lis
     base = {"target": str(Path(target).resolve()), "prompts": [list(map(int, p)) for p in prompts],
             "max_new_tokens": int(max_new_tokens), "batch": "all", "dtype": dtype, "max_model_len": int(max_model_len),
             "seed": 0, "groups": concurrency, "repeats": int(repeats), **attention_backends(target, drafter)}
-    alone = run_worker({**base, "drafter": None, "k": 0}, timeout_s)
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
         folder = engine_drafter(drafter, target, Path(tmp), k)
-        spec = run_worker({**base, "drafter": str(folder), "k": int(k)}, timeout_s)
+        alone, spec = run_workers([{**base, "drafter": None, "k": 0}, {**base, "drafter": str(folder), "k": int(k)}],
+                                  timeout_s)
     a = _groups_from_result(alone, concurrency, 0, int(repeats))
     d = _groups_from_result(spec, concurrency, k, int(repeats))
     version = spec.get("vllm_version")
@@ -414,15 +452,15 @@ def measure_costs_in_engine(target: str | Path, drafter: str | Path, prompts: li
                             max_model_len: int = 1024, repeats: int = 3, timeout_s: float = 900.0) -> CostTable:
     """A cost table measured in vLLM: plain decoding, then the speculative cycle at each forced τ, per concurrency.
 
-    One engine start for plain decoding and one per forced τ (vLLM builds the synthetic acceptance rates
-    into its rejection sampler); in each, the first ``c`` prompts are batched per concurrency ``c``,
-    ``repeats`` times, the concurrencies interleaved. One row per concurrency and repeat (the repeats'
-    scatter is the fit's noise estimate). The drafter drafts and the target verifies for real; only the
-    acceptance is forced. ``accept_len`` holds the τ MEASURED from vLLM's counters in that run: the
-    forcing is a coin per step, so it scatters around the forced τ (the comments list forced beside
-    measured). ``output_tok_s`` is generated tokens over the batched generate's wall time, prefill
-    included (as :func:`measure_load_in_engine`): keep ``max_new_tokens`` large against the prompts for
-    a decode-phase measurement. ``context`` is the batch's mean prompt tokens + ``max_new_tokens / 2``.
+    One engine start for plain decoding and one per forced τ, one after another in one worker process (vLLM
+    builds the synthetic acceptance rates into its rejection sampler); in each, the first ``c`` prompts are
+    batched per concurrency ``c``, ``repeats`` times, the concurrencies interleaved. One row per concurrency and
+    repeat (the repeats' scatter is the fit's noise estimate). The drafter drafts and the target verifies for
+    real; only the acceptance is forced. ``accept_len`` holds the τ MEASURED from vLLM's counters in that run:
+    the forcing is a coin per step, so it scatters around the forced τ (the comments list forced beside
+    measured). ``output_tok_s`` is generated tokens over the batched generate's wall time, prefill included (as
+    :func:`measure_load_in_engine`): keep ``max_new_tokens`` large against the prompts for a decode-phase
+    measurement. ``context`` is the batch's mean prompt tokens + ``max_new_tokens / 2``.
 
     Raises:
         ParameterError: a concurrency, ``k``, ``repeats``, ``max_new_tokens`` or forced τ out of range,
@@ -444,19 +482,20 @@ def measure_costs_in_engine(target: str | Path, drafter: str | Path, prompts: li
             "max_new_tokens": int(max_new_tokens), "batch": "all", "dtype": dtype, "max_model_len": int(max_model_len),
             "seed": 0, "groups": concurrency, "repeats": repeats, **attention_backends(target, drafter)}
     context = {c: round(sum(map(len, prompts[:c])) / c + max_new_tokens / 2) for c in concurrency}
-    plain = _groups_from_result(run_worker({**base, "drafter": None, "k": 0}, timeout_s), concurrency, 0, repeats)
-    rows = [Measurement(g["concurrency"], 0, 1, 1, 1.0, context[g["concurrency"]], tps) for g in plain for tps in g["runs"]]
-    forced, version, sampler = [], "?", "?"
     with tempfile.TemporaryDirectory(prefix="eaglelab-engine-") as tmp:
         folder = str(engine_drafter(drafter, target, Path(tmp), k))
-        for tau in map(float, taus):
-            result = run_worker({**base, "drafter": folder, "k": k, "forced_accept_len": tau}, timeout_s)
-            version, sampler = str(result.get("vllm_version"))[:40], str(result.get("synthetic_sampler"))[:40]
-            for g, raw in zip(_groups_from_result(result, concurrency, k, repeats), result["groups"]):
-                measured = _measured_taus(raw, k, repeats)
-                rows += [Measurement(g["concurrency"], k, k + 1, 1, t, context[g["concurrency"]], tps)
-                         for t, tps in zip(measured, g["runs"])]
-                forced.append(f"{tau:g} -> {', '.join(f'{t:.3f}' for t in measured)} (c {g['concurrency']})")
+        results = run_workers([{**base, "drafter": None, "k": 0}] + [
+            {**base, "drafter": folder, "k": k, "forced_accept_len": tau} for tau in map(float, taus)], timeout_s)
+    plain = _groups_from_result(results[0], concurrency, 0, repeats)
+    rows = [Measurement(g["concurrency"], 0, 1, 1, 1.0, context[g["concurrency"]], tps) for g in plain for tps in g["runs"]]
+    forced, version, sampler = [], "?", "?"
+    for tau, result in zip(map(float, taus), results[1:]):
+        version, sampler = str(result.get("vllm_version"))[:40], str(result.get("synthetic_sampler"))[:40]
+        for g, raw in zip(_groups_from_result(result, concurrency, k, repeats), result["groups"]):
+            measured = _measured_taus(raw, k, repeats)
+            rows += [Measurement(g["concurrency"], k, k + 1, 1, t, context[g["concurrency"]], tps)
+                     for t, tps in zip(measured, g["runs"])]
+            forced.append(f"{tau:g} -> {', '.join(f'{t:.3f}' for t in measured)} (c {g['concurrency']})")
     comments = [f"engine: vllm {version}", f"synthetic_sampler: {sampler} (vllm: its own kernel)",
                 f"target: {Path(target).resolve()}", f"drafter: {Path(drafter).resolve()}", f"dtype: {dtype}",
                 f"k: {k}", f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",

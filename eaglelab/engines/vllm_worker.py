@@ -6,6 +6,12 @@ vLLM, what vLLM brings and the standard library, never eaglelab (not installed t
     .venv-vllm/bin/python eaglelab/engines/vllm_worker.py request.json result.json
     .venv-vllm/bin/python eaglelab/engines/vllm_worker.py < request.json > result.json
 
+The request is one JSON object, or a list of them (at most ``MAX_REQUESTS``): a list is run one
+engine after another in this one process, and the result is the list of their results in order
+(vLLM is imported once: about 9 s of a 11 s run on the tiny model is the import, the engine's
+start 2-3 s). A list stops at its first failure: the results before it, then its error. The
+runs of a list share one log: the first request's ``log_file`` (another one is refused).
+
 Request (JSON object)::
 
     target          absolute path of the target model folder (transformers layout)
@@ -90,7 +96,7 @@ Result (JSON object)::
                             its counters summed over that group's runs; with a drafter also
                             "tau_runs": the measured τ of each run (null where no step drafted)
 
-Errors: ``{"error": "...", "log_tail": [...]}`` and exit code 2.
+Errors: ``{"error": "...", "log_tail": [...]}`` and exit code 2 (in a list: the last entry).
 
 Engine settings (each only when the variable is not already set): the venv's Intel OpenMP is
 preloaded (the script re-executes itself once with LD_PRELOAD; without it vLLM's CPU
@@ -121,6 +127,8 @@ SPEC_METRICS = {
     "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
 }
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+#: Requests one list may hold (each builds an engine: a list is a batch of measurements, not a queue).
+MAX_REQUESTS = 64
 ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
             "OMP_NUM_THREADS", "LD_PRELOAD")
 
@@ -129,16 +137,39 @@ class RequestError(ValueError):
     pass
 
 
-def _read_request(argv: list[str]) -> dict:
+def _read_request(argv: list[str]) -> dict | list:
     src = argv[1] if len(argv) > 1 and argv[1] != "-" else None
     text = open(src, encoding="utf-8").read() if src else sys.stdin.read()
     try:
         req = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RequestError(f"request is not JSON: {exc}") from None
+    if isinstance(req, list):
+        if not 1 <= len(req) <= MAX_REQUESTS or not all(isinstance(r, dict) for r in req):
+            raise RequestError(f"a list of requests must hold 1 to {MAX_REQUESTS} JSON objects")
+        return req
     if not isinstance(req, dict):
-        raise RequestError("request must be a JSON object")
+        raise RequestError("request must be a JSON object or a list of them")
     return req
+
+
+def _place(i: int, n: int) -> str:
+    """Which request of a list an error is about ("" for a request alone)."""
+    return f"request {i + 1} of {n}: " if n > 1 else ""
+
+
+def _validate_all(raw: dict | list) -> list[dict]:
+    """Every request of the list checked before the first engine starts; one log for them all."""
+    many = raw if isinstance(raw, list) else [raw]
+    reqs = []
+    for i, r in enumerate(many):
+        try:
+            reqs.append(_validate(r))
+        except RequestError as exc:
+            raise RequestError(f"{_place(i, len(many))}{exc}") from None
+    if any(r["log_file"] not in (None, reqs[0]["log_file"]) for r in reqs[1:]):
+        raise RequestError("the requests of a list share one log: give log_file in the first only")
+    return reqs
 
 
 def _validate(req: dict) -> dict:
@@ -283,6 +314,8 @@ def _synthetic_sampler() -> str:
     from vllm.utils import cpu_triton_utils
 
     native = cpu_triton_utils._rejection_greedy_sample_kernel_impl
+    if getattr(native, "eaglelab_port", False):  # an earlier request of this process put it in place
+        return "eaglelab-cpu-port"
 
     def greedy_kernel(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
                       is_greedy, max_spec_len, uniform_probs=None, synthetic_conditional_rates=None,
@@ -307,6 +340,7 @@ def _synthetic_sampler() -> str:
                 output_token_ids[r, :len(row)] = torch.tensor(row, dtype=output_token_ids.dtype)
             start = end
 
+    greedy_kernel.eaglelab_port = True
     cpu_triton_utils._rejection_greedy_sample_kernel_impl = greedy_kernel
     return "eaglelab-cpu-port"
 
@@ -432,14 +466,6 @@ def _run_groups(llm, req: dict, sp, prompts: list, engine_start: float, version:
     return result
 
 
-def _log_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return [ln.rstrip("\n") for ln in f]
-    except OSError:
-        return []
-
-
 def _preload_iomp(argv: list[str]) -> None:
     """Re-run this script with the venv's Intel OpenMP in LD_PRELOAD (once).
 
@@ -459,36 +485,31 @@ def _preload_iomp(argv: list[str]) -> None:
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv[1:]], env)
 
 
-def main(argv: list[str]) -> int:
-    _preload_iomp(argv)
-    out_path = argv[2] if len(argv) > 2 and argv[2] != "-" else None
-    # The engine (and its child processes) print to fds 1 and 2: send both to a log file, so
-    # stdout carries only the result JSON; the log is parsed for the spec-decoding lines.
-    real_stdout = os.dup(1)
+def _log_slice(path: str, start: int) -> list[str]:
+    """The log's lines written from byte ``start`` on (one run's part of a list's shared log)."""
     try:
-        req = _validate(_read_request(argv))
-        log_path = req["log_file"] or tempfile.mkstemp(prefix="vllm-worker-", suffix=".log")[1]
-    except (RequestError, OSError) as exc:
-        req, log_path = None, None
-        result, code = {"error": str(exc), "log_tail": []}, 2
-    if req is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        real_stderr = os.dup(2)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            return [ln.rstrip("\n") for ln in f]
+    except OSError:
+        return []
+
+
+def _run_all(reqs: list[dict], log_path: str) -> tuple[list[dict], int]:
+    """Each request's engine in turn, its results annotated from its own part of the log; stops at a failure."""
+    import gc
+
+    results = []
+    for i, req in enumerate(reqs):
+        start = os.path.getsize(log_path)
         try:
             result, code = run(req, log_path), 0
         except BaseException as exc:  # noqa: BLE001 - every failure becomes the JSON error
             traceback.print_exc()
-            result, code = {"error": f"{type(exc).__name__}: {exc}"}, 2
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(real_stderr, 2)
-            os.close(log_fd)
-        lines = _log_lines(log_path)
+            result, code = {"error": f"{_place(i, len(reqs))}{type(exc).__name__}: {exc}"}, 2
+        sys.stdout.flush()
+        sys.stderr.flush()
+        lines = _log_slice(log_path, start)
         if code == 0:
             result["spec_log_lines"] = [ln for ln in lines if "SpecDecoding metrics" in ln]
             warn = [ln for ln in lines if ln.startswith(("WARNING", "ERROR"))
@@ -496,11 +517,46 @@ def main(argv: list[str]) -> int:
             result["warnings"] = list(dict.fromkeys(warn))[:60]
         else:
             result["log_tail"] = lines[-40:]
-        if not req["log_file"]:
-            os.unlink(log_path)
-        else:
+        if reqs[0]["log_file"]:
             result["log_file"] = log_path
-    text = json.dumps(result)
+        results.append(result)
+        gc.collect()  # the engine just run, before the next one is built
+        if code:
+            return results, code
+    return results, 0
+
+
+def main(argv: list[str]) -> int:
+    _preload_iomp(argv)
+    out_path = argv[2] if len(argv) > 2 and argv[2] != "-" else None
+    # The engine (and its child processes) print to fds 1 and 2: send both to a log file, so
+    # stdout carries only the result JSON; the log is parsed for the spec-decoding lines.
+    real_stdout = os.dup(1)
+    many = False
+    try:
+        raw = _read_request(argv)
+        many = isinstance(raw, list)
+        reqs = _validate_all(raw)
+        log_path = reqs[0]["log_file"] or tempfile.mkstemp(prefix="vllm-worker-", suffix=".log")[1]
+    except (RequestError, OSError) as exc:
+        reqs, results, code = None, [{"error": str(exc), "log_tail": []}], 2
+    if reqs is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        real_stderr = os.dup(2)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        try:
+            results, code = _run_all(reqs, log_path)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(real_stderr, 2)
+            os.close(log_fd)
+        if not reqs[0]["log_file"]:
+            os.unlink(log_path)
+    text = json.dumps(results if many else results[-1])
     if out_path:
         with open(out_path, "w", encoding="utf-8") as f:
             f.write(text + "\n")

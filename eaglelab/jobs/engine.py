@@ -58,7 +58,7 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
         workbook: name -> the workbook's own measurement of that run (:func:`eaglelab.model.decoding.benchmark_speculation`).
         engine: ``vllm``, or None to skip (the notebooks' ``SERVING_ENGINE = None``).
     """
-    from eaglelab.engines.vllm import compare_with_workbook, engine_refusal, engine_status, measure_in_engine
+    from eaglelab.engines.vllm import compare_with_workbook, engine_refusal, engine_status, measure_drafters_in_engine
 
     if engine is None:
         return EngineComparison(status="SERVING_ENGINE = None")
@@ -73,12 +73,16 @@ def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[
     if not runs:
         return EngineComparison(status=line)
     out = EngineComparison(status=line, ran=True)
-    alone: dict[str, Any] = {}  # target -> its run without a drafter, made once
-    for name, (target, folder) in progress_bar(list(runs.items()), desc="vLLM runs", disable=not progress):
-        measured = measure_in_engine(target, folder, prompts, max_new_tokens, k=k, engine=engine,
-                                     stop_token_ids=stop_token_ids, target_alone=alone.get(str(target)))
-        alone[str(target)] = measured.target_alone
-        out.rows[name] = compare_with_workbook(workbook[name], measured)
+    by_target: dict[str, dict[str, str]] = {}  # one worker per target: its drafters, then the target alone once
+    for name, (target, folder) in runs.items():
+        by_target.setdefault(str(target), {})[name] = folder
+    for target, drafters in progress_bar(list(by_target.items()), desc="vLLM (one process per target)",
+                                         disable=not progress):
+        measured = measure_drafters_in_engine(target, drafters, prompts, max_new_tokens, k=k, engine=engine,
+                                              stop_token_ids=stop_token_ids)
+        for name in drafters:
+            out.rows[name] = compare_with_workbook(workbook[name], measured[name])
+    out.rows = {name: out.rows[name] for name in runs}  # in the order asked
     return out
 
 
