@@ -16,8 +16,9 @@ it runs, the Kimi-shaped sample is written from the repository's fixtures. For e
   bfloat16 on every device (in float32 its heads alone are 19 GB).
 
 Every part's wall time, its headline numbers and, on cuda, its peak device memory go into one JSON file
-(``--out``); a part that fails or would start past the deadline is recorded with its reason, and the rest
-still run. Speed is compared across devices in the same run (the ``vs_cpu`` ratio), never against a limit.
+(``--out``); ``--world`` reuses a tiny world already built (the tests pass their session's). A part that fails
+or would start past the deadline is recorded with its reason, and the rest still run. Speed is compared across
+devices in the same run (the ``vs_cpu`` ratio), never against a limit.
 
     bash benchmarks/gpu_check.sh [OUT.json]                          # on the lent machine
     python benchmarks/gpu_check.py --devices cpu --quick --out F     # the same on this machine (the tests)
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), metavar="PART")
     ap.add_argument("--budget-s", type=float, default=420.0, help="the deadline for all parts, seconds")
     ap.add_argument("--quick", action="store_true", help="the smallest sizes: a check of the check itself")
+    ap.add_argument("--world", help="a tiny world already built, reused as it is (verified by its manifest); "
+                                    "default: built afresh in a temporary folder")
     args = ap.parse_args(argv)
 
     import torch
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="eaglelab-gpu-check-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
-        world = build_world("tiny", root / "tiny")
+        world = build_world("tiny", Path(args.world) if args.world else root / "tiny")
         check.record["tiny_world_s"] = time.perf_counter() - t0
         a, b, drafter = str(world.target_a), str(world.target_b), str(world.drafter_a)
         log(f"gpu check: torch {torch.__version__}, {check.record['device'] or 'no CUDA device'}; the tiny world in "

@@ -20,12 +20,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.world  # the check builds the tiny world in its own process
-def test_the_gpu_check_runs_its_parts_and_writes_one_file(tmp_path):
+@pytest.mark.world
+def test_the_gpu_check_runs_its_parts_and_writes_one_file(tiny_world, tmp_path):
+    """On the session's tiny world (``--world``: the lent machine builds its own, as ``gpu_check.sh`` runs it)."""
     out = tmp_path / "gpu_check.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(out), "--quick",
-                           "--devices", "cpu", "cuda", "--parts", "live probe", "dump probe", "fine-tune"],
+                           "--devices", "cpu", "cuda", "--parts", "live probe", "dump probe", "fine-tune",
+                           "--world", str(tiny_world.root)],
                           capture_output=True, text=True, env=env, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(out.read_text())
