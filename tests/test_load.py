@@ -289,28 +289,26 @@ def test_a_worker_answer_for_several_concurrencies_is_checked_field_by_field(ans
         _groups_from_result(answer, [1, 2], k=3, repeats=3)
 
 
+@pytest.mark.notebook
 @pytest.mark.engine
-def test_vllm_batched_at_several_concurrencies_beside_the_model(tiny_world):
-    from transformers import AutoTokenizer
-
-    from eaglelab.data.sets import measure_prompts
+def test_vllm_batched_at_several_concurrencies_beside_the_model(smoke_run):
+    """The load check as notebook 01's smoke run makes it (the tiny world's A and drafter, batches 1, 2, 4, k 3):
+    read from its findings, not measured a second time."""
     from eaglelab.engines.vllm import engine_status
-    from eaglelab.jobs.load_engine import engine_load_check
 
     ok, why = engine_status()
     if not ok:
         pytest.skip(f"vLLM environment not installed here: {why}")
-    tok = AutoTokenizer.from_pretrained(str(tiny_world.target_a))
-    prompts = measure_prompts(tok, 4, tiny_world)
-    cfg = json.loads((tiny_world.target_a / "config.json").read_text())
-    check = engine_load_check(str(tiny_world.target_a), str(tiny_world.drafter_a), prompts, 12, 3, [1, 2, 4], cfg)
-    assert [r["concurrency"] for r in check.rows] == [1, 2, 4]
-    assert [r["held_out"] for r in check.rows] == [False, True, False]
-    for r in check.rows:
+    out, _ = smoke_run("01")
+    check = json.loads((out / "figures" / "01_findings.json").read_text())["numbers"]["engine_load"]
+    assert check["status"].startswith("vLLM 0.") and check["model"] is not None
+    assert [r["concurrency"] for r in check["rows"]] == [1, 2, 4]
+    assert [r["held_out"] for r in check["rows"]] == [False, True, False]
+    for r in check["rows"]:
         assert 1 <= r["tau"] <= 4 and r["alone_tps"] > 0 and r["drafter_tps"] > 0
         assert r["measured"] == pytest.approx(r["drafter_tps"] / r["alone_tps"])
         assert math.isfinite(r["model"]) and r["model"] > 0
         # three runs per side: the median lies inside the range they allow
-        assert r["measured_low"] <= r["measured"] <= r["measured_high"]
+        assert r["measured_low"] <= r["measured"] <= r["measured_high"] and r["measured_low"] < r["measured_high"]
         assert r["within_noise"] == (r["measured_low"] <= r["model"] <= r["measured_high"])
-    assert [len(runs) for runs in check.run.drafter_runs] == [3, 3, 3]
+    assert check["worst_held_out"] == max(abs(r["error"]) for r in check["rows"] if r["held_out"])
