@@ -16,7 +16,7 @@ from eaglelab.errors import ParameterError
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, default_budgets, plan
 from eaglelab.planning.render import plan_markdown
-from eaglelab.planning.scaling import DataLaw, assumed_band, fit_scaling
+from eaglelab.planning.scaling import DataLaw, ScalingFit, assumed_band, fit_scaling
 
 # --------------------------------------------------------------------------- the law
 
@@ -286,3 +286,45 @@ def test_plugin_text_covers_its_three_cases():
     text = fit_scaling(scratch, [(0, (low + high) / 2)] + rising, 3, n_boot=50).plugin_text()
     assert "passes it from about" in text and "within the 64 measured" in text and "forgets" in text
     assert "beyond the 64 measured" in fit_scaling(scratch, [(0, high + 0.05)] + rising, 3, n_boot=50).plugin_text()
+
+
+class _Ratio(ScalingFit):
+    """A fit whose data ratio is given: the wording alone under test."""
+
+    def __init__(self, ratio):
+        self._ratio = ratio
+
+    def data_ratio(self, tau):
+        return self._ratio
+
+
+@pytest.mark.parametrize("ratio, says", [
+    ((3.2, 2.9, 3.6), "**scratch needs 3.2× (2.9-3.6) the warm start's data** at τ 2.10"),
+    ((36.3, 11.5, 688.0), "scratch needs 11.5-688× the warm start's data at τ 2.10 (central 36.3×): a band of 60x pins "
+                          "no number; more budgets, seeds or your own data would narrow it"),
+    ((math.inf, 268.8, math.inf), "cannot be read from this sweep: under a fitted law one start needs no new data for it "
+                                  "or never reaches it (band 268.8× to unbounded)"),
+    ((math.nan, 0.0, 4.0), "(band unbounded to 4.0×)"),
+])
+def test_the_data_ratio_is_told_by_its_band_and_never_as_infinity(ratio, says):
+    """#54 item 2: "scratch needs inf× (268.8-inf)" was printed into a game plan."""
+    text = _Ratio(ratio).ratio_text(2.1)
+    assert says in text and "inf" not in text and "nan" not in text
+
+
+@given(n=st.floats(min_value=0, allow_nan=False), hours=st.floats(min_value=0, allow_nan=False))
+def test_a_plan_prints_no_count_beyond_any_corpus_and_no_time_beyond_a_millennium(n, hours):
+    """#54 item 2: "6.72e+150B samples" and a 150-digit number of years were printed into a game plan."""
+    from eaglelab.planning.decision_table import CORPUS_LIMIT, DURATION_LIMIT_H, _count, _duration
+
+    assert [_count(x) for x in (999_999, 999.9, 37_000, 1_400_000)] == ["1M", "1k", "37k", "1.4M"]
+    count, took = _count(n), _duration(hours)
+    assert "e+" not in count and "inf" not in count and "e+" not in took and "inf" not in took
+    if n > CORPUS_LIMIT:
+        assert count == "> 10B (beyond any corpus)"
+    else:
+        assert float(count.rstrip("kMB")) <= 10_000
+    if hours > DURATION_LIMIT_H:
+        assert took == "never (> 1,000 years)"
+    else:
+        assert float(took.split()[0]) <= 1000 * 365

@@ -39,6 +39,11 @@ MAX_EXPONENT = 5.0
 MIN_FITTED_EXPONENT = 0.05
 #: Most samples a scenario counts (a thousand trillion: beyond any dataset, and the law stays finite below it).
 MAX_SAMPLES = 1e15
+#: Most samples a plan prints as a number: ten billion samples (about 5e12 tokens at 512 a sample) is past any
+#: fine-tuning corpus by two orders of magnitude; a law asking for more is said to ask for what no data can give.
+CORPUS_LIMIT = 1e10
+#: Longest time a plan prints as a number (a thousand years): past it, the time is said to be out of reach.
+DURATION_LIMIT_H = 1000 * 24 * 365
 #: Tokens per generated training sample when the user gives none: an assumption.
 DEFAULT_TOKENS_PER_SAMPLE = 512
 #: The founding case: Kimi-K2.5 on 8 PCIe GPUs served at 82 tok/s plain and τ 2.0 over a 30 ms cycle
@@ -429,9 +434,10 @@ def _gen_text(s: Scenario, r: Row) -> str:
 
 
 def _count(n: float) -> str:
-    """1,400,000 -> '1.4M'; 37,000 -> '37k'."""
-    if not math.isfinite(n):
-        return "∞"
+    """1,400,000 -> '1.4M'; 37,000 -> '37k'; past :data:`CORPUS_LIMIT` (or never) '> 10B (beyond any corpus)'."""
+    if not math.isfinite(n) or n > CORPUS_LIMIT:
+        return f"> {CORPUS_LIMIT / 1e9:.0f}B (beyond any corpus)"
+    n = float(f"{n:.3g}")  # rounded first: 999,999 is '1M', not '1e+03k'
     for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
@@ -439,8 +445,9 @@ def _count(n: float) -> str:
 
 
 def _duration(hours: float) -> str:
-    if not math.isfinite(hours):
-        return "never"
+    """'45 min', '3.2 h', '12.5 days', '7.1 years'; past :data:`DURATION_LIMIT_H` 'never (> 1,000 years)'."""
+    if not math.isfinite(hours) or hours > DURATION_LIMIT_H:
+        return f"never (> {DURATION_LIMIT_H / 24 / 365:,.0f} years)"
     if hours < 1:
         return f"{60 * hours:.0f} min"
     if hours < 48:

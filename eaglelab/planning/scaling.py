@@ -116,6 +116,15 @@ def _fmt_bound(x: float) -> str:
     return f"{x:.0f}" if math.isfinite(x) else "∞"
 
 
+#: A data ratio's band wider than this (high over low) pins no number: the finding says so instead of a centre.
+RATIO_SPAN = 10.0
+
+
+def ratio_bound(x: float) -> str:
+    """A ratio's bound: '3.2×', or 'unbounded' where the law gives none (never 'inf')."""
+    return f"{x:.1f}×" if math.isfinite(x) and x > 0 else "unbounded"
+
+
 def _miss_points(samples: Sequence[float], taus: Sequence[float], k: int) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(samples, dtype=float)
     t = np.clip(np.asarray(taus, dtype=float), 1.0 + _EDGE, k + 1 - _EDGE)
@@ -191,6 +200,23 @@ class ScalingFit:
             return math.inf if nw == 0 else ns / nw
 
         return self._pairs(ratio)
+
+    def ratio_text(self, tau: float) -> str:
+        """The data ratio at ``tau`` in words, its band first: a number only where the sweep pins one.
+
+        A band wider than :data:`RATIO_SPAN` (high over low) is said to pin no number, with what would narrow it;
+        an unbounded one (the warm start's law needs no new data for ``tau``, or scratch's never reaches it) is
+        said to be unreadable from this sweep, never printed as infinity.
+        """
+        c, lo, hi = self.data_ratio(tau)
+        if not all(math.isfinite(x) and x > 0 for x in (c, lo, hi)):
+            return (f"the ratio of scratch's data to the warm start's at τ {tau:.2f} cannot be read from this sweep: "
+                    "under a fitted law one start needs no new data for it or never reaches it (band "
+                    f"{ratio_bound(lo)} to {ratio_bound(hi)}); more budgets, seeds or your own data would bound it")
+        if hi / lo > RATIO_SPAN:
+            return (f"scratch needs {lo:.1f}-{hi:.0f}× the warm start's data at τ {tau:.2f} (central {c:.1f}×): a band "
+                    f"of {hi / lo:.0f}x pins no number; more budgets, seeds or your own data would narrow it")
+        return f"**scratch needs {c:.1f}× ({lo:.1f}-{hi:.1f}) the warm start's data** at τ {tau:.2f}"
 
     def plugin_text(self) -> str:
         """Fine-tune or plug in, in words: from how many samples the warm start beats the old drafter as is."""
