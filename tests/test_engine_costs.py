@@ -3,7 +3,7 @@
 vLLM's ``rejection_sample_method="synthetic"`` accepts draft ``i`` by a coin (its minimum-variance
 schedule: unconditional rates ``[1] * floor(τ - 1) + [frac(τ - 1)] + [0] * ...``), while the drafter
 still drafts and the target still verifies, so a cycle costs what it costs. The CPU build has no
-synthetic kernel; the worker supplies a port of vLLM's Triton one (``vllm_worker._synthetic_sampler``),
+synthetic kernel; the worker supplies a port of vLLM's Triton one (``vllm_synthetic.synthetic_sampler``),
 checked here at the schedule's deterministic ends. The engine tests run vLLM from ``.venv-vllm``
 (``make engine``) and skip, with the reason, only where it is absent; the refusals need no engine.
 """
@@ -18,14 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engines.vllm import (
-    _measured_taus,
-    engine_drafter,
-    engine_status,
-    measure_costs_in_engine,
-    run_worker,
-    run_workers,
-)
+from eaglelab.engines.vllm import engine_drafter, engine_status, run_worker, run_workers
+from eaglelab.engines.vllm_load import _measured_taus, measure_costs_in_engine
 from eaglelab.errors import EngineError, ParameterError
 from eaglelab.serving.cost_table import read_cost_table, write_cost_table
 

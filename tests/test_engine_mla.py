@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from eaglelab.engines import vllm_worker
+from eaglelab.engines import vllm_requests
 from eaglelab.engines.vllm import compare_with_workbook, engine_refusal, engine_status, measure_in_engine
 from eaglelab.engines.vllm_mla import write_vllm_mla_drafter
 from eaglelab.errors import EngineError
@@ -173,7 +173,7 @@ def test_the_worker_reads_an_attention_backend_as_a_name_or_refuses_it(backend, 
            key: backend}
     name = isinstance(backend, str) and backend.replace("_", "").isalnum()
     if backend is None or name:
-        assert vllm_worker._validate(req)[key] == backend
+        assert vllm_requests.validate(req)[key] == backend
     else:
-        with pytest.raises(vllm_worker.RequestError, match=key):
-            vllm_worker._validate(req)
+        with pytest.raises(vllm_requests.RequestError, match=key):
+            vllm_requests.validate(req)

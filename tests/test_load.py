@@ -282,7 +282,7 @@ def _group(c: int, runs, tau=2.0) -> dict:
     ({"groups": [{**_group(1, [1.0] * 3), "spec": None}, _group(2, [1.0] * 3)]}, "no spec counters"),
 ])
 def test_a_worker_answer_for_several_concurrencies_is_checked_field_by_field(answer, problem):
-    from eaglelab.engines.vllm import _groups_from_result
+    from eaglelab.engines.vllm_load import _groups_from_result
     from eaglelab.errors import EngineError
 
     with pytest.raises(EngineError, match=problem):

@@ -6,11 +6,9 @@ vLLM, what vLLM brings and the standard library, never eaglelab (not installed t
     .venv-vllm/bin/python eaglelab/engines/vllm_worker.py request.json result.json
     .venv-vllm/bin/python eaglelab/engines/vllm_worker.py < request.json > result.json
 
-The request is one JSON object, or a list of them (at most ``MAX_REQUESTS``): a list is run one
-engine after another in this one process, and the result is the list of their results in order
-(vLLM is imported once: about 9 s of a 11 s run on the tiny model is the import, the engine's
-start 2-3 s). A list stops at its first failure: the results before it, then its error. The
-runs of a list share one log: the first request's ``log_file`` (another one is refused).
+A request is one JSON object, or a list of them (at most ``vllm_requests.MAX_REQUESTS``) run one engine after another
+in this process (vLLM imported once), answered by the list of results; it stops at its first failure (its
+error last) and its runs share one log, the first request's ``log_file``.
 
 Request (JSON object)::
 
@@ -54,7 +52,7 @@ Request (JSON object)::
                     step; padded drafts are rejected). Default null: standard rejection sampling.
                     vLLM's CPU build has no synthetic kernel (its C++ rejection kernels assert
                     SYNTHETIC_MODE off): there the worker supplies a port of the Triton greedy
-                    kernel's synthetic branch (_synthetic_sampler; greedy requests only)
+                    kernel's synthetic branch (vllm_synthetic.py; greedy requests only)
 
 Result (JSON object)::
 
@@ -121,131 +119,29 @@ import traceback
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
+
+def _sibling(name: str):
+    """A module beside this file, loaded by path (this folder is off ``sys.path``; eaglelab is not installed here)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"eaglelab_{name}", os.path.join(_HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_requests = _sibling("vllm_requests")  # the request contract's checks: standard library only
+RequestError, _read_request, _validate_all, _place = (_requests.RequestError, _requests.read_request,
+                                                       _requests.validate_all, _requests.place)
+
 SPEC_METRICS = {
     "vllm:spec_decode_num_drafts": "num_drafts",
     "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
     "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
 }
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-#: Requests one list may hold (each builds an engine: a list is a batch of measurements, not a queue).
-MAX_REQUESTS = 64
 ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_ENABLE_V1_MULTIPROCESSING",
             "OMP_NUM_THREADS", "LD_PRELOAD")
-
-
-class RequestError(ValueError):
-    pass
-
-
-def _read_request(argv: list[str]) -> dict | list:
-    src = argv[1] if len(argv) > 1 and argv[1] != "-" else None
-    text = open(src, encoding="utf-8").read() if src else sys.stdin.read()
-    try:
-        req = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"request is not JSON: {exc}") from None
-    if isinstance(req, list):
-        if not 1 <= len(req) <= MAX_REQUESTS or not all(isinstance(r, dict) for r in req):
-            raise RequestError(f"a list of requests must hold 1 to {MAX_REQUESTS} JSON objects")
-        return req
-    if not isinstance(req, dict):
-        raise RequestError("request must be a JSON object or a list of them")
-    return req
-
-
-def _place(i: int, n: int) -> str:
-    """Which request of a list an error is about ("" for a request alone)."""
-    return f"request {i + 1} of {n}: " if n > 1 else ""
-
-
-def _validate_all(raw: dict | list) -> list[dict]:
-    """Every request of the list checked before the first engine starts; one log for them all."""
-    many = raw if isinstance(raw, list) else [raw]
-    reqs = []
-    for i, r in enumerate(many):
-        try:
-            reqs.append(_validate(r))
-        except RequestError as exc:
-            raise RequestError(f"{_place(i, len(many))}{exc}") from None
-    if any(r["log_file"] not in (None, reqs[0]["log_file"]) for r in reqs[1:]):
-        raise RequestError("the requests of a list share one log: give log_file in the first only")
-    return reqs
-
-
-def _validate(req: dict) -> dict:
-    def need(key, kind):
-        if key not in req:
-            raise RequestError(f"missing field {key!r}")
-        if not isinstance(req[key], kind) or isinstance(req[key], bool):
-            raise RequestError(f"field {key!r} must be {getattr(kind, '__name__', kind)}")
-        return req[key]
-
-    target = need("target", str)
-    if not os.path.isabs(target) or not os.path.isdir(target):
-        raise RequestError(f"target must be an absolute path of a folder: {target!r}")
-    drafter = req.get("drafter")
-    if drafter is not None:
-        if not isinstance(drafter, str) or not os.path.isabs(drafter) or not os.path.isdir(drafter):
-            raise RequestError(f"drafter must be null or an absolute path of a folder: {drafter!r}")
-    k = need("k", int) if drafter is not None else int(req.get("k") or 0)
-    if drafter is not None and k < 1:
-        raise RequestError("k must be >= 1 with a drafter")
-    prompts = need("prompts", list)
-    if not prompts or not all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool)
-                                                                 for t in p) for p in prompts):
-        raise RequestError("prompts must be a non-empty list of non-empty lists of token ids")
-    max_new = need("max_new_tokens", int)
-    if max_new < 1:
-        raise RequestError("max_new_tokens must be >= 1")
-    batch = req.get("batch", "all")
-    if batch not in ("one", "all"):
-        raise RequestError("batch must be 'one' or 'all'")
-    dtype = req.get("dtype", "float32")
-    if dtype not in ("float32", "bfloat16"):
-        raise RequestError("dtype must be 'float32' or 'bfloat16'")
-    max_len = need("max_model_len", int)
-    longest = max(len(p) for p in prompts) + max_new + k
-    if longest > max_len:
-        raise RequestError(f"max_model_len {max_len} < longest prompt + max_new_tokens + k = {longest}")
-    seed = req.get("seed", 0)
-    stops = req.get("stop_token_ids") or []
-    if not isinstance(stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stops):
-        raise RequestError("stop_token_ids must be a list of token ids")
-    extra = req.get("llm_kwargs") or {}
-    if not isinstance(extra, dict):
-        raise RequestError("llm_kwargs must be an object")
-    groups = req.get("groups")
-    if groups is not None and (not isinstance(groups, list) or not groups or not all(
-            isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= len(prompts) for g in groups)):
-        raise RequestError("groups must be a non-empty list of concurrencies, each at most the number of prompts")
-    repeats = req.get("repeats", 1)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 100:
-        raise RequestError("repeats must be a whole number in [1, 100]")
-    forced = _forced_accept_len(req.get("forced_accept_len"), drafter, k)
-    backends = {key: req.get(key) for key in ("attention_backend", "draft_attention_backend")}
-    for key, value in backends.items():
-        if value is not None and (not isinstance(value, str) or not value.replace("_", "").isalnum()):
-            raise RequestError(f"{key} must be null or a backend name such as CPU_MLA")
-    return {"target": target, "drafter": drafter, "k": k if drafter is not None else 0, "prompts": prompts,
-            "max_new_tokens": max_new, "batch": batch, "dtype": dtype, "max_model_len": max_len,
-            "seed": int(seed), "kv_cache_gib": req.get("kv_cache_gib", 1),
-            "threads_bind": req.get("threads_bind", "nobind"), "log_file": req.get("log_file"),
-            "llm_kwargs": extra, "stop_token_ids": stops, "groups": groups,
-            "repeats": repeats, "forced_accept_len": forced, **backends}
-
-
-def _forced_accept_len(value, drafter, k: int) -> float | None:
-    """The request's forced τ, checked: a finite number in [1, k + 1], and only with a drafter."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise RequestError(f"forced_accept_len must be null or a number in [1, k + 1], got {value!r:.40}")
-    if drafter is None:
-        raise RequestError("forced_accept_len needs a drafter (it forces the speculative cycle's acceptance)")
-    if not 1.0 <= value <= k + 1:
-        raise RequestError(f"forced_accept_len {value!r:.40} is not in [1, k + 1] = [1, {k + 1}] "
-                           "(τ counts the bonus token)")
-    return float(value)
 
 
 def _spec_counters(metrics) -> dict:
@@ -296,53 +192,8 @@ def _per_request(outputs) -> list | None:
 
 
 def _synthetic_sampler() -> str:
-    """Which synthetic rejection sampler the engine will run: vLLM's own, or a port where its build has none.
-
-    vLLM 0.32's CPU build (no Triton CPU backend) registers C++ rejection kernels that assert synthetic mode
-    is off. The platform registers them at engine start, reading ``vllm.utils.cpu_triton_utils``; the greedy
-    one is replaced there first by a port of the Triton kernel's synthetic branch (``rejection_sampler.
-    rejection_greedy_sample_kernel``): per request, draft ``i`` is accepted when ``uniform_probs[i] <
-    conditional_rate[i]`` and it is not padding (-1); the first rejected position takes the target's argmax;
-    a step accepting every draft appends the bonus token. Outside synthetic mode the C++ kernel runs as before.
-    """
-    import torch
-    from vllm.platforms import current_platform
-    from vllm.triton_utils import HAS_TRITON
-
-    if not current_platform.is_cpu() or HAS_TRITON:
-        return "vllm"
-    from vllm.utils import cpu_triton_utils
-
-    native = cpu_triton_utils._rejection_greedy_sample_kernel_impl
-    if getattr(native, "eaglelab_port", False):  # an earlier request of this process put it in place
-        return "eaglelab-cpu-port"
-
-    def greedy_kernel(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
-                      is_greedy, max_spec_len, uniform_probs=None, synthetic_conditional_rates=None,
-                      SYNTHETIC_MODE=False):  # noqa: N803 - the kernel's own argument name
-        if not SYNTHETIC_MODE:
-            return native(output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
-                          is_greedy, max_spec_len)
-        drafts, argmax, coins = draft_token_ids.tolist(), target_argmax.tolist(), uniform_probs.tolist()
-        rates, bonus = synthetic_conditional_rates.tolist(), bonus_token_ids.reshape(-1).tolist()
-        greedy = None if is_greedy is None else is_greedy.tolist()
-        start = 0
-        for r, end in enumerate(cu_num_draft_tokens.tolist()):
-            if greedy is None or greedy[r]:
-                row = []
-                for i in range(start, end):
-                    accepted = coins[i] < rates[i - start] and drafts[i] >= 0
-                    row.append(drafts[i] if accepted else argmax[i])
-                    if not accepted:
-                        break
-                else:
-                    row.append(bonus[r])
-                output_token_ids[r, :len(row)] = torch.tensor(row, dtype=output_token_ids.dtype)
-            start = end
-
-    greedy_kernel.eaglelab_port = True
-    cpu_triton_utils._rejection_greedy_sample_kernel_impl = greedy_kernel
-    return "eaglelab-cpu-port"
+    """Which synthetic rejection sampler the engine will run (``vllm_synthetic.py`` beside this file)."""
+    return _sibling("vllm_synthetic").synthetic_sampler()
 
 
 def run(req: dict, log_path: str) -> dict:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eaglelab.engines.vllm import LoadRun, engine_status, measure_costs_in_engine, measure_load_in_engine
+from eaglelab.engines.vllm import engine_status
+from eaglelab.engines.vllm_load import LoadRun, measure_costs_in_engine, measure_load_in_engine
 from eaglelab.jobs.load import LoadReport, LoadSettings, cost_points, load_model_for, speculation_under_load
 from eaglelab.serving.cost_table import CostTable, write_cost_table
 from eaglelab.serving.load import CPU, LoadModel
@@ -80,7 +81,7 @@ class EngineCostFit:
     """The model fitted to a cost table measured in vLLM on this machine, τ forced, and held out.
 
     Attributes:
-        table: the measured cost table (:func:`eaglelab.engines.vllm.measure_costs_in_engine`), or None.
+        table: the measured cost table (:func:`eaglelab.engines.vllm_load.measure_costs_in_engine`), or None.
         report: the model fitted to every row (its residuals in ``report.residuals``).
         held_out: rows of the model fitted to the smallest and largest concurrency only, at the others:
             ``concurrency``, ``what``, ``accept_len``, ``measured_ms``, ``model_ms``, ``error``.
