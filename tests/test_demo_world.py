@@ -91,6 +91,9 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     world = build_demo_world(tmp_path / "demo", params=MINI, log=logs.append)
     built = [m for m in logs if m.endswith(" s") and " built in " in m]
     assert len(built) == 6  # target-a, replies-a, drafter-a, target-b, replies-b, drafter-b-small
+    # #54 item 5: announced before the first stage, with its time and the way to the tiny world
+    assert logs[0].startswith(f"demo world: building 6 of 6 stages into {tmp_path / 'demo'}, about 10-15 min on two CPU")
+    assert "93 MB download" in logs[0] and "SMOKE = True" in logs[0] and "\n" not in logs[0]
     cfg_a = json.loads((world.target_a / "config.json").read_text())
     assert cfg_a["num_hidden_layers"] == 30 and cfg_a["hidden_size"] == 576 and "quantization_config" not in cfg_a
     assert (world.target_a / "model.safetensors").is_file() and not list(world.target_a.glob("*.gguf"))
@@ -128,4 +131,6 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     build_demo_world(tmp_path / "demo", params=MINI, log=logs.append)
     rebuilt = [m for m in logs if " built in " in m]
     assert len(rebuilt) == 1 and "drafter-b-small" in rebuilt[0]
+    assert logs[0].startswith("demo world: building 1 of 6 stages") and "about 1 min on" in logs[0]
+    assert "download" not in logs[0]  # only the first stage fetches the wheel
     load_drafter(world.drafter_b_small)

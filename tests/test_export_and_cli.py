@@ -63,7 +63,8 @@ def test_the_comparison_renders_itself_the_same_for_the_command_line_the_panel_a
     printed = eaglelab("compare", *map(str, (tiny_world.drafter_a, tiny_world.drafter_b_small)), "--new-target",
                        str(tiny_world.target_b))
     assert printed == "\n".join(report.lines()) + "\n"
-    assert f"verdict, A vs B: {data['verdict']['level'].upper()}" in printed and "vocabulary maps: MOVED" in printed
+    assert f"verdict, A vs B: {data['verdict']['level'].upper()} in configs and shapes (the headline: the worst" in printed
+    assert "vocabulary maps: MOVED" in printed
     assert printed.count("on the new target: INTERCHANGEABLE") == 2
     assert "vocabulary maps: moved" in "\n".join(report.verdict_lines())  # notebook 02 prints the levels as words
     panel = report.markdown("[demo]")

@@ -110,6 +110,18 @@ def test_data_drawn_without_a_file_is_never_the_users(world, kind, source):
                                              "what": ""}
 
 
+def test_a_long_description_of_text_is_cut_at_its_end_a_long_path_in_its_middle():
+    """#54 item 7: "standard-libra…e" in the inputs table: a description cut as if it were a path."""
+    from eaglelab.workbook.inputs_record import Input, cell
+
+    line = "built-in text: the standard library's docstrings and code blocks, 48 rows of 64 tokens (no verdict)"
+    described = cell(Input(None, line, pv.SAMPLE))
+    assert described.startswith("built-in text: the standard library's docstrings") and "…" in described
+    assert described.split("…")[1].strip() == pv.tag(pv.SAMPLE)  # nothing of the end kept: the start says what it is
+    path = "/home/me/checkpoints/" + "x" * 80 + "/new-target"
+    assert cell(Input(path, path, pv.YOURS)).split(" ")[0].endswith("new-target")  # a path's end names it
+
+
 def test_record_refuses_a_name_outside_the_contract(world):
     with pytest.raises(ParameterError, match="TARGET_A"):
         record_inputs({"TARGET_A": str(world / "target-a")}, world)

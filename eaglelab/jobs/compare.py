@@ -82,7 +82,8 @@ class ComparisonReport:
         def level(word: str) -> str:
             return word.upper() if loud else word
 
-        out = [f"verdict, A vs B: {level(c.verdict.level)}", *(f"  - {r}" for r in c.verdict.reasons)]
+        out = [f"verdict, A vs B: {level(c.verdict.level)} in configs and shapes (the headline: the worst of this, the "
+               "vocabulary maps and each drafter on the new target)", *(f"  - {r}" for r in c.verdict.reasons)]
         out.append(f"vocabulary maps: {level(c.vocab_maps.level)}" if c.vocab_maps else "vocabulary maps: not readable")
         if c.vocab_maps:
             out.append(f"  - {c.vocab_maps.message}")
@@ -110,7 +111,8 @@ class ComparisonReport:
     def markdown(self, tag: str = "") -> str:
         """The panel's answer: the headline in bold, then one line per verdict."""
         c = self.comparison
-        lines = [f"**{self.headline(tag)}**", f"- A vs B: {c.verdict.level}; " + "; ".join(c.verdict.reasons[:3]),
+        lines = [f"**{self.headline(tag)}**", f"- A vs B in configs and shapes: {c.verdict.level}; "
+                 + "; ".join(c.verdict.reasons[:3]),
                  f"- vocabulary maps: **{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps
                  else "- vocabulary maps: not readable",
                  *(f"- {label.upper()} on the new target: **{v.level}**" for label, v in c.target_verdicts.items())]
@@ -125,7 +127,7 @@ class ComparisonReport:
                      for label, v in c.target_verdicts.items())
         maps = f"**{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps else "**not readable**"
         return (f"**The pair {tag}** (`{s.old_drafter}` vs `{s.new_drafter}`"
-                + (f", on `{s.new_target}`" if s.new_target else "") + f"): A vs B **{c.verdict.level}**; "
+                + (f", on `{s.new_target}`" if s.new_target else "") + f"): A vs B **{c.verdict.level}** in configs and shapes; "
                 f"{len(c.config_diff)} config keys differ ({arch} of them architecture); {moved} of {len(c.tensor_diff)} "
                 f"tensors differ in shape, dtype or presence."
                 + (f" On the new target:{on}" if on else "") + f" Vocabulary maps: {maps}.")

@@ -230,7 +230,8 @@ def cell(i: Input | None) -> str:
     if i is None:
         return "—"
     what = f" ({md_text(i.what, CELL_CHARS)})" if i.what else ""
-    return f"{md_text(i.shown, CELL_CHARS, middle=True)}{what} {pv.tag(i.source)}"
+    # a path is cut in the middle (its end names the file); a description of text at its end, words kept whole
+    return f"{md_text(i.shown, CELL_CHARS, middle=i.value is not None)}{what} {pv.tag(i.source)}"
 
 
 def inputs_table(records: Mapping[str, InputsRecord | None]) -> list[str]:

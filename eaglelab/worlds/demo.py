@@ -199,6 +199,22 @@ def _stage(folder: Path, params: dict, build, force: bool, log) -> Path:
     return folder
 
 
+#: Minutes each stage took on the two-core machine, quickest and slowest of the full builds recorded in
+#: docs/MEASURED.md (runs 2-6 of `make workbook`): what a first build announces before it starts.
+STAGE_MINUTES = {"target-a": (0.4, 0.6), "replies-a": (2.5, 3.5), "drafter-a": (4.4, 6.6), "target-b": (1.2, 2.0),
+                 "replies-b": (0.8, 1.3), "drafter-b-small": (0.8, 1.1)}
+
+
+def build_announcement(todo: list[str], root: Path) -> str:
+    """The line a demo build prints before its first stage: what it builds, where, how long, and the way out."""
+    low, high = (max(1, round(sum(STAGE_MINUTES[name][i] for name in todo))) for i in (0, 1))
+    download = ", a 93 MB download among them unless the SmolLM2 wheel is cached" if "target-a" in todo else ""
+    return (f"demo world: building {len(todo)} of {len(STAGE_MINUTES)} stages into {root}, about "
+            f"{low if low == high else f'{low}-{high}'} min on two CPU cores{download} (once: later runs reuse it). "
+            "SMOKE = True (eaglelab run --smoke) runs on the tiny world instead, about a minute; or give your own "
+            "checkpoints.")
+
+
 def _load_model(folder: Path):
     from eaglelab.model.targets import load_target
 
@@ -285,7 +301,10 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
     world_params = {"stages": {k: v.name for k, v in stages.items()}}
     if not force and verify_manifest(root, world_params)[0]:
         return World.at(root)  # the common case: nothing to check stage by stage
-    check_replaceable(root)  # before 25 minutes of stages: a folder that is not a world's is refused now
+    check_replaceable(root)  # before 10-15 minutes of stages: a folder that is not a world's is refused now
+    todo = [name for name, sp in order.items() if force or not verify_manifest(stages[name], sp)[0]]
+    if todo:
+        log(build_announcement(todo, root))
     prompts = demo_prompts(p["prompts_train"], p["prompts_held_out"])
     s_target_a, s_replies_a, s_drafter_a, s_target_b, s_replies_b, s_drafter_b = stages.values()
     builders = {"target-a": build_target_a, "replies-a": build_replies(s_target_a, None),
