@@ -86,8 +86,9 @@ TAG = pv.tag(pv.evidence_source([OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGE
 # ## 1 · Pick the two checkpoints
 # Each picker lists the checkpoints found under the world folder and takes any folder, file or hub id
 # you type; the line under it says what it is, or what is wrong. **Compare** answers here for the new
-# choice, and the sections below read it when run (Run All keeps it). The pickers start at the
-# parameters, so a headless run needs no clicks.
+# choice; the sections below take it once the set-up cell above runs again (Run All keeps the pick), and
+# until then refuse to run on the old checkpoints. The pickers start at the parameters, so a headless run
+# needs no clicks.
 
 # %%
 ChoicePanel(choices, lambda values: comparison_answer(values, str(world.root)), button="Compare")

@@ -114,8 +114,9 @@ FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, not
 # and from the repository root); the line under it says what
 # it is, or what is wrong (a drafter that does not fit target A is refused here, from configs and
 # headers). **Probe** loads the two targets and answers here: the verdict, τ on A and on B, and the
-# similarity per layer, with one progress bar. The sections below read the choice when run (Run All
-# keeps it); a headless run needs no clicks.
+# similarity per layer, with one progress bar. The sections below take the choice once the set-up cell
+# above runs again (Run All keeps the pick), and until then refuse to run on the old checkpoints; a
+# headless run needs no clicks.
 
 # %%
 ChoicePanel(choices, lambda values: probe_answer(settings, values, str(world.root)), button="Probe")
@@ -126,6 +127,7 @@ ChoicePanel(choices, lambda values: probe_answer(settings, values, str(world.roo
 # %%
 EVIDENCE = pv.evidence_source([OLD_TARGET, NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
 TAG = pv.tag(EVIDENCE)
+print(f"computing on {TAG}: A {settings.old_target} · B {settings.new_target} · drafter {settings.old_drafter}")
 pair = None if FROM_DUMPS else load_pair(settings)
 if pair is not None:
     print(f"{pair.data.source}; {len(pair.data.ids)} sequences x {pair.data.ids.shape[1]} tokens, {pair.data.positions} "

@@ -483,6 +483,24 @@ def run_all(page: Any, timeout_s: float = 120.0, raise_on_error: bool = True) ->
         raise AssertionError("a cell raised: " + "; ".join(errors))
 
 
+def run_below(page: Any, containing: str, timeout_s: float = 120.0) -> None:
+    """Run > Run Selected Cell and All Below (``notebook:run-all-below``) from the first cell whose source holds
+    ``containing``, then :func:`wait_idle`; a cell that raises stops the run there, as in JupyterLab."""
+    ok = page.evaluate(_js(_JS_PANEL + """
+        const w = panel();
+        if (!w) return false;
+        const i = w.content.widgets.findIndex(c => c.model.sharedModel.getSource().includes(""" + json.dumps(containing)
+        + """));
+        if (i < 0) return false;
+        window.jupyterapp.shell.activateById(w.id);
+        w.content.activeCellIndex = i;
+        window.jupyterapp.commands.execute('notebook:run-all-below');
+        return true;"""))
+    assert ok, f"no open notebook with a cell holding {containing!r}"
+    page.wait_for_timeout(300)
+    wait_idle(page, timeout_s)
+
+
 def wait_idle(page: Any, timeout_s: float = 120.0, settle_checks: int = 3) -> None:
     """Wait until the open notebook's kernel is idle and no cell shows ``[*]``.
 

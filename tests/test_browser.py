@@ -18,12 +18,14 @@ from tests.browser import (
     artifacts_dir,
     browser_page,
     browser_skip_reason,
+    cell_errors,
     cell_outputs_text,
     click_button,
     jupyter_lab,
     move_slider,
     open_notebook,
     run_all,
+    run_below,
     screenshot,
     set_text,
     slider_value,
@@ -178,15 +180,17 @@ def test_notebook_02_picker_answers_in_two_actions_and_run_all_keeps_it(tiny_wor
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("number, label, pick, button, answer", [
+@pytest.mark.parametrize("number, label, pick, button, answer, upto", [
     ("03", "new target (B)", "target_a", "Probe", re.compile(r"Verdict \[demo\]: PLUG IN · drafter .* · τ \(teacher "
-                                                             r"forced, k = 3\) (\d\.\d\d) on A vs (\d\.\d\d) on B")),
-    ("04", "old drafter", "drafter_b_small", "Fine-tune", re.compile(r"on held-out τ \(teacher forced, k = 5, 20 steps each")),
+                                                             r"forced, k = 3\) (\d\.\d\d) on A vs (\d\.\d\d) on B"),
+     "computing on "),
+    ("04", "old drafter", "drafter_b_small", "Fine-tune", re.compile(r"on held-out τ \(teacher forced, k = 5, 20 steps each"),
+     "ChoicePanel("),
 ], ids=["03", "04"])
-def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, number, label, pick, button, answer):
+def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, number, label, pick, button, answer, upto):
     choice = str(getattr(tiny_world, pick))
-    # only up to the panel (the smoke run tests the rest); progress bars on, as a user has them
-    with _ran(tmp_path, number, f"{number}-picker", upto="ChoicePanel(", env={"EAGLELAB_PROGRESS": "1"}) as (page, out):
+    # only up to the panel (03: and the cell below it; the smoke run tests the rest); progress bars on, as a user has them
+    with _ran(tmp_path, number, f"{number}-picker", upto=upto, env={"EAGLELAB_PROGRESS": "1"}) as (page, out):
         wait_for_widget_text(page, "✓ drafter: hidden 64")
         screenshot(page, out, "1-ran")
 
@@ -200,6 +204,18 @@ def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, num
             assert found.group(1) == found.group(2)
         screenshot(page, out, "2-answered")
 
-        run_all(page, timeout_s=300)  # Run All keeps the choice
+        if number == "03":  # #54: Run > Run Selected Cell and All Below: the set-up has not taken the pick
+            assert "refused until the set-up cell runs again" in "\n".join(widget_texts(page))
+            run_below(page, "ChoicePanel(", timeout_s=300)
+            errors = cell_errors(page)
+            assert len(errors) == 1 and "StalePickError: picks: new target (B) " in errors[0], errors
+            assert f"-> {choice} since the set-up cell ran" in errors[0] and "computing on" not in "\n".join(
+                cell_outputs_text(page)), "a cell below computed on the set-up's checkpoints"
+            screenshot(page, out, "3-run-below-refused")
+
+        run_all(page, timeout_s=300)  # Run All keeps the choice, and the cells below compute on it
         assert widget_value(page, label) == choice
-        screenshot(page, out, "3-run-all")
+        if number == "03":
+            below = "\n".join(cell_outputs_text(page))
+            assert f"B {choice} · drafter {tiny_world.drafter_a}" in below and "computing on [demo]" in below, below
+        screenshot(page, out, "4-run-all")

@@ -60,8 +60,7 @@ def test_a_drafter_typed_as_a_target_and_a_target_typed_as_a_drafter_are_named(t
 def test_the_pickers_say_it_in_the_panel(tiny_world):
     from eaglelab.workbook.widgets import ChoicePanel
 
-    panel = ChoicePanel(ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root)), lambda v: [],
-                        namespace={})
+    panel = ChoicePanel(ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root)), lambda v: [])
     panel.pickers["NEW_TARGET"].value = str(tiny_world.drafter_b_small)
     assert panel.button.disabled and "✗" in panel.lines["NEW_TARGET"].value
     assert "a drafter (LlamaForCausalLMEagle3), not a target" in panel.lines["NEW_TARGET"].value
@@ -211,8 +210,7 @@ def test_an_answer_is_cleared_when_a_pick_changes(tiny_world):
         holder["panel"].output.append_display_data(Markdown(f"answer for {values['NEW_TARGET']}"))
         return []
 
-    panel = ChoicePanel(ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root)), answer, button="Probe",
-                        namespace={})
+    panel = ChoicePanel(ch.Choices("03", _slots_03(tiny_world), root=str(tiny_world.root)), answer, button="Probe")
     holder["panel"] = panel
     assert panel.run() and len(panel.output.outputs) == 1 and panel.stale.value == ""
     panel.pickers["NEW_TARGET"].value = str(tiny_world.drafter_b_small)  # marked wrong: the button greys out

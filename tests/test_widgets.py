@@ -73,17 +73,16 @@ def test_checks_are_one_line_each_and_name_the_problem(tiny_world, tmp_path):
     assert same["NEW_TARGET"].ok and same["NEW_TARGET"].warn and "compares it with itself" in same["NEW_TARGET"].line
 
 
-def test_the_panel_answers_in_place_and_writes_the_choice_back(tiny_world):
+def test_the_panel_answers_in_place_and_the_set_up_takes_the_choice(tiny_world):
     from eaglelab.workbook.answers import comparison_answer
 
     slots = [ch.Slot("OLD_DRAFTER", "drafter A (old)", "drafter", None, str(tiny_world.drafter_a)),
              ch.Slot("NEW_DRAFTER", "drafter B (new)", "drafter", None, str(tiny_world.drafter_b_small)),
              ch.Slot("NEW_TARGET", "the new target", "target", None, str(tiny_world.target_b))]
-    namespace: dict = {}
     answers = []
-    panel = ChoicePanel(ch.Choices("02", slots, root=str(tiny_world.root)),
+    panel = ChoicePanel(ch.Choices("02-panel", slots, root=str(tiny_world.root)),
                         lambda v: answers.append(comparison_answer(v, str(tiny_world.root))) or answers[-1],
-                        button="Compare", namespace=namespace)
+                        button="Compare")
     assert not panel.button.disabled and all("✓" in line.value for line in panel.lines.values())
 
     panel.pickers["NEW_DRAFTER"].value = "/no/such/drafter"
@@ -95,10 +94,34 @@ def test_the_panel_answers_in_place_and_writes_the_choice_back(tiny_world):
     panel.button.click()
     assert answers and "INTERCHANGEABLE [demo]: " in answers[-1][0].data  # the headline names what it compared
     assert str(tiny_world.drafter_a) in answers[-1][0].data
-    assert namespace["NEW_DRAFTER"] == str(tiny_world.drafter_a)
-    assert "answered in" in panel.status.value
-    # Run All: the notebook's choices come back with the pick
-    assert ch.Choices("02", slots).value("NEW_DRAFTER") == str(tiny_world.drafter_a)
+    # the set-up's variables do not hold the pick yet: the cells below are refused, and the status says so
+    assert "answered in" in panel.status.value and "refused until the set-up cell runs again" in panel.status.value
+    assert ch.stale_picks() == [f"drafter B (new) {tiny_world.drafter_b_small} -> {tiny_world.drafter_a}"]
+    with pytest.raises(ch.StalePickError, match=r"^picks: drafter B \(new\) .* since the set-up cell ran") as err:
+        ch.refuse_stale()
+    assert "\n" not in str(err.value) and err.value._render_traceback_() == [f"StalePickError: {err.value}"]
+    # the set-up cell again (alone, or in Run All): the notebook's choices come back with the pick, nothing is refused
+    assert ch.Choices("02-panel", slots).value("NEW_DRAFTER") == str(tiny_world.drafter_a)
+    assert ch.stale_picks() == [] and ch.refuse_stale() is None
+    panel.pickers["NEW_DRAFTER"].value = str(tiny_world.drafter_b_small)  # back to the default, pressed again
+    assert panel.run() and ch.stale_picks() == [f"drafter B (new) {tiny_world.drafter_a} -> {tiny_world.drafter_b_small}"]
+    ch.Choices("02-panel", slots)
+    assert ch.stale_picks() == []
+
+
+def test_while_a_pick_is_stale_only_the_parameters_and_set_up_cells_run():
+    """The kernel's input transformer: every other cell becomes the one-line refusal; nothing stale, nothing changes."""
+    slot = ch.Slot("DATA", "data", "data", None, "")
+    choices = ch.Choices("guard", [slot])
+    cell = ["x = OLD_TARGET\n", "print(x)\n"]
+    assert ch._guard(cell) == cell
+    choices.pick("DATA", __file__)  # a pick the set-up has not taken
+    assert ch._guard(cell) == ["from eaglelab.workbook.choices import refuse_stale\n", "refuse_stale()\n"]
+    for runs in (["SMOKE = False  # parameters\n", "K = 3\n"], ["choices = Choices('guard', [])\n"],
+                 ["ChoicePanel(choices, answer)\n"]):
+        assert ch._guard(runs) == runs
+    ch.Choices("guard", [slot])  # the set-up cell ran again with the pick
+    assert ch._guard(cell) == cell
 
 
 def test_a_failing_answer_is_one_line_in_the_panel(tiny_world):
@@ -108,7 +131,7 @@ def test_a_failing_answer_is_one_line_in_the_panel(tiny_world):
         raise CheckpointMismatchError(values["OLD_DRAFTER"], "line one\nline two")
 
     slot = ch.Slot("OLD_DRAFTER", "drafter", "drafter", None, str(tiny_world.drafter_a))
-    panel = ChoicePanel(ch.Choices("x", [slot]), broken, namespace={})
+    panel = ChoicePanel(ch.Choices("x", [slot]), broken)
     assert panel.run() is False
     assert "line one\\x0aline two" in panel.status.value and "Traceback" not in panel.status.value
     assert not panel.button.disabled  # the user can try again

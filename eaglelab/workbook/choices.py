@@ -6,6 +6,13 @@ cell: picks are kept per kernel, and a pick wins as long as the parameter still 
 held when the pick was made. Editing the parameter afterwards means the user chose again, in the
 cell: the parameter wins. Headless runs make no picks, so they read the parameters.
 
+A pick is the state the notebook runs on (issue #54): the set-up cell that builds the :class:`Choices`
+is where the notebook's variables and settings take it. A pick made after that cell ran (the panel's
+button) is not in them yet, so until the set-up cell runs again (alone, or in Run All, which keeps the
+pick) every other cell of that kernel is refused in one line (:func:`stale_picks`, installed as an
+IPython input transformer) instead of computing on the set-up's checkpoints and tagging the result with
+the pick's source. The parameters cell (it assigns ``SMOKE``), the set-up cell and the panel's still run.
+
 Checks are the package's own metadata checks (:mod:`eaglelab.checkpoints.drafters.preflight`), one line
 each, never a traceback. No ipywidgets here: the widgets (:mod:`eaglelab.workbook.widgets`) call
 these functions, and so do the tests.
@@ -13,6 +20,7 @@ these functions, and so do the tests.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,8 @@ DRAFTER, TARGET, DATA = "drafter", "target", "data"
 
 # (notebook, name) -> (parameter value when picked, picked value): kept for the kernel's life
 _PICKS: dict[tuple[str, str], tuple[Any, str]] = {}
+# notebook -> the Choices its set-up cell built last, and the values that cell read (what the cells below read)
+_SET_UP: dict[str, tuple[Choices, dict[str, str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,8 @@ class Choices:
                 _PICKS.pop((self.notebook, s.name), None)
                 continue
             self.picked[s.name] = pick[1]
+        _SET_UP[self.notebook] = (self, self.values())
+        _install_guard()
 
     def value(self, name: str) -> str:
         """What the notebook reads for ``name``: the pick, else the parameter, else the default.
@@ -147,6 +159,56 @@ class Choices:
     def _same_pairs(self, values: dict[str, str]) -> list[tuple[Slot, Slot]]:
         return [(t, s) for i, s in enumerate(self.slots) for t in self.slots[:i]
                 if s.kind == t.kind != DATA and same_source(values[s.name], values[t.name])]
+
+
+class StalePickError(ParameterError):
+    """A cell run after a pick its notebook's set-up cell has not taken yet (IPython shows it as one line)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+def stale_picks() -> list[str]:
+    """One phrase per checkpoint picked since its notebook's set-up cell ran: ``label: set-up's -> picked``."""
+    out = []
+    for notebook, (choices, read) in _SET_UP.items():
+        for s in choices.slots:
+            pick = _PICKS.get((notebook, s.name))
+            now = locate(pick[1]) if pick is not None and pick[0] == s.parameter else (
+                locate(str(s.parameter)) if s.parameter not in (None, "") else s.default)
+            if now != read[s.name]:
+                out.append(f"{s.label} {printable(read[s.name]) or 'empty'} -> {printable(now) or 'empty'}")
+    return out
+
+
+def refuse_stale() -> None:
+    """Raise :class:`StalePickError` when a pick is not yet in the notebook's variables (see the module docstring)."""
+    if changed := stale_picks():
+        raise StalePickError("picks", f"{'; '.join(changed)} since the set-up cell ran, which this cell would not "
+                                      "use: run the set-up cell again (or Run All, which keeps the picks) first")
+
+
+#: A cell that still runs while a pick is stale: the parameters cell, the set-up cell (it builds the Choices) and the
+#: panel's (it shows the picks; "Run Selected Cell and All Below" from it stops at the next cell, not at the panel).
+_STILL_RUNS = re.compile(r"\bChoices\(|\bChoicePanel\(|^SMOKE\s*=", re.MULTILINE)
+
+
+def _guard(lines: list[str]) -> list[str]:
+    """IPython input transformer: while a pick is stale, any other cell becomes :func:`refuse_stale`."""
+    if not stale_picks() or _STILL_RUNS.search("".join(lines)):
+        return lines
+    return ["from eaglelab.workbook.choices import refuse_stale\n", "refuse_stale()\n"]
+
+
+def _install_guard() -> None:
+    """Put :func:`_guard` among the kernel's input transformers, once (nothing outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and not any(getattr(t, "__name__", "") == "_guard" for t in shell.input_transformers_post):
+        shell.input_transformers_post.append(_guard)
 
 
 #: The repository root: a relative path missing from the kernel's folder is looked for here too.
@@ -277,5 +339,6 @@ def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefi
 
 
 def forget_picks() -> None:
-    """Drop every pick of this kernel (tests; a fresh start without restarting the kernel)."""
+    """Drop every pick of this kernel and what its set-up cells read (tests; a fresh start without restarting it)."""
     _PICKS.clear()
+    _SET_UP.clear()

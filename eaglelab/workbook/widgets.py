@@ -18,7 +18,7 @@ from typing import Any
 from eaglelab.checkpoints.drafters.spec import is_eagle3_config
 from eaglelab.errors import ConfigError, EaglelabError
 from eaglelab.inputs import printable, read_json_object
-from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices
+from eaglelab.workbook.choices import DATA, DRAFTER, TARGET, Check, Choices, stale_picks
 
 LABEL_WIDTH = "11em"  # one width for every picker's label, so the boxes line up
 
@@ -129,8 +129,10 @@ class ChoicePanel:
 
     Each picker lists what was found under the choices' root and takes any typed folder, file or
     hub id; its line below says what the checkpoint is or what is wrong with it (no traceback). The
-    button records the picks (Run All keeps them, :class:`~eaglelab.workbook.choices.Choices`), writes
-    them into the notebook's variables, and runs ``answer`` with progress shown in the panel.
+    button records the picks (Run All keeps them, :class:`~eaglelab.workbook.choices.Choices`) and runs
+    ``answer`` with progress shown in the panel. The notebook's variables take the picks where they are
+    made, in the set-up cell: until it runs again, the kernel refuses the other cells in one line
+    (:func:`~eaglelab.workbook.choices.stale_picks`), and the status line says so.
 
     An answer is only ever shown for the picks it was computed for: when a pick changes (right or
     wrong), the answer is cleared and a line says which picks it was for (:func:`out_of_date_line`)
@@ -141,15 +143,12 @@ class ChoicePanel:
         answer: ``answer(values) -> list of displayable objects`` (tables, Markdown): the notebook's
             answer for the chosen checkpoints, computed by package functions.
         button: the button's text.
-        namespace: where the picks are written (default: the IPython user namespace, when there is one).
     """
 
-    def __init__(self, choices: Choices, answer: Callable[[dict[str, str]], Sequence[Any]], button: str = "Recompute",
-                 namespace: dict[str, Any] | None = None):
+    def __init__(self, choices: Choices, answer: Callable[[dict[str, str]], Sequence[Any]], button: str = "Recompute"):
         import ipywidgets as w
 
         self.choices, self.answer = choices, answer
-        self.namespace = namespace if namespace is not None else _user_namespace()
         self.pickers = {s.name: checkpoint_picker(choices.root, s.label, choices.value(s.name), s.kind)
                         for s in choices.slots}
         self.lines = {name: w.HTML(layout=w.Layout(margin=f"0 0 4px {LABEL_WIDTH}")) for name in self.pickers}
@@ -204,8 +203,6 @@ class ChoicePanel:
         values = self.values()
         for name, value in values.items():
             self.choices.pick(name, value)
-            if self.namespace is not None:
-                self.namespace[name] = self.choices.value(name)
         self.button.disabled = True
         self.status.value = "<i>computing…</i>"
         self.stale.value = ""
@@ -222,8 +219,9 @@ class ChoicePanel:
                 self.status.value = check_html(Check(False, _one_line_error(exc)))
         self.button.disabled = False
         if done:
-            self.status.value = (f"answered in {time.perf_counter() - start:.1f} s · the cells below read this choice "
-                                 "when run (Run All keeps it)")
+            below = ("the cells below are refused until the set-up cell runs again with it (Run All keeps it)"
+                     if stale_picks() else "the cells below read this choice")
+            self.status.value = f"answered in {time.perf_counter() - start:.1f} s · {below}"
         return done
 
     def _repr_mimebundle_(self, **kwargs):
@@ -240,15 +238,6 @@ def out_of_date_line(choices: Choices, old: dict[str, str], new: dict[str, str],
                if new.get(name) != value]
     return (f"out of date: the answer was for {', '.join(changed) or 'other picks'}, and was cleared; press "
             f"{button} to answer for the picks above")
-
-
-def _user_namespace() -> dict[str, Any] | None:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    return shell.user_ns if shell is not None else None
 
 
 # --------------------------------------------------------------------------- the performance explorer
