@@ -88,6 +88,7 @@ from eaglelab.jobs.finetune import (
 )
 from eaglelab.model.decoding import timing_warning
 from eaglelab.planning import provenance as pv
+from eaglelab.planning.scaling import ratio_bound
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
@@ -129,7 +130,8 @@ settings = replace(settings, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, dat
 # type (data: a .txt / .jsonl file, or empty for the world's own); the line under it says what it is,
 # or what is wrong (an old drafter that does not fit the new target is refused here). **Fine-tune**
 # answers here: held-out τ of the old drafter as is, warm-started and from scratch after `STEPS`
-# steps each, with progress. The sections below read the choice when run (Run All keeps it).
+# steps each, with progress. The sections below take the choice once the set-up cell above runs again
+# (Run All keeps the pick), and until then refuse to run on the old checkpoints.
 
 # %%
 ChoicePanel(choices, lambda values: finetune_answer(settings, values, str(world.root)), button="Fine-tune")
@@ -200,7 +202,7 @@ fig = plots.plot_scaling(points, curves, lines, title=f"Held-out τ against new-
 plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,
                                                "epochs": SWEEP_EPOCHS, "fit": fit.to_json()})
 equal = pd.DataFrame([{"τ": r["tau"], "scratch needs": r["scratch"][0], "warm start needs": r["warm start"][0],
-                       "ratio": r["ratio"][0], "ratio band": f"{r['ratio'][1]:.2f}-{r['ratio'][2]:.2f}"}
+                       "ratio": r["ratio"][0], "ratio band": " to ".join(map(ratio_bound, r["ratio"][1:]))}
                       for r in fit.equal_tau(levels)]).set_index("τ")
 sweep = pd.DataFrame([(label, n, t) for label, pts in points.items() for n, t in pts], columns=["start", "sequences", "τ"])
 display(sweep.pivot_table(index="sequences", columns="start", values="τ", aggfunc=["mean", "std"]).round(3))
@@ -255,7 +257,7 @@ bullets = [
     f"fit error {fit.residual_rms['from scratch']:.3f} / {fit.residual_rms['warm start']:.3f} τ. At τ {top['tau']:.2f} scratch "
     f"needs {top['scratch'][0]:.0f} sequences and the warm start {top['warm start'][0]:.1f}"
     + (f" (below its smallest budget, {min(BUDGETS)}: extrapolated)" if top['warm start'][0] < min(BUDGETS) else "")
-    + f": **scratch needs {top['ratio'][0]:.1f}× ({top['ratio'][1]:.1f}-{top['ratio'][2]:.1f}) the warm start's data**.",
+    + f": {fit.ratio_text(top['tau'])}.",
     f"- **Fine-tune or plug in? {TAG}** {fit.plugin_text()}",
     (f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline) [derived]: "
      + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.YOURS else
