@@ -251,7 +251,8 @@ if logs_source == pv.LOGS:  # your logs: their median τ, unless you entered ACC
 decision = plan(scenario, lever=verify_parts[0]["lever"])
 display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
-fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1)
+fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1,
+                         title="Options from notebook 01's numbers alone (the game plan adds 03 / 04's evidence)")
 plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL_TPS, "samples": SAMPLES})
 
 # %% [markdown]

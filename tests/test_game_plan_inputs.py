@@ -361,3 +361,27 @@ def test_a_fitted_exponent_feeds_the_decision_only_from_a_real_sweep_steep_enoug
         assert decided.scenario.exponents == DEFAULT_EXPONENTS and decided.scenario.tag("exponents") == "assumed"
         assert len(left) == 1 and left[0].startswith("Notebook 04's data exponent is left out of this decision: ")
         assert ("smoke run" in left[0]) == smoke and ("too flat" in left[0]) != smoke
+
+
+def test_the_plan_has_one_options_figure_and_its_top_and_end_say_how_they_relate(tmp_path, world):
+    """#54 item 3: two figures titled alike, a top that serves without speculation and an end that warm-starts,
+    and 03's τ at k = 3 weighed against 04's at k = 5, all unexplained."""
+    figures = tmp_path / "figures"
+    founding = plan(Scenario.founding_case())
+    findings(figures, "01", {"plan": founding.to_json()})
+    (figures / "01_options.png").write_bytes(b"\x89PNG\r\n")  # notebook 01's own options figure
+    (figures / "01_concurrency.png").write_bytes(b"\x89PNG\r\n")
+    findings(figures, "03", {"verdict": VERDICT, "evidence": pv.DEMO, "k": 3, "inputs": record_inputs(demo_pair(world),
+                                                                                                    world)})
+    findings(figures, "04", {"recommendation": RECOMMENDATION, "evidence": pv.DEMO, "k": 5,
+                             "inputs": record_inputs(demo_pair(world), world)})
+    text = write_game_plan(figures).read_text()
+    assert "plan_options.png" in text and "01_options.png" not in text and "01_concurrency.png" in text
+    answer = section(text, "One answer")
+    assert "(notebook 03 drafted k = 3, notebook 04 k = 5: their τ are not comparable with each other" in answer
+    assert founding.action != RECOMMENDATION["action"]
+    assert (f"Not the decision above (**{founding.action}**): that one asks whether any start pays in notebook 01's "
+            "serving scenario (the founding case's numbers)") in answer
+    findings(figures, "04", {"recommendation": RECOMMENDATION, "evidence": pv.DEMO, "k": 3,
+                             "inputs": record_inputs(demo_pair(world), world)})
+    assert "not comparable" not in section(write_game_plan(figures).read_text(), "One answer")  # one k: nothing to say

@@ -380,11 +380,13 @@ def plot_cost_fit(measured: Mapping[str, tuple[Sequence[float], Sequence[float]]
     return fig
 
 
-def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, goal: float, ceiling: float):
+def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, goal: float, ceiling: float,
+                 title: str = "Options against what your scenario needs"):
     """Each option's projected τ with its band, against the τ of break-even and the τ the goal throughput needs.
 
     Args:
         rows: dicts with ``option``, ``tau``, ``tau_lo``, ``tau_hi`` (a decision table's rows).
+        title: what the options rest on (notebook 01 draws its own numbers; the game plan redraws them with 03 / 04).
     """
     fig, ax = _fig(6.8, 0.32 * len(rows) + 1.6)
     ys = np.arange(len(rows))[::-1]
@@ -397,7 +399,7 @@ def plot_options(rows: Sequence[Mapping[str, Any]], break_even: float, goal: flo
         ax.axvline(x, color="#333333", lw=1, ls=style, label=label)
     ax.set_yticks(ys, [r["option"] for r in rows], fontsize=8)
     ax.set_xlabel("projected τ in your scenario (band: the law's range)")
-    ax.set_title("Options against what your scenario needs")
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     return fig
 

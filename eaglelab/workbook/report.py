@@ -21,7 +21,7 @@ from eaglelab.markdown import CELL_CHARS, md_bullets, md_line, md_text
 from eaglelab.outputs import open_output_folder, output_path, write_owned_file
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import MIN_FITTED_EXPONENT, Scenario, plan
-from eaglelab.planning.render import FOUNDING, PARTLY, founding_fields, plan_markdown, whose_case
+from eaglelab.planning.render import FOUNDING, PARTLY, YOURS, founding_fields, plan_markdown, whose_case
 from eaglelab.workbook import plots
 from eaglelab.workbook.inputs_record import MIXED, InputsRecord, conflicts, inputs_section, on_words, resting_on, whose_words
 
@@ -111,6 +111,8 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
             continue
         lines += md_bullets(found[nb]["bullets"]) + [""]
         for png in sorted(d.glob(f"{nb}_*.png")):
+            if png.name == "01_options.png" and decision is not None:
+                continue  # the decision's own options figure above, redrawn with 03 / 04's evidence: one figure
             lines += [_image(png, out.parent), ""]
     on = resting_on(records, ("03", "04"), {nb: _evidence(numbers.get(nb, {}), d / f"{nb}_findings.json")
                                             for nb in ("03", "04")})
@@ -132,7 +134,12 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
         if problem is not None:
             raise ConfigError(printable(str(d / "03_findings.json")), f"(or 04's): {problem}, as the notebooks write it")
         lines += [f"## One answer: the probe and the fine-tune {_both_on(on, records)}", "",
-                  md_line(reconcile(verdict, recommended)), ""]
+                  md_line(reconcile(verdict, recommended) + _same_k(numbers)), ""]
+        if decision is not None and decision.action != recommended["action"]:
+            lines += [md_line(f"Not the decision above (**{decision.action}**): that one asks whether any start pays in "
+                              f"notebook 01's serving scenario ({_WHOSE_NUMBERS[whose_case(decision.scenario)]}); this one asks "
+                              "which start keeps the most τ on the pair notebooks 03 and 04 ran on. Both hold: a start "
+                              "pays only where the decision above says so."), ""]
     recipes = numbers.get("04", {}).get("recipes")
     if isinstance(recipes, dict) and recipes and all(isinstance(v, str) for v in recipes.values()):
         bad = next((v for v in recipes.values() if not v or unshown_character(v) is not None), None)
@@ -182,12 +189,29 @@ def _both_on(on: dict[str, str | None], records: dict[str, Any]) -> str:
     return f"(notebook 03 on {whose_words(probe)}, 04 on {whose_words(finetune)}: not one case)"
 
 
+#: Whose serving numbers the decision rests on, in words.
+_WHOSE_NUMBERS = {FOUNDING: "the founding case's numbers", PARTLY: "partly the founding case's numbers",
+                  YOURS: "your numbers"}
+
+
+def _same_k(numbers: dict) -> str:
+    """A clause when notebooks 03 and 04 measured τ at different k: their τ are then not comparable, only each one's
+    order of the options."""
+    k03, k04 = (numbers.get(nb, {}).get("k") for nb in ("03", "04"))
+    if isinstance(k03, int) and isinstance(k04, int) and not isinstance(k03, bool) and not isinstance(k04, bool) \
+            and k03 != k04:
+        return (f" (notebook 03 drafted k = {k03}, notebook 04 k = {k04}: their τ are not comparable with each other, "
+                "only each notebook's order of the options; run both with one k to compare them)")
+    return ""
+
+
 def _options_figure(decision, figures_dir: Path) -> Path:
     """Draw the decision's options (``plan_options``): redrawn here, as notebook 03 / 04 evidence may change them."""
     import matplotlib.pyplot as plt
 
     s = decision.scenario
-    fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.goal_tau, s.k + 1)
+    fig = plots.plot_options([r.to_json() for r in decision.rows], s.break_even_tau, s.goal_tau, s.k + 1,
+                             title="The game plan's options: notebook 01's scenario, with 03 / 04's evidence where it ran")
     plots.savefig(fig, "plan_options", figures_dir, {"scenario": decision.to_json()["scenario"]})
     plt.close(fig)
     return Path(figures_dir) / "plan_options.png"
