@@ -99,7 +99,7 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
     """
     choice = probe_data_choice(data_file, world, old_target)
     if choice.kind == FILE:
-        ids = sequences_from_file(data_file, tokenizer, seq_len)[:n]
+        ids = sequences_from_file(data_file, tokenizer, seq_len, n)[:n]
         return ProbeSet(ids, _all_but_last(ids), DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"),
                         choice)
     if choice.kind == WORLD:
@@ -143,7 +143,7 @@ def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None
                                                  f"{len(data.held_out)} held-out conversations "
                                                  f"({int(data.train.loss_mask.sum())} reply tokens)")
     if data_file is not None:
-        train_ids = sequences_from_file(data_file, tokenizer, seq_len)[:train_sequences]
+        train_ids = sequences_from_file(data_file, tokenizer, seq_len, train_sequences)[:train_sequences]
         kind, where = "file", str(data_file)
     else:
         train_ids = builtin_sequences(tokenizer, seq_len, "train", train_sequences)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.checkpoints.targets.chat_templates import render_all, template_context
 from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
+from eaglelab.data.data_files import data_file, row_kind, turns
 from eaglelab.errors import SourceError
 from eaglelab.inputs import read_bytes
 
@@ -19,44 +21,69 @@ from eaglelab.inputs import read_bytes
 MAX_DATA_BYTES = 4 * 1024**3
 
 
-def sequences_from_file(path: str | Path, tokenizer, seq_len: int) -> torch.Tensor:
-    """Token sequences [N, seq_len] from a text file or a JSONL conversation file.
+def sequences_from_file(path: str | Path, tokenizer, seq_len: int, max_sequences: int | None = None) -> torch.Tensor:
+    """Token sequences [N, seq_len] from a text file or a JSONL file (:mod:`eaglelab.data.data_files`).
 
-    JSONL lines may be ``{"text": ...}`` or SpecForge's ``{"id", "conversations": [{"role",
-    "content"}...]}`` (contents joined with newlines; use the target's chat template upstream
-    if you need exact formatting).
+    JSONL lines are ``{"text": ...}`` (packed as written) or a conversation (SpecForge's ``{"conversations":
+    [{"role", "content"}...]}``, ShareGPT's turns too), rendered with the tokenizer's chat template in the
+    sandboxed renderer, as the worlds' conversations are (joined by lines where the tokenizer has none).
+    ``max_sequences``: stop reading once about that many rows are filled.
     """
     p = Path(path)
+    data_file(p)  # the format from the head first: a binary or .json file is one line, not a half-read probe
     try:
         raw = read_bytes(p, SourceError, MAX_DATA_BYTES, "data file").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SourceError(p, f"data is not UTF-8 text (byte {exc.start})") from None
-    if p.suffix == ".jsonl":
-        texts = []
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise SourceError(p, f"line {n} is not JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
-            if not isinstance(obj, dict):
-                raise SourceError(p, f"line {n} is not a JSON object")
-            if "text" in obj:
-                texts.append(str(obj["text"]))
-            elif "conversations" in obj:
-                turns = obj["conversations"]
-                if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
-                    raise SourceError(p, f"line {n}: 'conversations' is not a list of turns (objects)")
-                texts.append("\n".join(str(t.get("content", t.get("value", ""))) for t in turns))
-            else:
-                raise SourceError(p, f"line {n} has neither 'text' nor 'conversations'")
+    if p.suffix.lower() == ".jsonl":
+        texts = _jsonl_texts(p, raw, tokenizer, None if max_sequences is None else max_sequences * seq_len)
     else:
         texts = [t for t in raw.split("\n\n") if t.strip()]
-    seqs = pack_sequences(tokenizer, texts, seq_len)
+    seqs = pack_sequences(tokenizer, texts, seq_len, max_sequences)
     if len(seqs) == 0:
         raise SourceError(p, f"fewer than {seq_len} tokens of data")
     return seqs
+
+
+#: Conversations rendered per call of the sandboxed renderer (one child process each).
+RENDER_CHUNK = 256
+
+
+def _jsonl_texts(p: Path, raw: str, tokenizer, tokens_wanted: int | None) -> list[str]:
+    """Each JSONL row's text: ``text`` as written, a conversation through the chat template; until about
+    ``tokens_wanted`` tokens' worth of characters (four a token, twice over) are in hand."""
+    template = getattr(tokenizer, "chat_template", None)
+    template = template if isinstance(template, str) else None
+    specials = {k: v for k, v in getattr(tokenizer, "special_tokens_map", {}).items() if isinstance(v, str)}
+    texts: list[str] = []
+    pending: list[tuple[int, list[dict[str, str]]]] = []
+
+    def flush() -> None:
+        jobs = [(template, template_context(messages, specials, add_generation_prompt=False)) for _, messages in pending]
+        for (n, _), done in zip(pending, render_all(jobs)):
+            if done.text is None:
+                raise SourceError(p, f"line {n}: the target's chat template does not render it: {done.problem}")
+            texts.append(done.text)
+        pending.clear()
+
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        if row_kind(line, p, n) == "text":
+            texts.append(str(json.loads(line)["text"]))
+        else:
+            messages = turns(json.loads(line)["conversations"], p, n)
+            if template is None:
+                texts.append("\n".join(m["content"] for m in messages))
+            else:
+                pending.append((n, messages))
+                if len(pending) == RENDER_CHUNK:
+                    flush()
+        if tokens_wanted is not None and not pending and sum(map(len, texts)) > 8 * tokens_wanted:
+            break
+    if pending:
+        flush()
+    return texts
 
 
 def builtin_sequences(tokenizer, seq_len: int, split: str = "train", n: int | None = None) -> torch.Tensor:

@@ -28,6 +28,7 @@ from typing import Any
 from eaglelab.checkpoints.drafters.preflight import check_drafter, check_target
 from eaglelab.checkpoints.files.sources import local_path
 from eaglelab.checkpoints.targets.config import text_config
+from eaglelab.data.data_files import data_file
 from eaglelab.data.probe_data import describe_probe_data
 from eaglelab.errors import EaglelabError, ParameterError, SourceError
 from eaglelab.inputs import printable, shown
@@ -278,7 +279,7 @@ def check_source(kind: str, value: str, target: str | None = None, world_dir: st
                 p = local_path(value)
                 if not p.is_file():
                     return Check(False, f"{value}: no such file{looked_in(value)}")
-                return Check(True, f"{p.suffix or 'text'} file, {p.stat().st_size / 1e6:.2f} MB")
+                return Check(True, printable(data_file(p).line))  # its format from its head, as the loaders read it
             if target is None and world_dir is None:  # not the probe's data: the precedence, not a guess
                 return Check(True, "none given: the world's own data when the target lies in a built world, else "
                                    "built-in standard-library text")
@@ -321,7 +322,8 @@ def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefi
         prefix: put before the name in the error (``-p `` for the command line).
 
     Raises:
-        ParameterError: naming the parameter: not text, or no such folder / file.
+        ParameterError: naming the parameter: not text, no such folder / file, or (DATA) a file whose format the
+            loaders do not read (:func:`eaglelab.data.data_files.data_file`).
     """
     for name, kind in LOCAL_PATHS.items():
         value = values.get(name)
@@ -336,6 +338,11 @@ def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefi
             found = False
         if not found:
             raise ParameterError(f"{prefix}{name}", f"{printable(value)}: no such {kind}{looked_in(value)}")
+        if name == "DATA":  # a file the loaders cannot read is one line now, not half way through a probe
+            try:
+                data_file(next(p for p in places if p.is_file()))
+            except SourceError as exc:
+                raise ParameterError(f"{prefix}{name}", printable(str(exc))) from None
 
 
 def forget_picks() -> None:
