@@ -117,3 +117,20 @@ def test_any_file_is_a_format_or_one_line(tmp_path_factory, head, suffix):
         assert "\n" not in str(exc) and str(exc).startswith(str(path))
     else:
         assert found.kind in ("conversations", "texts", "text") and found.size == len(head) <= HEAD_BYTES
+
+
+def test_a_fine_tune_on_built_in_text_says_it_decides_nothing():
+    """#54 item 4: notebook 04 and its panel decided "WARM START [your checkpoints]" on the text 03 gives no verdict on."""
+    from types import SimpleNamespace
+
+    from eaglelab.decisions import recommend
+    from eaglelab.jobs.finetune import FinetuneReport, FinetuneSettings
+
+    runs = {"warm start": SimpleNamespace(metrics=[{"eval_accept_len": 1.8, "loss": 1.0}]),
+            "from scratch": SimpleNamespace(metrics=[{"eval_accept_len": 1.3, "loss": 2.0}])}
+    settings = FinetuneSettings("/m/new-target", old_drafter="/m/old-drafter")
+    for kind, says in (("built-in", True), ("file", False), ("world-replies", False)):
+        report = FinetuneReport(settings, 1.5, runs, None, f"{kind} text: 48 rows", data_kind=kind)
+        report.recommendation = recommend(report.taus)
+        assert report.headline().startswith("WARM START for /m/new-target from /m/old-drafter")
+        assert ("on built-in text this order decides nothing for a served model: give DATA" in report.headline()) == says

@@ -385,3 +385,23 @@ def test_the_plan_has_one_options_figure_and_its_top_and_end_say_how_they_relate
     findings(figures, "04", {"recommendation": RECOMMENDATION, "evidence": pv.DEMO, "k": 3,
                              "inputs": record_inputs(demo_pair(world), world)})
     assert "not comparable" not in section(write_game_plan(figures).read_text(), "One answer")  # one k: nothing to say
+
+
+def test_a_fine_tune_on_built_in_text_decides_nothing_for_the_users_model(tmp_path, world, mine):
+    """#54 item 4: "WARM START [your checkpoints] ... built-in stdlib text" decided the plan, on the text 03 refuses."""
+    figures = tmp_path / "figures"
+    findings(figures, "03", {"verdict": VERDICT, "evidence": pv.YOURS, "k": 3,
+                             "inputs": record_inputs(user_pair(mine), world, data=str(mine / "prompts.jsonl"))})
+    findings(figures, "04", {"recommendation": RECOMMENDATION, "evidence": pv.YOURS, "k": 3,
+                             "inputs": record_inputs(user_pair(mine), world, data_line="built-in stdlib text: 48 rows",
+                                                     data_kind="built-in")})
+    answer = section(write_game_plan(figures).read_text(), "One answer")
+    assert "**Notebook 04 trained and measured on built-in standard-library text**" in answer
+    assert "The answer rests on notebook 03's probe alone: **plug in**." in answer and "decides: **warm" not in answer
+    findings(figures, "03", {"verdict": {"level": "no verdict", "between": [], "kept": None}, "evidence": pv.YOURS,
+                             "k": 3, "inputs": record_inputs(user_pair(mine), world)})
+    assert "Neither notebook decides on this text." in section(write_game_plan(figures).read_text(), "One answer")
+    findings(figures, "04", {"recommendation": RECOMMENDATION, "evidence": pv.YOURS, "k": 3,
+                             "inputs": record_inputs(user_pair(mine), world, data=str(mine / "prompts.jsonl"))})
+    answer = section(write_game_plan(figures).read_text(), "One answer")  # your data: 04 decides as before
+    assert "built-in" not in answer and "decides: **warm start**" in answer

@@ -190,6 +190,7 @@ class FinetuneReport:
         runs: ``{"warm start": TrainResult, "from scratch": TrainResult}``.
         recommendation: :class:`eaglelab.decisions.Recommendation` on held-out τ.
         data: where the data came from (one line).
+        data_kind: its :class:`~eaglelab.data.sets.DataSource` kind (``built-in``: the headline says it decides nothing).
     """
 
     settings: FinetuneSettings
@@ -198,6 +199,7 @@ class FinetuneReport:
     recommendation: Recommendation | None
     data: str
     notes: list[str] = field(default_factory=list)
+    data_kind: str = ""
 
     @property
     def taus(self) -> dict[str, float]:
@@ -216,7 +218,9 @@ class FinetuneReport:
         return (f"{self.recommendation.action.upper()}{' ' + tag if tag else ''} for {s.new_target} from {s.old_drafter} "
                 f"on held-out τ (teacher forced, k = {s.k}, {s.steps} steps each; {self.data}): plugged in "
                 f"{t[Option.PLUG_IN]:.2f}, warm start {t[Option.WARM_START]:.2f}, from scratch "
-                f"{t[Option.FROM_SCRATCH]:.2f}")
+                f"{t[Option.FROM_SCRATCH]:.2f}"
+                + ("; on built-in text this order decides nothing for a served model: give DATA, your conversations"
+                   if self.data_kind == "built-in" else ""))
 
     def lines(self) -> list[str]:
         return [self.headline(), self.recommendation.text]
@@ -263,7 +267,7 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
             bar.update()
         bar.set_postfix_str("done")
         bar.update()
-    report = FinetuneReport(settings, float(plugged), runs, None, str(inputs.source))
+    report = FinetuneReport(settings, float(plugged), runs, None, str(inputs.source), data_kind=inputs.source.kind)
     report.recommendation = recommend(report.taus)
     return report
 

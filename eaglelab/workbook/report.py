@@ -133,8 +133,12 @@ def write_game_plan(figures_dir: str | Path, out: str | Path | None = None, titl
         problem = verdict_problem(verdict, recommended)
         if problem is not None:
             raise ConfigError(printable(str(d / "03_findings.json")), f"(or 04's): {problem}, as the notebooks write it")
-        lines += [f"## One answer: the probe and the fine-tune {_both_on(on, records)}", "",
-                  md_line(reconcile(verdict, recommended) + _same_k(numbers)), ""]
+        warning = _built_in_text(records.get("04"), on["04"])
+        answer = reconcile(verdict, recommended) + _same_k(numbers) if not warning else (
+            "Neither notebook decides on this text." if verdict["level"] == NO_VERDICT else
+            f"The answer rests on notebook 03's probe alone: **{verdict['level']}**.")
+        lines += [f"## One answer: the probe and the fine-tune {_both_on(on, records)}", "", *warning,
+                  md_line(answer), ""]
         if decision is not None and decision.action != recommended["action"]:
             lines += [md_line(f"Not the decision above (**{decision.action}**): that one asks whether any start pays in "
                               f"notebook 01's serving scenario ({_WHOSE_NUMBERS[whose_case(decision.scenario)]}); this one asks "
@@ -187,6 +191,18 @@ def _both_on(on: dict[str, str | None], records: dict[str, Any]) -> str:
     if probe == finetune:
         return f"(notebooks 03 and 04 on different checkpoints, {whose_words(probe)}: not one case)"
     return f"(notebook 03 on {whose_words(probe)}, 04 on {whose_words(finetune)}: not one case)"
+
+
+def _built_in_text(record, source: str | None) -> list[str]:
+    """A warning line when notebook 04 ran on the user's checkpoints but trained and measured on the built-in text
+    (no DATA, no world's conversations): the text notebook 03 gives no verdict on decides nothing here either."""
+    data = record.inputs.get("DATA") if record is not None else None
+    if data is None or data.source != pv.SAMPLE or source != pv.YOURS:
+        return []
+    return [md_line("**Notebook 04 trained and measured on built-in standard-library text**, not your target's kind of "
+                    "data: its order of the options illustrates the method and decides nothing for your model (as "
+                    "notebook 03 gives no verdict on that text). Give DATA, your conversations, to both for a decision."),
+            ""]
 
 
 #: Whose serving numbers the decision rests on, in words.
