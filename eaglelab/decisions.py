@@ -348,11 +348,13 @@ class Recommendation:
         return asdict(self)
 
 
-def recommend(taus: Mapping[str, float]) -> Recommendation:
+def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = None) -> Recommendation:
     """The cheapest option whose measured τ on the new target is within :data:`TAU_TIE` of the best.
 
     Args:
         taus: measured τ per option, keys from :data:`OPTIONS` (at least one).
+        held_out: the same options' held-out τ (teacher forced), when measured too: where it picks another option
+            by the same rule, the text says so and shows both, instead of letting one measure settle it unsaid.
     """
     unknown = set(taus) - set(OPTIONS)
     if unknown or not taus:
@@ -366,6 +368,13 @@ def recommend(taus: Mapping[str, float]) -> Recommendation:
         Option.FROM_SCRATCH: "Train a new drafter from scratch: the old drafter's weights do not help on the new target",
     }[action]
     text = f"{lead} (measured τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
+    if held_out:
+        other = recommend(held_out)
+        if other.action != action:
+            shown = ", ".join(f"{o} {held_out[o]:.2f}" for o in OPTIONS if o in held_out)
+            text += (f" The held-out τ (teacher forced) picks {other.action} instead ({shown}): the two measures "
+                     f"disagree on this pair, so neither settles {action} against {other.action} alone; the measured "
+                     "τ is the one a server sees, and more prompts (or your own data) would separate them.")
     return Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)
 
 

@@ -215,7 +215,7 @@ display(equal.round(2))
 # when plugging in wins, so the recommendation, the export and the game plan name one drafter.
 
 # %%
-decision = recommend({option: m["accept_len"] for option, m in measured.items()})
+decision = recommend({option: m["accept_len"] for option, m in measured.items()}, held_out=finetuned.taus)
 best = decision.action
 chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
 sglang_dir, vllm_dir = export_for_serving(settings, inputs, chosen_drafter, Path(RUNS_DIR) / "export")

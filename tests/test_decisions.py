@@ -60,3 +60,16 @@ def test_recommend_takes_the_cheapest_option_within_the_tie():
                                                    (1.5, 1.7, "straddles break-even")])
 def test_plugging_in_pays_only_when_the_whole_band_clears_break_even(low, high, said):
     assert plug_in_against_break_even(low, high, 1.6).startswith(said)
+
+
+def test_a_recommendation_shows_both_measures_where_they_disagree():
+    """#54 item 3: held out 1.64 vs 1.66 (plug in) and measured 1.79 vs 1.66 (warm start), the second 'settling' it."""
+    from eaglelab.decisions import recommend
+
+    measured = {"plug in": 1.66, "warm start": 1.79, "from scratch": 1.35}
+    held = {"plug in": 1.66, "warm start": 1.64, "from scratch": 1.32}
+    both = recommend(measured, held_out=held)
+    assert both.action == "warm start" and both.taus == measured
+    assert ("The held-out τ (teacher forced) picks plug in instead (plug in 1.66, warm start 1.64, from scratch "
+            "1.32): the two measures disagree on this pair, so neither settles warm start against plug in alone") in both.text
+    assert recommend(measured, held_out={**held, "warm start": 1.80}).text == recommend(measured).text  # they agree
