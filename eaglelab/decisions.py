@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -330,54 +330,6 @@ def _no_verdict_on_text(tau_a: float, tau_b: float, bands: dict | None, data: Te
                     f"{data.kind} text, not the drafter's kind: give your conversations for a verdict")
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """What to do for the new target, from the measured τ of each option on it.
-
-    Attributes:
-        action: one of :data:`OPTIONS`.
-        taus: measured τ on the new target of each option considered.
-        text: the recommendation in one or two sentences, numbers formatted in.
-    """
-
-    action: str
-    taus: dict[str, float]
-    text: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = None) -> Recommendation:
-    """The cheapest option whose measured τ on the new target is within :data:`TAU_TIE` of the best.
-
-    Args:
-        taus: measured τ per option, keys from :data:`OPTIONS` (at least one).
-        held_out: the same options' held-out τ (teacher forced), when measured too: where it picks another option
-            by the same rule, the text says so and shows both, instead of letting one measure settle it unsaid.
-    """
-    unknown = set(taus) - set(OPTIONS)
-    if unknown or not taus:
-        raise ValueError(f"options must be among {OPTIONS}, got {sorted(taus)}")
-    best = max(taus.values())
-    action = next(o for o in OPTIONS if o in taus and taus[o] >= best - TAU_TIE)
-    others = ", ".join(f"{o} {taus[o]:.2f}" for o in OPTIONS if o in taus and o != action)
-    lead = {
-        Option.PLUG_IN: "Plug the old drafter in as is: fine-tuning does not buy a clear gain on the new target",
-        Option.WARM_START: "Initialise the new drafter from the old one and fine-tune it on the new target's data",
-        Option.FROM_SCRATCH: "Train a new drafter from scratch: the old drafter's weights do not help on the new target",
-    }[action]
-    text = f"{lead} (measured τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
-    if held_out:
-        other = recommend(held_out)
-        if other.action != action:
-            shown = ", ".join(f"{o} {held_out[o]:.2f}" for o in OPTIONS if o in held_out)
-            text += (f" The held-out τ (teacher forced) picks {other.action} instead ({shown}): the two measures "
-                     f"disagree on this pair, so neither settles {action} against {other.action} alone; the measured "
-                     "τ is the one a server sees, and more prompts (or your own data) would separate them.")
-    return Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)
-
-
 def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
     """One answer from the probe's verdict (notebook 03) and the fine-tune's recommendation (notebook 04).
 
@@ -396,6 +348,9 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
     level, between = str(verdict.get("level")), [str(o) for o in between]
     between = between if len(between) == 2 else []  # a band names the two options it straddles, or none
     action = str(recommendation.get("action"))
+    close = [str(o) for o in recommendation.get("close") or []]
+    if close:  # 04's measured gain could not separate the options either: said, never "settles it"
+        return _both_close(verdict, action, close)
     kept = verdict.get("kept")
     number = isinstance(kept, (int, float)) and not isinstance(kept, bool) and math.isfinite(kept)
     kept_text = f"{100 * kept:.0f}% of the gain kept" if number else "its gain kept"
@@ -415,6 +370,20 @@ def reconcile(verdict: Mapping, recommendation: Mapping) -> str:
             f"which trains each option and measures it by real decoding (ties within {TAU_TIE} go to the cheaper), "
             f"says **{action}**, and decides: the probe's {100 * PLUGIN_KEEP:.0f}% rule and the measured τ disagree "
             "on this pair, so read the measured τ of each option above.")
+
+
+def _both_close(verdict: Mapping, action: str, close: list[str]) -> str:
+    """:func:`reconcile` where notebook 04 could not separate its choice from ``close``: a close 04 defers to a clear
+    verdict of 03; where 03 is close too (or gave none), both say so and the cheaper option is kept."""
+    level = str(verdict.get("level"))
+    between = [str(o) for o in verdict.get("between") or []]
+    four = (f"notebook 04's measured τ could not separate {action} from {' or '.join(close)} (the band of the gain "
+            "straddles zero over its prompts)")
+    if level in OPTIONS and not between:
+        return f"{four[0].upper()}{four[1:]}; notebook 03's probe is clear, and decides: **{level}**."
+    said = f"could not tell {' from '.join(between)} either" if between else "gave no verdict"
+    return (f"Too close to call: {four}, and notebook 03's probe {said}; the cheaper, **{action}**, is kept until more "
+            "prompts (or your own data) separate them.")
 
 
 def verdict_problem(verdict: object, recommendation: object) -> str | None:
@@ -438,6 +407,9 @@ def verdict_problem(verdict: object, recommendation: object) -> str | None:
     action = recommendation.get("action")
     if not isinstance(action, str) or action not in options:
         return f"recommendation action must be one of {', '.join(sorted(options))}"
+    close = recommendation.get("close", [])
+    if not isinstance(close, list) or not all(isinstance(o, str) and o in options and o != action for o in close):
+        return "recommendation 'close' must list options other than its action"
     return None
 
 

@@ -75,7 +75,8 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab.decisions import Option, recommend
+from eaglelab.decisions import Option
+from eaglelab.recommendation import recommend
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.finetune import (
     FinetuneSettings,
@@ -210,12 +211,14 @@ display(equal.round(2))
 
 # %% [markdown]
 # ## 5 · Export the recommended drafter for SGLang and vLLM
-# The recommendation is the cheapest option whose measured τ is within the tie rule of the best
-# (`eaglelab.decisions.recommend`); the drafter exported is that option's: the old drafter itself
+# The recommendation is the cheapest option unless a dearer one's measured gain is clear of zero, by the
+# band of the difference over the prompts (`eaglelab.recommendation.recommend`: "too close to call" where the band
+# straddles zero); the drafter exported is that option's: the old drafter itself
 # when plugging in wins, so the recommendation, the export and the game plan name one drafter.
 
 # %%
-decision = recommend({option: m["accept_len"] for option, m in measured.items()}, held_out=finetuned.taus)
+decision = recommend({option: m["accept_len"] for option, m in measured.items()}, held_out=finetuned.taus,
+                     counts={option: m["prompt_counts"] for option, m in measured.items()})
 best = decision.action
 chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
 sglang_dir, vllm_dir = export_for_serving(settings, inputs, chosen_drafter, Path(RUNS_DIR) / "export")

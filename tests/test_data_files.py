@@ -123,8 +123,8 @@ def test_a_fine_tune_on_built_in_text_says_it_decides_nothing():
     """#54 item 4: notebook 04 and its panel decided "WARM START [your checkpoints]" on the text 03 gives no verdict on."""
     from types import SimpleNamespace
 
-    from eaglelab.decisions import recommend
     from eaglelab.jobs.finetune import FinetuneReport, FinetuneSettings
+    from eaglelab.recommendation import recommend
 
     runs = {"warm start": SimpleNamespace(metrics=[{"eval_accept_len": 1.8, "loss": 1.0}]),
             "from scratch": SimpleNamespace(metrics=[{"eval_accept_len": 1.3, "loss": 2.0}])}

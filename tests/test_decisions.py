@@ -11,8 +11,8 @@ from eaglelab.decisions import (
     gain_kept,
     plug_in_against_break_even,
     plugin_verdict,
-    recommend,
 )
+from eaglelab.recommendation import recommend
 
 
 def test_gain_kept_counts_the_gain_over_no_speculation():
@@ -49,7 +49,8 @@ def test_recommend_takes_the_cheapest_option_within_the_tie():
     assert tie.action == "plug in"
     assert recommend({"plug in": 1.1, "warm start": 1.3, "from scratch": 1.6}).action == "from scratch"
     assert recommend({"warm start": 1.3}).to_json() == {"action": "warm start", "taus": {"warm start": 1.3},
-                                                        "text": recommend({"warm start": 1.3}).text}
+                                                        "text": recommend({"warm start": 1.3}).text, "bands": {},
+                                                        "gains": {}, "close": ()}
     with pytest.raises(ValueError):
         recommend({"fine-tune": 2.0})
 
@@ -64,7 +65,7 @@ def test_plugging_in_pays_only_when_the_whole_band_clears_break_even(low, high, 
 
 def test_a_recommendation_shows_both_measures_where_they_disagree():
     """#54 item 3: held out 1.64 vs 1.66 (plug in) and measured 1.79 vs 1.66 (warm start), the second 'settling' it."""
-    from eaglelab.decisions import recommend
+    from eaglelab.recommendation import recommend
 
     measured = {"plug in": 1.66, "warm start": 1.79, "from scratch": 1.35}
     held = {"plug in": 1.66, "warm start": 1.64, "from scratch": 1.32}
@@ -73,3 +74,53 @@ def test_a_recommendation_shows_both_measures_where_they_disagree():
     assert ("The held-out τ (teacher forced) picks plug in instead (plug in 1.66, warm start 1.64, from scratch "
             "1.32): the two measures disagree on this pair, so neither settles warm start against plug in alone") in both.text
     assert recommend(measured, held_out={**held, "warm start": 1.80}).text == recommend(measured).text  # they agree
+
+
+def _counts(taus_per_prompt: list[float], cycles: int = 20) -> list[tuple[float, float]]:
+    """One prompt's (tokens emitted, cycles) for each τ: ``cycles`` cycles emitting τ tokens each on average."""
+    return [(t * cycles, cycles) for t in taus_per_prompt]
+
+
+def test_measured_options_are_chosen_by_the_band_of_their_difference():
+    """#56 item 1: the cheaper option unless the dearer one's gain is clear of zero; else "too close to call"."""
+    from eaglelab.recommendation import measured_bands, recommend
+
+    # warm start above plugging in on every prompt: a clear gain, whatever the prompts' own spread
+    plug = [1.4, 1.9, 1.6, 2.1, 1.5, 1.8]
+    clear = {"plug in": _counts(plug), "warm start": _counts([t + 0.2 for t in plug]),
+             "from scratch": _counts([t - 0.3 for t in plug])}
+    got = recommend({o: 0.0 for o in clear}, counts=clear)
+    assert got.action == "warm start" and got.close == () and got.taus["warm start"] == pytest.approx(sum(plug) / 6 + 0.2)
+    c, lo, hi = got.gains["warm start over plug in"]
+    assert c == pytest.approx(0.2) and 0 < lo <= c <= hi and "over 6 prompts, 90% bands" in got.text
+    assert got.gains["from scratch over warm start"][2] < 0  # clearly below: not close, not chosen
+    # the same means, but the gain flips sign from prompt to prompt: too close to call, the cheaper kept
+    noisy = {"plug in": _counts(plug), "warm start": _counts([t + d for t, d in zip(plug, [0.5, -0.4, 0.6, -0.3, 0.4, 0.2])])}
+    got = recommend({o: 0.0 for o in noisy}, counts=noisy)
+    assert got.action == "plug in" and got.close == ("warm start",)
+    assert "Too close to call between plug in and warm start: warm start gains +0.17 τ" in got.text
+    # the bands are the paired bootstrap's: an option's band holds its τ, and the same seed gives the same bands
+    taus, bands, _ = measured_bands(noisy)
+    assert all(lo <= taus[o] <= hi for o, (lo, hi) in bands.items()) and measured_bands(noisy)[1] == bands
+    with pytest.raises(ValueError):
+        recommend({"plug in": 1.0}, counts={"plug in": _counts([1.0]), "warm start": _counts([1.2])})
+    with pytest.raises(ValueError):
+        measured_bands({"plug in": _counts([1.0, 1.1]), "warm start": _counts([1.2])})
+
+
+def test_a_close_fine_tune_defers_to_a_clear_probe_and_both_close_say_so():
+    """#56 item 3: never "the measured τ settles it" when its own band could not separate the options."""
+    from eaglelab.decisions import reconcile, verdict_problem
+
+    close = {"action": "plug in", "close": ["warm start"], "taus": {}, "text": ""}
+    clear = reconcile({"level": "warm start", "between": [], "kept": 0.7}, close)
+    assert clear.startswith("Notebook 04's measured τ could not separate plug in from warm start")
+    assert clear.endswith("notebook 03's probe is clear, and decides: **warm start**.") and "settles" not in clear
+    both = reconcile({"level": "warm start", "between": ["plug in", "warm start"], "kept": 0.88}, close)
+    assert both.startswith("Too close to call:") and "could not tell plug in from warm start either" in both
+    assert "the cheaper, **plug in**, is kept" in both
+    none = reconcile({"level": "no verdict", "between": [], "kept": None}, close)
+    assert "notebook 03's probe gave no verdict" in none
+    assert verdict_problem({"level": "plug in", "between": [], "kept": None}, close) is None
+    for bad in (["plug in"], "warm start", ["fine-tune"]):
+        assert "'close'" in verdict_problem({"level": "plug in", "between": [], "kept": None}, {**close, "close": bad})

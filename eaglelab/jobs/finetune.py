@@ -17,11 +17,12 @@ from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter
 from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
-from eaglelab.decisions import Option, Recommendation, recommend
+from eaglelab.decisions import Option
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError, require_whole
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
+from eaglelab.recommendation import Recommendation, recommend
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
@@ -188,7 +189,7 @@ class FinetuneReport:
         settings: what was trained.
         plugin_tau: the old drafter's held-out τ on the new target, teacher forced, before any training.
         runs: ``{"warm start": TrainResult, "from scratch": TrainResult}``.
-        recommendation: :class:`eaglelab.decisions.Recommendation` on held-out τ.
+        recommendation: :class:`eaglelab.recommendation.Recommendation` on held-out τ.
         data: where the data came from (one line).
         data_kind: its :class:`~eaglelab.data.sets.DataSource` kind (``built-in``: the headline says it decides nothing).
     """

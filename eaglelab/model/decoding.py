@@ -244,7 +244,8 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
 
     Returns:
         ``{name: dict}`` with ``accept_len`` (emitted per cycle over all cycles), ``tokens_per_s`` and
-        ``greedy_tokens_per_s`` (decode tokens over decode seconds, all runs), ``speedup``,
+        ``greedy_tokens_per_s`` (decode tokens over decode seconds, all runs), ``speedup``, ``prompt_counts``
+        (per prompt, tokens emitted and cycles: the unit a band of τ resamples, :func:`eaglelab.recommendation.recommend`),
         ``matches_greedy`` (all runs), the mean cycle split ``draft_s`` / ``verify_s`` /
         ``overhead_s``, ``position_acceptance``, ``predicted_tokens_per_s`` = τ / mean cycle (the
         performance model) with its relative error against the measurement, ``cpu_kernels``, the
@@ -306,8 +307,13 @@ def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: 
     predicted = tau / cycle_s if cycle_s > 0 else float("nan")
     merged = DecodeResult([], 0.0, 0.0, cycles, k)
     timing = timing_of(greedy_runs, spec_runs)
+    prompt_counts = [[0, 0] for _ in range(max(n_prompts, 1))]  # per prompt: tokens emitted, cycles (repeats summed)
+    for i, r in enumerate(spec_runs):
+        prompt_counts[i % len(prompt_counts)][0] += sum(c.emitted for c in r.cycles)
+        prompt_counts[i % len(prompt_counts)][1] += len(r.cycles)
     return {
         "k": k, "prompts": n_prompts, "runs": len(spec_runs), "cycles": len(cycles), "accept_len": tau,
+        "prompt_counts": prompt_counts,
         "tokens_per_s": spec_tps, "greedy_tokens_per_s": greedy_tps, "speedup": spec_tps / greedy_tps,
         "matches_greedy": all(s.tokens == g.tokens for s, g in zip(spec_runs, greedy_runs)),
         **split, "cycle_s": cycle_s, "greedy_step_s": 1.0 / greedy_tps,

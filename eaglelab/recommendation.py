@@ -1,0 +1,143 @@
+"""Notebook 04's recommendation: plug in, warm start or from scratch, from each option's τ on the new target.
+
+Measured by real decoding, per prompt, the choice is by the band of each difference (a paired bootstrap over
+the prompts): the cheapest option unless a dearer one's gain is clear of zero, and "too close to call" where
+its band straddles zero. Held-out τ (teacher forced, no per-prompt counts kept) use the tie rule
+(:data:`eaglelab.decisions.TAU_TIE`). Pure arithmetic; no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from eaglelab.decisions import BAND_LEVEL, BOOTSTRAP_REPS, OPTIONS, TAU_TIE, Option
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What to do for the new target, from the measured τ of each option on it.
+
+    Attributes:
+        action: one of :data:`OPTIONS`.
+        taus: measured τ on the new target of each option considered.
+        text: the recommendation in one or two sentences, numbers formatted in.
+    """
+
+    action: str
+    taus: dict[str, float]
+    text: str
+    bands: dict[str, list[float]] = field(default_factory=dict)  # option -> [low, high] of its measured τ
+    gains: dict[str, list[float]] = field(default_factory=dict)  # "B over A" -> [central, low, high] of τB - τA
+    close: tuple[str, ...] = ()  # the options it could not separate from the one chosen
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def measured_bands(counts: Mapping[str, Sequence[Sequence[float]]], reps: int = BOOTSTRAP_REPS,
+                   level: float = BAND_LEVEL, seed: int = 0) -> tuple[dict[str, float], dict[str, list[float]], list]:
+    """Each option's measured τ with its band, from per-prompt counts, by a paired bootstrap over the prompts.
+
+    Args:
+        counts: option -> one ``(tokens emitted, cycles)`` pair per prompt, the same prompts in the same order for
+            every option (real decoding of one prompt set: the pairing is what makes a difference's band narrow).
+
+    Returns:
+        ``(taus, bands, draws)``: τ = Σ emitted / Σ cycles per option, its ``[low, high]`` band, and each
+        resample's τ per option (for the bands of differences).
+    """
+    names = list(counts)
+    n = len(counts[names[0]])
+    if n == 0 or any(len(c) != n for c in counts.values()):
+        raise ValueError("every option needs counts for the same prompts")
+
+    def tau(rows, picks) -> float:
+        cycles = sum(rows[i][1] for i in picks)
+        return sum(rows[i][0] for i in picks) / cycles if cycles else 1.0
+
+    rng = random.Random(seed)
+    taus = {o: tau(counts[o], range(n)) for o in names}
+    draws = []
+    for _ in range(reps):
+        picks = [rng.randrange(n) for _ in range(n)]
+        draws.append({o: tau(counts[o], picks) for o in names})
+    bands = {o: _quantiles([d[o] for d in draws], level) for o in names}
+    return taus, bands, draws
+
+
+def _quantiles(xs: list[float], level: float) -> list[float]:
+    xs = sorted(xs)
+    lo, hi = (1 - level) / 2, (1 + level) / 2
+    return [xs[min(len(xs) - 1, int(lo * len(xs)))], xs[min(len(xs) - 1, int(hi * len(xs)))]]
+
+
+def _recommend_by_band(counts: Mapping[str, Sequence[Sequence[float]]], lead: Mapping[str, str]) -> Recommendation:
+    """The cheapest option unless a dearer one's gain over it is clear of zero (its band's low end above 0); the
+    options whose gain's band straddles zero are named as too close to call."""
+    taus, bands, draws = measured_bands(counts)
+    order = [o for o in OPTIONS if o in taus]
+    chosen, gains, close = order[0], {}, []
+    for o in order[1:]:
+        diffs = [d[o] - d[chosen] for d in draws]
+        central, (lo, hi) = taus[o] - taus[chosen], _quantiles(diffs, BAND_LEVEL)
+        gains[f"{o} over {chosen}"] = [central, lo, hi]
+        if lo > 0:
+            chosen, close = o, []
+        elif hi > 0:
+            close.append(o)
+    n = len(counts[order[0]])
+    shown = ", ".join(f"{o} {taus[o]:.2f} ({bands[o][0]:.2f}-{bands[o][1]:.2f})" for o in order)
+    text = f"{lead[chosen]} (measured τ over {n} prompts, 90% bands: {shown})."
+    for o in close:
+        c, lo, hi = gains[f"{o} over {chosen}"]
+        text += (f" Too close to call between {chosen} and {o}: {o} gains {c:+.2f} τ ({lo:+.2f} to {hi:+.2f}) over "
+                 f"{n} prompts, a band across zero; the cheaper is kept, and more prompts would separate them.")
+    return Recommendation(chosen, {o: float(taus[o]) for o in order}, text, {o: bands[o] for o in order}, gains,
+                          tuple(close))
+
+
+#: What each recommendation says first.
+LEADS = {
+    Option.PLUG_IN: "Plug the old drafter in as is: fine-tuning does not buy a clear gain on the new target",
+    Option.WARM_START: "Initialise the new drafter from the old one and fine-tune it on the new target's data",
+    Option.FROM_SCRATCH: "Train a new drafter from scratch: the old drafter's weights do not help on the new target",
+}
+
+
+def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = None,
+              counts: Mapping[str, Sequence[Sequence[float]]] | None = None) -> Recommendation:
+    """What to do with the old drafter on the new target, from each option's τ there.
+
+    With ``counts`` (real decoding: per prompt, tokens emitted and cycles, the same prompts for every option) the
+    choice is by the band of each difference: the cheapest option unless a dearer one's gain is clear of zero,
+    and "too close to call" where a band straddles it. Without them (held-out τ, teacher forced, no per-prompt
+    counts kept): the cheapest option within :data:`TAU_TIE` of the best.
+
+    Args:
+        taus: τ per option, keys from :data:`OPTIONS` (at least one).
+        held_out: the same options' held-out τ (teacher forced), when measured too: where it picks another option
+            by its rule, the text says so and shows both, instead of letting one measure settle it unsaid.
+        counts: per option, one ``(emitted, cycles)`` pair per prompt (the measured ``taus`` are recomputed from them).
+    """
+    unknown = set(taus) - set(OPTIONS)
+    if unknown or not taus or (counts is not None and set(counts) != set(taus)):
+        raise ValueError(f"options must be among {OPTIONS}, the same with their counts, got {sorted(taus)}")
+    if counts is not None:
+        out = _recommend_by_band(counts, LEADS)
+        action, text = out.action, out.text
+    else:
+        best = max(taus.values())
+        action = next(o for o in OPTIONS if o in taus and taus[o] >= best - TAU_TIE)
+        others = ", ".join(f"{o} {taus[o]:.2f}" for o in OPTIONS if o in taus and o != action)
+        text = f"{LEADS[action]} (τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
+        out = Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)
+    if held_out:
+        other = recommend(held_out)
+        if other.action != action:
+            shown = ", ".join(f"{o} {held_out[o]:.2f}" for o in OPTIONS if o in held_out)
+            text += (f" The held-out τ (teacher forced) picks {other.action} instead ({shown}): the two measures "
+                     f"disagree on this pair, so neither settles {action} against {other.action} alone; the measured "
+                     "τ is the one a server sees, and more prompts (or your own data) would separate them.")
+    return Recommendation(action, out.taus, text, out.bands, out.gains, out.close)
