@@ -66,20 +66,24 @@ def _jsonl_texts(p: Path, raw: str, tokenizer, tokens_wanted: int | None) -> lis
             texts.append(done.text)
         pending.clear()
 
+    chars = 0  # rendered so far (a running sum: a long file is read once)
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         if row_kind(line, p, n) == "text":
             texts.append(str(json.loads(line)["text"]))
+            chars += len(texts[-1])
         else:
             messages = turns(json.loads(line)["conversations"], p, n)
             if template is None:
                 texts.append("\n".join(m["content"] for m in messages))
+                chars += len(texts[-1])
             else:
                 pending.append((n, messages))
+                chars += sum(len(m["content"]) for m in messages)
                 if len(pending) == RENDER_CHUNK:
                     flush()
-        if tokens_wanted is not None and not pending and sum(map(len, texts)) > 8 * tokens_wanted:
+        if tokens_wanted is not None and chars > 8 * tokens_wanted:
             break
     if pending:
         flush()

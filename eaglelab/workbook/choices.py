@@ -170,7 +170,7 @@ class StalePickError(ParameterError):
 
 
 def stale_picks() -> list[str]:
-    """One phrase per checkpoint picked since its notebook's set-up cell ran: ``label: set-up's -> picked``."""
+    """One phrase per checkpoint picked since its notebook's set-up cell ran: ``label what-it-read -> picked``."""
     out = []
     for notebook, (choices, read) in _SET_UP.items():
         for s in choices.slots:
