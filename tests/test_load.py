@@ -312,3 +312,30 @@ def test_vllm_batched_at_several_concurrencies_beside_the_model(smoke_run):
         assert r["measured_low"] <= r["measured"] <= r["measured_high"] and r["measured_low"] < r["measured_high"]
         assert r["within_noise"] == (r["measured_low"] <= r["model"] <= r["measured_high"])
     assert check["worst_held_out"] == max(abs(r["error"]) for r in check["rows"] if r["held_out"])
+
+
+#: gpt-oss-120b's language model as its config.json writes it (the fields the cost model reads), with its shipped
+#: quantization_config: MXFP4 experts, attention, router, embedding and head left in bf16.
+GPT_OSS_120B = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+                "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4, "vocab_size": 201088,
+                "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+
+
+@pytest.mark.parametrize("quantization, bits", [
+    ({"quant_method": "mxfp4"}, 4.25),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}, 4.5),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, 8.0),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, 8.0),
+])
+def test_microscaled_weights_are_costed_at_their_own_bits(quantization, bits):
+    """#55: gpt-oss's MXFP4 and ModelOpt's flat NVFP4 were costed as bf16 (233.6 GB of weights instead of about 69)."""
+    from eaglelab.serving.load_checks import config_bits
+
+    assert config_bits({"torch_dtype": "bfloat16", "quantization_config": quantization}, "config.json") == bits
+    shape = ts.shape_from_config(GPT_OSS_120B, where="gpt-oss-120b")
+    plain = ts.shape_from_config({k: v for k, v in GPT_OSS_120B.items() if k != "quantization_config"}, where="bf16")
+    # the experts at 4.25 bits, the rest in bf16: 116.8 B parameters in about 65 GB, against 233.6 GB in bf16
+    assert 60e9 < shape.total_bytes < 70e9 and 230e9 < plain.total_bytes < 236e9

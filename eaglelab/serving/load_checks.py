@@ -74,8 +74,15 @@ def check_target_config(text: dict[str, Any], where: str) -> None:
         raise ConfigError(where, "the target config contradicts itself: " + "; ".join(problems))
 
 
+#: Bits per weight of the 4-bit microscaled formats, scales included: MXFP4 (OCP Microscaling: E2M1 values in blocks of
+#: 32 sharing one 8-bit E8M0 scale, 4 + 8/32; gpt-oss's ``quant_method: mxfp4``) and NVFP4 (E2M1 in blocks of 16
+#: sharing an FP8 E4M3 scale, 4 + 8/16, plus one FP32 scale a tensor; ModelOpt's ``quant_algo: NVFP4``).
+MICROSCALED_BITS = {"mxfp4": 4.25, "nvfp4": 4.5}
+
+
 def config_bits(cfg: dict[str, Any], where: str) -> float:
-    """Bits per weight a target's config states: its quantization's (plus half a bit of scales), else its dtype's.
+    """Bits per weight a target's config states: its quantization's (a bit width plus half a bit of scales; a
+    microscaled format's own, :data:`MICROSCALED_BITS`; FP8's 8), else its dtype's.
 
     Raises:
         ConfigError: a quantization's bit width that is not a whole number from 1 to 32 (a bool, 0 or -4
@@ -94,7 +101,11 @@ def config_bits(cfg: dict[str, Any], where: str) -> float:
             if isinstance(bits, bool) or not 1 <= bits <= 32:
                 raise ConfigError(where, f"field {printable(repr(name))} must be a bit width from 1 to 32, got {shown(bits)}")
             return float(bits) + 0.5
-        if "fp8" in str(q.get("quant_method", "")).lower():
+        named = {str(q.get(key, "")).lower() for key in ("quant_method", "quant_algo")}
+        for fmt, bits in MICROSCALED_BITS.items():
+            if fmt in named:
+                return bits
+        if any("fp8" in name for name in named):
             return 8.0
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8_e4m3fn": 8.0}.get(dtype, 16.0)
