@@ -194,6 +194,14 @@ def _ratio(hits, counted):
         return np.where(counted > 0, hits / np.maximum(counted, 1), np.nan)
 
 
+def bootstrap_weights(n: int, reps: int = BOOTSTRAP_REPS, seed: int = 0):
+    """[reps, n] counts: how often each of ``n`` units (sequences, prompts) is drawn in each resample. A paired
+    bootstrap multiplies every side's per-unit numbers by the same weights."""
+    import numpy as np
+
+    return np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=reps)
+
+
 def tau_bands(hits_a, counted_a, hits_b, counted_b, reps: int = BOOTSTRAP_REPS, level: float = BAND_LEVEL,
               seed: int = 0) -> dict:
     """Bootstrap bands over sequences of τ on A and B, the gain kept, and the per-position acceptance.
@@ -216,7 +224,7 @@ def tau_bands(hits_a, counted_a, hits_b, counted_b, reps: int = BOOTSTRAP_REPS, 
     n = arrays[0].shape[0]
     if n == 0 or any(a.shape != arrays[0].shape or a.ndim != 2 for a in arrays):
         raise ValueError("per-sequence hits and counts must be [N, k] arrays of one shape, N >= 1")
-    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=reps)  # [reps, N]
+    weights = bootstrap_weights(n, reps, seed)
     ha, ca, hb, cb = (weights @ a for a in arrays)  # [reps, k]
     chain_a, chain_b = _ratio(ha, ca), _ratio(hb, cb)
     tau_a, tau_b = 1 + np.nansum(chain_a, 1), 1 + np.nansum(chain_b, 1)

@@ -3,16 +3,15 @@
 Measured by real decoding, per prompt, the choice is by the band of each difference (a paired bootstrap over
 the prompts): the cheapest option unless a dearer one's gain is clear of zero, and "too close to call" where
 its band straddles zero. Held-out τ (teacher forced, no per-prompt counts kept) use the tie rule
-(:data:`eaglelab.decisions.TAU_TIE`). Pure arithmetic; no torch, no numpy.
+(:data:`eaglelab.decisions.TAU_TIE`). Arithmetic; no torch (numpy when a band is drawn).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from eaglelab.decisions import BAND_LEVEL, BOOTSTRAP_REPS, OPTIONS, TAU_TIE, Option
+from eaglelab.decisions import BAND_LEVEL, BOOTSTRAP_REPS, OPTIONS, TAU_TIE, Option, bootstrap_weights
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,9 @@ class Recommendation:
 
 
 def measured_bands(counts: Mapping[str, Sequence[Sequence[float]]], reps: int = BOOTSTRAP_REPS,
-                   level: float = BAND_LEVEL, seed: int = 0) -> tuple[dict[str, float], dict[str, list[float]], list]:
-    """Each option's measured τ with its band, from per-prompt counts, by a paired bootstrap over the prompts.
+                   level: float = BAND_LEVEL, seed: int = 0) -> tuple[dict[str, float], dict[str, list[float]], dict]:
+    """Each option's measured τ with its band, from per-prompt counts, by a paired bootstrap over the prompts
+    (:func:`eaglelab.decisions.bootstrap_weights`, as the probe's bands).
 
     Args:
         counts: option -> one ``(tokens emitted, cycles)`` pair per prompt, the same prompts in the same order for
@@ -46,31 +46,30 @@ def measured_bands(counts: Mapping[str, Sequence[Sequence[float]]], reps: int = 
 
     Returns:
         ``(taus, bands, draws)``: τ = Σ emitted / Σ cycles per option, its ``[low, high]`` band, and each
-        resample's τ per option (for the bands of differences).
+        resample's τ per option (an array each, for the bands of differences).
     """
-    names = list(counts)
-    n = len(counts[names[0]])
-    if n == 0 or any(len(c) != n for c in counts.values()):
+    import numpy as np
+
+    rows = {o: np.asarray(c, dtype=np.float64).reshape(-1, 2) for o, c in counts.items()}
+    n = len(next(iter(rows.values())))
+    if n == 0 or any(len(r) != n for r in rows.values()):
         raise ValueError("every option needs counts for the same prompts")
+    weights = bootstrap_weights(n, reps, seed)
 
-    def tau(rows, picks) -> float:
-        cycles = sum(rows[i][1] for i in picks)
-        return sum(rows[i][0] for i in picks) / cycles if cycles else 1.0
+    def tau(emitted, cycles):
+        return np.where(cycles > 0, emitted / np.maximum(cycles, 1e-12), 1.0)
 
-    rng = random.Random(seed)
-    taus = {o: tau(counts[o], range(n)) for o in names}
-    draws = []
-    for _ in range(reps):
-        picks = [rng.randrange(n) for _ in range(n)]
-        draws.append({o: tau(counts[o], picks) for o in names})
-    bands = {o: _quantiles([d[o] for d in draws], level) for o in names}
+    taus = {o: float(tau(r[:, 0].sum(), r[:, 1].sum())) for o, r in rows.items()}
+    draws = {o: tau(weights @ r[:, 0], weights @ r[:, 1]) for o, r in rows.items()}
+    bands = {o: percentile_band(d, level) for o, d in draws.items()}
     return taus, bands, draws
 
 
-def _quantiles(xs: list[float], level: float) -> list[float]:
-    xs = sorted(xs)
-    lo, hi = (1 - level) / 2, (1 + level) / 2
-    return [xs[min(len(xs) - 1, int(lo * len(xs)))], xs[min(len(xs) - 1, int(hi * len(xs)))]]
+def percentile_band(values, level: float = BAND_LEVEL) -> list[float]:
+    """The central ``level`` of ``values``: ``[low, high]`` percentiles."""
+    import numpy as np
+
+    return [float(x) for x in np.percentile(values, (100 * (1 - level) / 2, 100 * (1 + level) / 2))]
 
 
 def _recommend_by_band(counts: Mapping[str, Sequence[Sequence[float]]], lead: Mapping[str, str]) -> Recommendation:
@@ -80,8 +79,7 @@ def _recommend_by_band(counts: Mapping[str, Sequence[Sequence[float]]], lead: Ma
     order = [o for o in OPTIONS if o in taus]
     chosen, gains, close = order[0], {}, []
     for o in order[1:]:
-        diffs = [d[o] - d[chosen] for d in draws]
-        central, (lo, hi) = taus[o] - taus[chosen], _quantiles(diffs, BAND_LEVEL)
+        central, (lo, hi) = taus[o] - taus[chosen], percentile_band(draws[o] - draws[chosen])
         gains[f"{o} over {chosen}"] = [central, lo, hi]
         if lo > 0:
             chosen, close = o, []
