@@ -105,6 +105,7 @@ skip_tokenizer_init (token-id prompts), max_num_seqs 1 for "one" / len(prompts) 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -120,6 +121,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
+@functools.cache  # loaded once per process: a list's forced runs share the port
 def _sibling(name: str):
     """A module beside this file, loaded by path (this folder is off ``sys.path``; eaglelab is not installed here)."""
     import importlib.util
