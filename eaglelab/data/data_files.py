@@ -91,14 +91,15 @@ def data_file(path: str | Path) -> DataFile:
     kinds = set()
     for n, line in enumerate(lines, 1):
         if line.strip():
-            kinds.add(row_kind(line, p, n))
+            kinds.add(read_row(line, p, n)[0])
     if not kinds:
         raise SourceError(p, f"no JSONL row in its first {len(head)} bytes: {GIVE}")
     return DataFile(p, "conversations" if "conversations" in kinds else "texts", len(lines), size)
 
 
-def row_kind(line: str, path: Path, n: int) -> str:
-    """``text`` or ``conversations``: what line ``n`` of a JSONL file holds, or one line saying why it is neither."""
+def read_row(line: str, path: Path, n: int) -> tuple[str, dict[str, Any]]:
+    """Line ``n`` of a JSONL file, parsed once: ``("text", row)`` or ``("conversations", row)``, or one line saying
+    why it is neither."""
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -106,10 +107,10 @@ def row_kind(line: str, path: Path, n: int) -> str:
     if not isinstance(obj, dict):
         raise SourceError(path, f"line {n} is not a JSON object: {GIVE}")
     if "text" in obj:
-        return "text"
+        return "text", obj
     if "conversations" in obj:
         turns(obj["conversations"], path, n)
-        return "conversations"
+        return "conversations", obj
     raise SourceError(path, f"line {n} has neither 'text' nor 'conversations': {GIVE}")
 
 

@@ -6,14 +6,13 @@ and a user's file go through the same packing, so every consumer sees rows built
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from eaglelab.checkpoints.targets.chat_templates import render_all, template_context
 from eaglelab.data.corpus import code_blocks, docstrings, split_held_out
-from eaglelab.data.data_files import data_file, row_kind, turns
+from eaglelab.data.data_files import data_file, read_row, turns
 from eaglelab.errors import SourceError
 from eaglelab.inputs import read_bytes
 
@@ -70,11 +69,12 @@ def _jsonl_texts(p: Path, raw: str, tokenizer, tokens_wanted: int | None) -> lis
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
-        if row_kind(line, p, n) == "text":
-            texts.append(str(json.loads(line)["text"]))
+        kind, row = read_row(line, p, n)
+        if kind == "text":
+            texts.append(str(row["text"]))
             chars += len(texts[-1])
         else:
-            messages = turns(json.loads(line)["conversations"], p, n)
+            messages = turns(row["conversations"], p, n)
             if template is None:
                 texts.append("\n".join(m["content"] for m in messages))
                 chars += len(texts[-1])
