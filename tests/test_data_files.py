@@ -134,3 +134,60 @@ def test_a_fine_tune_on_built_in_text_says_it_decides_nothing():
         report.recommendation = recommend(report.taus)
         assert report.headline().startswith("WARM START for /m/new-target from /m/old-drafter")
         assert ("on built-in text this order decides nothing for a served model: give DATA" in report.headline()) == says
+
+
+# --------------------------------------------------------------------------- a conversation is one row, its reply counted
+
+def test_a_conversation_is_one_row_counted_at_its_reply_as_transformers_renders_it(tmp_path, tokenizer):
+    """#54 item 4: a user's conversations were packed into rows where the prompt and the template's markup counted
+    as much as the reply; now each is the world's kind of row: prompt + last reply, counted where the next token is
+    the reply's, the prompt as transformers renders it up to the assistant's turn (held against it)."""
+    from eaglelab.data.conversations import conversation_responses
+    from eaglelab.data.responses import response_rows
+    from eaglelab.data.sets import probe_set
+
+    chats = CONVERSATIONS[:3] + [
+        {"conversations": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a"},
+                           {"role": "assistant", "content": "first reply"}, {"role": "user", "content": "b"},
+                           {"role": "assistant", "content": "second reply"}]},
+        {"conversations": [{"role": "user", "content": "a prompt with no reply"}]},  # nothing to draft: skipped
+    ]
+    write_jsonl(tmp_path / "chats.jsonl", chats)
+    got = conversation_responses(tmp_path / "chats.jsonl", tokenizer, seq_len=512)
+    assert len(got) == 4
+    for chat, prompt, reply in zip(chats, got.prompts, got.replies):
+        turns_ = chat["conversations"]
+        head = tokenizer.apply_chat_template(turns_[:-1], tokenize=False, add_generation_prompt=True)
+        whole = tokenizer.apply_chat_template(turns_, tokenize=False)
+        assert prompt == tokenizer(head, add_special_tokens=False)["input_ids"]
+        assert reply == tokenizer(whole[len(head):], add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(reply).startswith(turns_[-1]["content"].strip())  # the reply (the template trims it)
+    probed = probe_set(tokenizer, 8, 512, data_file=tmp_path / "chats.jsonl")
+    ids, counted, _ = response_rows(got)
+    assert torch.equal(probed.ids, ids) and torch.equal(probed.counted, counted)
+    assert probed.positions == got.reply_tokens and "4 conversations" in str(probed.source)
+    short = conversation_responses(tmp_path / "chats.jsonl", tokenizer, seq_len=16, max_rows=2)
+    assert len(short) == 2 and all(len(p) + len(r) <= 16 and len(r) >= 8 for p, r in zip(short.prompts, short.replies))
+    assert short.replies[0] == got.replies[0][:len(short.replies[0])]  # the reply's first tokens, the prompt's last
+    assert short.prompts[0] == got.prompts[0][len(got.prompts[0]) - len(short.prompts[0]):]
+
+
+def test_a_file_with_no_reply_to_draft_is_one_line(tmp_path, tokenizer):
+    from eaglelab.data.conversations import conversation_responses
+
+    write_jsonl(tmp_path / "prompts.jsonl", [{"conversations": [{"role": "user", "content": "only a question"}]}] * 3)
+    with pytest.raises(SourceError, match=r"prompts\.jsonl: no conversation has an assistant turn with text"):
+        conversation_responses(tmp_path / "prompts.jsonl", tokenizer, 64)
+    write_jsonl(tmp_path / "mixed.jsonl", [CONVERSATIONS[0], {"text": "a text row"}])
+    with pytest.raises(SourceError, match=r"mixed\.jsonl: line 2 is a text row in a file of conversations"):
+        conversation_responses(tmp_path / "mixed.jsonl", tokenizer, 64)
+
+
+@given(prompt=st.integers(0, 400), reply=st.integers(0, 400), seq_len=st.integers(1, 300))
+def test_a_row_keeps_the_reply_first_and_never_passes_its_length(prompt, reply, seq_len):
+    from eaglelab.data.conversations import _fit
+
+    kept_p, kept_r = _fit(prompt, reply, seq_len)
+    assert 0 <= kept_p <= prompt and 0 <= kept_r <= reply and kept_p + kept_r <= seq_len
+    assert kept_r == min(reply, seq_len - min(prompt, seq_len // 2))  # the prompt holds at most half against a reply
+    assert kept_p + kept_r == min(prompt + reply, seq_len)  # nothing of the row is left empty that could be filled

@@ -50,6 +50,32 @@ def test_finetune_set_from_built_in_text_captures_the_drafter_layers(tiny_world)
     assert data.aux_layer_outputs == spec.aux_layer_ids  # SGLang convention: the ids are layer outputs
 
 
+def test_finetune_set_from_conversations_trains_and_holds_out_on_the_files_replies(tiny_world, tmp_path):
+    """#54 item 4: a file of conversations is the fine-tune's data as the world's replies are (states on prompt +
+    reply, the reply counted), its last conversations held out: no built-in text in what decides."""
+    from eaglelab.data.conversations import conversation_responses
+
+    model, tok = load_target(tiny_world.target_b, device="cpu")
+    spec = load_drafter(tiny_world.drafter_a).spec
+    f = tmp_path / "chats.jsonl"
+    f.write_text("".join(json.dumps({"conversations": [{"role": "user", "content": f"what does {i} add?"},
+                                                       {"role": "assistant", "content": f"it adds {i} to x " * 4}]})
+                         + "\n" for i in range(9)))
+    data, source = finetune_set(model, tok, spec, data_file=f, seq_len=24, train_sequences=6, eval_sequences=4,
+                                progress=False)
+    assert source.kind == "file" and "6 train / 2 held-out conversations of the file" in source.description
+    replies = conversation_responses(f, tok, 24)
+    assert len(data.train) == 6 and len(data.held_out) == 2
+    # counted: the reply's tokens only (the last one has no next token in the row)
+    assert int(data.train.loss_mask.sum()) == sum(len(r) for r in replies.replies[:6])
+    assert int(data.held_out.loss_mask.sum()) == sum(len(r) for r in replies.replies[7:9])
+    assert data.train.aux.shape[-1] == 3 * model.config.hidden_size and data.aux_layer_outputs == spec.aux_layer_ids
+    one = tmp_path / "one.jsonl"
+    one.write_text(f.read_text().splitlines()[0] + "\n")
+    with pytest.raises(SourceError, match="at least two are needed"):
+        finetune_set(model, tok, spec, data_file=one, seq_len=24, progress=False)
+
+
 def test_measure_prompts_come_from_the_world_else_from_docstrings(tiny_world):
     tok = AutoTokenizer.from_pretrained(str(tiny_world.target_a))
     world_prompts = measure_prompts(tok, 3, tiny_world)

@@ -115,6 +115,15 @@ def test_demo_build_end_to_end_at_mini_size_and_resumes_by_stage(smollm2_gguf, t
     spec_a = load_drafter(world.drafter_a).spec
     data, source = finetune_set(model_b, tok_b, spec_a, world=world_of(world.target_b), progress=False)
     assert source.kind == "world-replies" and len(data.train) == 2 and data.aux_layer_outputs == spec_a.aux_layer_ids
+    # #54 item 4: the world ships its conversations as files a user can pick, read back as the world's own rows
+    from eaglelab.data.conversations import conversation_responses
+    from eaglelab.data.data_files import data_file
+
+    assert data_file(world.conversations_a).kind == data_file(world.conversations_b).kind == "conversations"
+    picked = conversation_responses(world.conversations_a, tok_b, seq_len=512)
+    assert picked.prompts == held.prompts  # the chat template rendered in the sandbox as transformers renders it
+    assert [r[:len(w) - 1] for r, w in zip(picked.replies, held.replies)] == [w[:-1] for w in held.replies]
+    assert len(conversation_responses(world.conversations_b, tok_b, seq_len=512)) == 2 + 2  # B's train, then held out
     report = json.loads((world.root / "manifest.json").read_text())["drafters"]["drafter-a"]
     assert report["steps"] == 3 and report["held_out_accept_len"] >= 1.0
 

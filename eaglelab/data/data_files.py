@@ -3,8 +3,9 @@
 Two formats are read. JSONL, one object a line: ``{"text": ...}``, or a conversation, SpecForge's
 ``{"conversations": [{"role", "content"}, ...]}`` (ShareGPT's ``{"from", "value"}`` turns too). And plain UTF-8
 text, paragraphs apart by a blank line. A conversation is rendered with the target's own chat template (in the
-sandboxed renderer, :mod:`eaglelab.checkpoints.targets.chat_templates`), as the worlds' conversations are, so
-a drafter meets the token stream it is served on; text is packed as it is. Anything else (a ``.json``
+sandboxed renderer, :mod:`eaglelab.checkpoints.targets.chat_templates`) and kept as one row whose last reply is
+counted, as the worlds' conversations are (:mod:`eaglelab.data.conversations`), so a drafter meets the token
+stream it is served on and is judged on what it drafts; text is packed as it is. Anything else (a ``.json``
 document, a binary file such as ``.safetensors`` or ``.parquet``) is refused in one line that says what to give,
 before a target is loaded: the picker checks the same head (:func:`data_file`).
 """
@@ -52,7 +53,8 @@ class DataFile:
         """What the picker says about it."""
         mb = f"{self.size / 1e6:.2f} MB"
         if self.kind == "conversations":
-            return f"JSONL of conversations, {mb}: each rendered with the target's chat template, as the world's are"
+            return (f"JSONL of conversations, {mb}: each rendered with the target's chat template and kept as one row, "
+                    "its last reply counted, as the world's are")
         if self.kind == "texts":
             return f"JSONL of texts, {mb}: packed into rows as written (no chat template)"
         return f"plain text, {mb}: paragraphs packed into rows as written (no chat template)"

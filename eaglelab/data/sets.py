@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 
+from eaglelab.data.conversations import conversation_responses
 from eaglelab.data.corpus import docstrings, prompts_from_docstrings, split_held_out
+from eaglelab.data.data_files import data_file as read_data_file
 from eaglelab.data.probe_data import (
     FILE,
     WORLD,
@@ -28,10 +30,12 @@ from eaglelab.data.probe_data import (
     probe_data_choice,
     world_of,  # noqa: F401 (callers import it from here, as before)
 )
-from eaglelab.data.responses import Responses, response_rows
+from eaglelab.data.responses import Responses, capture_response_states, response_rows
 from eaglelab.data.states import FinetuneData, capture_data
 from eaglelab.data.tokens import builtin_sequences, encode_prompts, sequences_from_file
 from eaglelab.data.world import World
+from eaglelab.errors import SourceError
+from eaglelab.model.targets import Target
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,16 @@ def probe_set(tokenizer, n: int = 24, seq_len: int = 64, world: World | None = N
     Returns:
         With a world that keeps its targets' replies: the first ``n`` held-out conversations of
         target A whole (prompt + A's own reply, right-padded), counted where the next token is
-        A's reply (what the old drafter serves; a user's prompt is not drafted). Otherwise
-        ``seq_len``-token rows, every position counted but the last (no token of the row follows it;
+        A's reply (what the old drafter serves; a user's prompt is not drafted). A file of conversations
+        the same way, each a row of at most ``seq_len`` tokens (:mod:`eaglelab.data.conversations`).
+        Otherwise ``seq_len``-token rows, every position counted but the last (no token of the row follows it;
         an engine's dump cannot say what would).
     """
     choice = probe_data_choice(data_file, world, old_target)
+    if choice.kind == FILE and read_data_file(data_file).kind == "conversations":
+        ids, counted, _ = response_rows(conversation_responses(data_file, tokenizer, seq_len, n))
+        return ProbeSet(ids, counted, DataSource("file", f"{data_file}: {len(ids)} conversations, one a row of at most "
+                                                         f"{seq_len} tokens, counted at the last reply"), choice)
     if choice.kind == FILE:
         ids = sequences_from_file(data_file, tokenizer, seq_len, n)[:n]
         return ProbeSet(ids, _all_but_last(ids), DataSource("file", f"{data_file}: {len(ids)} rows of {seq_len} tokens"),
@@ -125,7 +134,9 @@ def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None
     Args:
         model, tokenizer: the new target.
         aux_spec: the drafter spec whose aux layers are captured.
-        data_file: the user's text / JSONL file (packed into ``seq_len`` rows; held out: built-in text).
+        data_file: the user's JSONL of conversations (the target's states on each prompt + reply, as the world's
+            replies; the file's last conversations held out), or text / JSONL of texts (packed into ``seq_len``
+            rows; held out: built-in text).
         world: a world whose target B replies to use (see :func:`world_of`); the drafter then reads
             the layers they were captured at.
         seq_len, train_sequences, eval_sequences: sizes of the file / built-in sets (and caps for
@@ -142,6 +153,9 @@ def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None
         return data, DataSource("world-replies", f"target B's own replies: {len(data.train)} train / "
                                                  f"{len(data.held_out)} held-out conversations "
                                                  f"({int(data.train.loss_mask.sum())} reply tokens)")
+    if data_file is not None and read_data_file(data_file).kind == "conversations":
+        return _conversation_set(model, aux_spec, data_file, tokenizer, seq_len, train_sequences, eval_sequences,
+                                 progress)
     if data_file is not None:
         train_ids = sequences_from_file(data_file, tokenizer, seq_len, train_sequences)[:train_sequences]
         kind, where = "file", str(data_file)
@@ -152,6 +166,27 @@ def finetune_set(model, tokenizer, aux_spec, data_file: str | Path | None = None
     data = capture_data(model, aux_spec, train_ids, eval_ids, progress=progress)
     return data, DataSource(kind, f"{where}: {len(train_ids)} train rows, {len(eval_ids)} held-out rows "
                                   f"of {seq_len} tokens")
+
+
+def _conversation_set(model, aux_spec, path, tokenizer, seq_len: int, train_sequences: int, eval_sequences: int,
+                      progress: bool) -> tuple[FinetuneData, DataSource]:
+    """A file of conversations as the world's replies are trained on: the target's states on each prompt + reply,
+    the reply counted, the file's last conversations held out (a quarter of it at most)."""
+    data = conversation_responses(path, tokenizer, seq_len, train_sequences + eval_sequences)
+    if len(data) < 2:
+        raise SourceError(path, "one conversation with a reply: at least two are needed (one to train, one held out)")
+    held = min(eval_sequences, max(1, len(data) // 4))
+    n_train = min(train_sequences, len(data) - held)
+    train = Responses(data.prompts[:n_train], data.replies[:n_train])
+    held_out = Responses(data.prompts[len(data) - held:], data.replies[len(data) - held:])
+    target = Target.for_drafter(model, aux_spec)
+    try:
+        states = FinetuneData(capture_response_states(target, train, progress=progress),
+                              capture_response_states(target, held_out, progress=progress), target.aux_layer_outputs)
+    finally:
+        target.close()
+    return states, DataSource("file", f"{path}: {len(train)} train / {len(held_out)} held-out conversations of the "
+                                      f"file ({train.reply_tokens} reply tokens), each a row of at most {seq_len} tokens")
 
 
 def measure_prompts(tokenizer, n: int, world: World | None = None) -> list[list[int]]:

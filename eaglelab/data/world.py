@@ -24,6 +24,9 @@ class World:
         replies_a, replies_b: folders with each target's own replies to the train / held-out
             prompts (``train.safetensors``, ``held_out.safetensors``, see
             :class:`eaglelab.data.responses.Responses`; demo world).
+        conversations_a, conversations_b: the same replies as JSONL conversations a user can pick as DATA
+            (demo world): A's to the held-out prompts (what notebook 03 probes), B's to the train prompts,
+            then the held-out ones (what notebook 04 trains on and holds out).
     """
 
     root: Path
@@ -36,13 +39,16 @@ class World:
     data_b: Path
     replies_a: Path
     replies_b: Path
+    conversations_a: Path
+    conversations_b: Path
 
     @classmethod
     def at(cls, root: str | Path) -> World:
         r = Path(root)
         return cls(r, r / "target-a", r / "target-b", r / "drafter-a", r / "drafter-b-small",
                    r / "prompts.json", r / "data" / "domain-a.safetensors", r / "data" / "domain-b.safetensors",
-                   r / "data" / "replies-a", r / "data" / "replies-b")
+                   r / "data" / "replies-a", r / "data" / "replies-b", r / "data" / "conversations-a.jsonl",
+                   r / "data" / "conversations-b.jsonl")
 
     def has_replies(self) -> bool:
         """Whether the world keeps its targets' own replies (the demo world does)."""

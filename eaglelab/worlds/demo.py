@@ -215,6 +215,25 @@ def build_announcement(todo: list[str], root: Path) -> str:
             "checkpoints.")
 
 
+def _write_conversation_files(w: World, prompts: dict[str, list[str]], tokenizer_dir: Path, replies_a: Path,
+                              replies_b: Path) -> None:
+    """The world's conversations as files a user can pick as DATA: each reply decoded as the assistant's text."""
+    from transformers import AutoTokenizer
+
+    from eaglelab.data.conversations import write_conversations
+    from eaglelab.data.responses import Responses
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    parts = {w.conversations_a: [(replies_a, "held_out")], w.conversations_b: [(replies_b, "train"), (replies_b, "held_out")]}
+    for path, sources in parts.items():
+        asked, said = [], []
+        for folder, split in sources:
+            replies = Responses.load(folder / f"{split}.safetensors").replies
+            asked += prompts[split][:len(replies)]
+            said += tok.batch_decode(replies, skip_special_tokens=True)
+        write_conversations(path, asked, said)
+
+
 def _load_model(folder: Path):
     from eaglelab.model.targets import load_target
 
@@ -298,7 +317,7 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
     order = {"target-a": stage_a, "replies-a": replies_a, "drafter-a": drafter_a, "target-b": stage_b,
              "replies-b": replies_b, "drafter-b-small": drafter_b}
     stages = {name: _stage_dir(cache, name, sp) for name, sp in order.items()}
-    world_params = {"stages": {k: v.name for k, v in stages.items()}}
+    world_params = {"stages": {k: v.name for k, v in stages.items()}, "conversation_files": 1}
     if not force and verify_manifest(root, world_params)[0]:
         return World.at(root)  # the common case: nothing to check stage by stage
     check_replaceable(root)  # before 10-15 minutes of stages: a folder that is not a world's is refused now
@@ -323,6 +342,7 @@ def build_demo_world(root: str | Path | None = None, force: bool = False, params
         for src, dst in ((s_replies_a, w.replies_a), (s_replies_b, w.replies_b)):
             _link_tree(src, dst, skip=("manifest.json",))
         write_json_atomic(w.prompts, prompts)
+        _write_conversation_files(w, prompts, s_target_a / "model", s_replies_a, s_replies_b)
         reports = {name: (read_manifest(stage) or {}).get("report")
                    for name, stage in stages.items() if name.startswith("drafter")}
         return {"stages": {k: v.name for k, v in stages.items()}, "drafters": reports}
