@@ -43,7 +43,8 @@ OLD_DRAFTER = None  # None: the world's drafter-a (trained on A)
 PAIR_WORLD = "tiny"  # another world whose own A → B pair tests the predictors on a different model; None: skip
 CACHE_DIR = None  # None: data/worlds/cache/drift (each point's record, reused by reruns)
 RUNS_DIR = "../data/runs/05"  # the engine-layout JSONL files of section 4
-SEQUENCES = 16  # held-out conversations teacher forced at every point (the first 16 of the 24 notebook 03 probes)
+DATA = None  # None: the world's held-out conversations (when A is the world's target), else built-in text; or your .txt / .jsonl (as 03)
+SEQUENCES = 16  # held-out sequences teacher forced at every point (the first 16 of the 24 notebook 03 probes)
 K = 3  # drafts per cycle
 MEASURE_PROMPTS = 4  # real speculative decoding at the measured points
 MEASURE_TOKENS = 48
@@ -60,11 +61,19 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.drift import analysis
-from eaglelab.drift.sweep import DEMO_MEASURED, DEMO_POINTS, SMOKE_MEASURED, SMOKE_POINTS, SweepSettings, run_sweep
+from eaglelab.drift.sweep import (
+    DEMO_MEASURED,
+    DEMO_POINTS,
+    SMOKE_MEASURED,
+    SMOKE_POINTS,
+    SweepSettings,
+    run_sweep,
+    sweep_data,
+)
 from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.case import notebook_case
-from eaglelab.workbook.choices import locate
+from eaglelab.workbook.choices import check_local_paths, locate
 from eaglelab.workbook.feasibility import require_loadable
 from eaglelab.workbook.inputs_record import record_inputs
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
@@ -73,10 +82,12 @@ from eaglelab.worlds.build import build_world, world_for
 
 plots.use_style()
 points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
-settings = SweepSettings(sequences=SEQUENCES, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
+check_local_paths({"DATA": DATA})  # a data file that cannot be read: one line, before any world
+settings = SweepSettings(sequences=SEQUENCES, data=DATA or None, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS)  # the parameters first: a bad one is one line, before any world
 if SMOKE:
-    settings = SweepSettings(sequences=16, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16, lora_rows=128)
+    settings = SweepSettings(sequences=16, data=DATA or None, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
+                             lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
 # nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
 demo = notebook_case("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
@@ -101,7 +112,8 @@ print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} poi
 sweep = run_sweep(OLD_TARGET, NEW_TARGET, OLD_DRAFTER, points, measured, settings, CACHE_DIR,
                   pair=(pair_world.target_a, pair_world.target_b, pair_world.drafter_a) if pair_world else None)
 table = pd.DataFrame(analysis.table_rows(sweep.records + sweep.pair)).set_index(["family", "point"])
-print(f"{sweep.computed} points computed, the rest from the cache; {sweep.seconds:.0f} s")
+print(f"{sweep.computed} points computed, the rest from the cache; {sweep.seconds:.0f} s\nteacher forced on: "
+      f"{sweep.records[0].data if sweep.records else 'no point'}")
 display(table.round(3))
 
 # %% [markdown]
@@ -151,13 +163,12 @@ print(f"chosen: {choice.chosen}; engine-computable: {choice.chosen_engine}; cali
 
 # %%
 from eaglelab.cli import main as eaglelab_cli
-from eaglelab.data.sets import probe_set, world_of
 from eaglelab.drift.measures import write_engine_file
 from eaglelab.drift.predictors import predict_from_files
 from eaglelab.model.targets import load_target
 
 files_dir = Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "05"))
-data = probe_set(load_target(OLD_TARGET)[1], settings.sequences, settings.seq_len, world_of(OLD_TARGET))
+data = sweep_data(load_target(OLD_TARGET)[1], settings, OLD_TARGET)  # the sweep's own held-out set
 old_file = write_engine_file(OLD_TARGET, data.ids, data.counted, files_dir / "old_target.vllm.jsonl", "vllm", TOP_K)
 new_file = write_engine_file(NEW_TARGET, data.ids, data.counted, files_dir / "new_target.sglang.jsonl", "sglang", TOP_K)
 chain_a = sweep.on_a.chain
@@ -186,6 +197,8 @@ ranges = analysis.family_ranges(sweep.records)
 reading = ("the drafter loses less than the targets' disagreement alone implies: it reads the new target's states and "
            "follows part of the move" if gamma < 1 else "the drafter loses more than the targets' disagreement alone implies")
 findings = f"""
+- **Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for these inputs,
+  its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ only by the sequences 03 adds.
 - **The law {TAG}:** the drafter's chain rates on A are {', '.join(f'{c:.2f}' for c in chain)} (τ {tau_a:.2f}); on a
   moved target τ' = 1 + Σ c_i · s^(i+1), with s the per-token survival. Fitted on all {len(sweep.records)} points,
   one law per measure fits every family within: {', '.join(f"{analysis.MEASURE_PANELS[k]} {100 * e:.0f}%" for k, e in fits.items())}.
@@ -195,8 +208,8 @@ findings = f"""
   (worst error {choice.error_words(chosen)}; mean {100 * choice.row(chosen)['mean_abs']:.1f}%); best from engine logprobs
   alone **{chosen_engine}** (worst {choice.error_words(chosen_engine)}). {len(failing)} of {len(choice.ranked)} miss the
   {100 * TOLERANCE:.0f}% goal: {', '.join(f"{n} ({100 * choice.row(n)['worst']:.0f}%)" for n in failing) or 'none'}.
-- **Teacher forced vs decoding {TAG}:** at the {len(measured_rows)} measured points, the teacher-forced τ on A's
-  held-out replies differs from real speculative decoding (on B′'s own greedy text) by
+- **Teacher forced vs decoding {TAG}:** at the {len(measured_rows)} measured points, the teacher-forced τ on that
+  set differs from real speculative decoding (on B′'s own greedy text) by
   {analysis.gap_text(gaps['teacher_forced'], TOLERANCE)}; replayed cycle by cycle (decoding skips the positions its
   accepted drafts cover), by {analysis.gap_text(gaps['walk'], TOLERANCE)}; replayed on the very text decoding
   produced, by {analysis.gap_text(gaps['walk_own_text'], TOLERANCE)}. What remains after the replay is the text B′
@@ -209,7 +222,8 @@ findings = f"""
 """
 display(Markdown(findings_markdown(findings)))
 save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
-                                              "OLD_DRAFTER": OLD_DRAFTER}, world.root),
+                                              "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
+                                             data_line=data.source.description, data_kind=data.source.kind),
                      "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
                      **choice.calibration(), "held_out": [h.to_json() for h in choice.held_out],
                      "gaps_vs_measured": gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},

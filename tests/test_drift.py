@@ -478,3 +478,22 @@ def test_sweep_measures_each_point_once_and_reuses_its_cache(tiny_world, tmp_pat
     other = run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, points[:2], (), SweepSettings(
         sequences=3, measure_prompts=1, measure_tokens=8), tmp_path, progress=False)
     assert other.computed == 2  # other settings: other keys, nothing stale reused
+
+
+def test_the_sweeps_tau_on_b_is_the_probes_on_the_same_data(tiny_world, tmp_path):
+    """#54 item 3: 03 gave τ 1.52 on B and 05 1.20 teacher forced for the same pair, unexplained: 05 ignored DATA and
+    probed built-in text. With the user's file both read the same rows, and B itself (α = 1) gives 03's τ exactly."""
+    from eaglelab.drift.families import DriftPoint
+    from eaglelab.drift.sweep import SweepSettings, run_sweep
+    from eaglelab.jobs.probe import ProbeSettings, probe_checkpoints
+
+    data = tmp_path / "mine.txt"
+    data.write_text("\n\n".join(f"def f{i}(x):\n    return x * {i} + {i * i}  # scaled, then shifted" for i in range(60)))
+    sweep = run_sweep(tiny_world.target_a, tiny_world.target_b, tiny_world.drafter_a, (DriftPoint("path", 1.0),), (),
+                      SweepSettings(sequences=6, data=str(data), seq_len=32), tmp_path / "cache", progress=False)
+    probe = probe_checkpoints(ProbeSettings(str(tiny_world.target_a), str(tiny_world.target_b), str(tiny_world.drafter_a),
+                                            data=str(data), sequences=6, seq_len=32, measure_prompts=0), progress=False)
+    b = sweep.at("path", 1.0)
+    assert str(data) in b.data and b.data == probe.data
+    assert b.on_b.accept_len == pytest.approx(probe.tau_b, abs=1e-6)
+    assert sweep.on_a.accept_len == pytest.approx(probe.tau_a, abs=1e-6)

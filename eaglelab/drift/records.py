@@ -124,5 +124,10 @@ class SweepRecord:
         return self.point.family
 
     @property
+    def data(self) -> str:
+        """The held-out set this point was teacher forced on, in one line ("" for a record that does not say)."""
+        return str(self.raw.get("data") or "")
+
+    @property
     def label(self) -> str:
         return self.point.label

@@ -55,6 +55,8 @@ class SweepSettings:
 
     Attributes:
         sequences: held-out sequences teacher forced (the world's conversations on the demo world).
+        data: the user's text / JSONL file (``DATA``), read as notebook 03's probe reads it; None: the world's
+            conversations when A is a world's target, else built-in text (as the probe).
         seq_len: tokens per row when the data is packed text (tiny world).
         k: drafts per cycle.
         batch_size: sequences per forward.
@@ -66,6 +68,7 @@ class SweepSettings:
     """
 
     sequences: int = 16
+    data: str | None = None
     seq_len: int = 64
     k: int = DEFAULT_K
     batch_size: int = 8
@@ -123,6 +126,19 @@ def files_key(*sources) -> str:
         parts.append(sorted((str(f.relative_to(folder)), f.stat().st_size, f.stat().st_mtime_ns)
                             for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else str(src))
     return _digest(parts)
+
+
+def _data_key(data: str) -> list:
+    """What identifies the data file: its path, size and modification time (a rewritten file is new data)."""
+    st = Path(data).stat()
+    return [str(data), st.st_size, st.st_mtime_ns]
+
+
+def sweep_data(tokenizer, settings: SweepSettings, old_target: str):
+    """The held-out set every point is teacher forced on: notebook 03's probe set for the same inputs (the user's
+    ``data``, else the world's conversations, else built-in text), its first ``settings.sequences``."""
+    return probe_set(tokenizer, settings.sequences, settings.seq_len, world_of(old_target), data_file=settings.data,
+                     old_target=old_target)
 
 
 def default_cache() -> Path:
@@ -191,7 +207,10 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
     """
     settings = settings or SweepSettings()
     cache = Path(cache_dir) if cache_dir else default_cache()
-    base_key = {"models": files_key(old_target, new_target, old_drafter), "settings": asdict(settings), "version": RECORD_VERSION}
+    base_key = {"models": files_key(old_target, new_target, old_drafter),
+                "settings": {k: v for k, v in asdict(settings).items() if k != "data"}, "version": RECORD_VERSION}
+    if settings.data:  # records of the default data keep their keys (a rerun reuses them)
+        base_key["data"] = _data_key(settings.data)
     paths = {p: cache / f"{p.family}-{p.magnitude:g}-{p.group}-{_digest([base_key, p.to_json()])}.json" for p in points}
     t0 = time.perf_counter()
     records: dict[DriftPoint, SweepRecord] = {p: r for p in points if (r := _cached(paths[p])) is not None}
@@ -200,7 +219,7 @@ def run_sweep(old_target, new_target, old_drafter, points=DEMO_POINTS, measured=
         model_a, tok = load_target(old_target)
         work, _ = load_target(old_target)  # becomes each B' in turn
         drafter = load_drafter(old_drafter).to(next(model_a.parameters()).device)
-        data = probe_set(tok, settings.sequences, settings.seq_len, world_of(old_target))
+        data = sweep_data(tok, settings, old_target)
         prompts = measure_prompts(tok, settings.measure_prompts, world_of(old_target))
         state_a = {k: v.detach().clone() for k, v in model_a.state_dict().items()}
         names = list(projection_weights(model_a))
