@@ -339,3 +339,63 @@ def test_microscaled_weights_are_costed_at_their_own_bits(quantization, bits):
     plain = ts.shape_from_config({k: v for k, v in GPT_OSS_120B.items() if k != "quantization_config"}, where="bf16")
     # the experts at 4.25 bits, the rest in bf16: 116.8 B parameters in about 65 GB, against 233.6 GB in bf16
     assert 60e9 < shape.total_bytes < 70e9 and 230e9 < plain.total_bytes < 236e9
+
+
+def test_the_weights_bytes_hold_against_the_model_cards_checkpoint_size():
+    """The gpt-oss model card (arXiv 2508.10925) gives gpt-oss-120b's checkpoint as 60.8 GiB: read from its shipped
+    config (MXFP4 experts, its modules_to_not_convert in bf16) within 1%."""
+    shape = ts.shape_from_config(GPT_OSS_120B, where="gpt-oss-120b")
+    assert shape.total_bytes / 2**30 == pytest.approx(60.8, rel=0.01)
+
+
+@pytest.mark.parametrize("quantization, bits, words", [
+    ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                         "lm_head"]},
+     4.25, "4.25 bits a weight (quantization_config.quant_method mxfp4: 4.25 bits with its block scales; attention, "
+           "lm head kept at 16)"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, 4.5,
+     "4.5 bits a weight (quantization_config.bits 4, half a bit of scales added; lm head kept at 16)"),
+    ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, 4.5, "(quantization_config.quant_algo w4a8_awq: 4-bit "
+                                                                  "integers, half a bit of scales added"),
+    (None, 16.0, "16 bits a weight (torch_dtype bfloat16)"),
+])
+def test_the_output_says_the_bits_a_weight_and_where_they_were_read(tmp_path, quantization, bits, words):
+    """#55 item 2: which bytes per weight the model used, and from where, in the line under the table; a router in an
+    ignore list is not a dense MLP kept in bf16."""
+    from eaglelab.jobs.load import LoadSettings, load_model_for
+
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "quantization_config"}
+    if quantization:
+        cfg["quantization_config"] = quantization
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model, source = load_model_for(LoadSettings(target_config=str(tmp_path), accept_len=2.0))
+    assert words in source and f"GB at {bits:g} bits" in source
+    stated, stated_source = load_model_for(LoadSettings(target_config=str(tmp_path), accept_len=2.0, weight_bits=4.25))
+    assert "at 4.25 bits a weight (--weight-bits)" in stated_source
+    assert stated.target.total_bytes <= model.target.total_bytes or bits < 4.25
+
+
+def test_modelopts_hf_quant_config_beside_the_config_is_read(tmp_path):
+    """ModelOpt's exports state their quantization in hf_quant_config.json, not config.json: read from there."""
+    from eaglelab.jobs.load import LoadSettings, load_model_for
+
+    cfg = {k: v for k, v in GPT_OSS_120B.items() if k != "quantization_config"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                                            "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}))
+    model, source = load_model_for(LoadSettings(target_config=str(tmp_path / "config.json"), accept_len=2.0))
+    assert "4.5 bits a weight (quantization_config.quant_algo nvfp4" in source and "attention, lm head kept at 16" in source
+    (tmp_path / "hf_quant_config.json").write_text("{not json")
+    from eaglelab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="hf_quant_config.json"):
+        load_model_for(LoadSettings(target_config=str(tmp_path), accept_len=2.0))
+
+
+def test_the_weight_bits_flag_is_one_line_when_out_of_range(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["perf", "--concurrency", "1", "--accept-len", "2", "--weight-bits", "0.5"])
+    err = capsys.readouterr().err.strip()
+    assert done.value.code == 2 and "argument --weight-bits: must be a number in [1, 32], got 0.5" in err
+    assert "\n" not in err

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from eaglelab.checkpoints.targets.reading import load_target_config
+from eaglelab.checkpoints.targets.config import text_config
+from eaglelab.checkpoints.targets.reading import load_serving_config
 from eaglelab.errors import ParameterError
 from eaglelab.inputs import printable
 from eaglelab.outputs import table
@@ -38,7 +39,7 @@ from eaglelab.serving.load import (
     require_verify_kv,
     scales_table,
 )
-from eaglelab.serving.load_checks import Calibration, calibration_of, residuals
+from eaglelab.serving.load_checks import Calibration, calibration_of, config_bits, residuals, stated_bits
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import (
@@ -52,7 +53,13 @@ from eaglelab.serving.perf import (
     require_reachable,
     require_tree,
 )
-from eaglelab.serving.target_shape import KV_DTYPE_BYTES, require_kv_dtype, shape_from_config
+from eaglelab.serving.target_shape import (
+    KV_DTYPE_BYTES,
+    TargetShape,
+    kept_unquantized,
+    require_kv_dtype,
+    shape_from_config,
+)
 from eaglelab.settings import DEFAULT_K, check_ranges, option
 
 DEFAULT_CONCURRENCY = (1, 8, 64, 128)
@@ -80,6 +87,9 @@ class MachineSettings:
             FlashMLA) or per-token (decode kernels, e.g. vLLM's TRITON_MLA).
         context: mean context tokens per request (its KV cache is read every step; 0: short prompts, as sweeps
             publish "ctx 0").
+        weight_bits: bits per weight, scales included, every weight at them, when the config does not say how the
+            served weights are stored (None: the config's quantization, ModelOpt's hf_quant_config.json beside it,
+            else its dtype; the output says which).
     """
 
     target_config: str | None = None
@@ -92,6 +102,7 @@ class MachineSettings:
     cuda_graphs: tuple[str, ...] | None = option(None, choices=STEP_KINDS, count="*")
     verify_kv: str = option("once", choices=VERIFY_KV)
     context: int = option(2048, min=0, max=MAX_WHOLE)
+    weight_bits: float | None = option(None, min=1.0, max=32.0)
 
     def __post_init__(self):
         if self.cuda_graphs == ():  # the bare flag: every step kind
@@ -293,6 +304,16 @@ def _gpus_for(shape, gpu: str) -> int:
     return g
 
 
+def weights_words(shape: TargetShape, config: dict, weight_bits: float | None, where: str) -> str:
+    """The weights' bytes and the bits a weight they were counted at, with where the bits were read."""
+    bits, why = (weight_bits, "--weight-bits") if weight_bits else stated_bits(config, where)
+    dtype = config.get("torch_dtype") or text_config(config).get("torch_dtype") or "bfloat16"
+    dtype_bits = config_bits({"torch_dtype": dtype}, where)
+    kept = sorted(kept_unquantized(config)) if why.startswith("quantization_config") and bits != dtype_bits else []
+    kept_words = f"; {', '.join(k.replace('_', ' ') for k in kept)} kept at {dtype_bits:g}" if kept else ""
+    return f"weights {shape.total_bytes / 1e9:.1f} GB at {bits:g} bits a weight ({why}{kept_words})"
+
+
 def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
     """The uncalibrated model and what it is of, in words: the target's config on the GPUs, else the founding case."""
     s = settings
@@ -301,11 +322,12 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
         gpu, gpus = s.gpu or FOUNDING_GPU, s.gpus or FOUNDING_GPUS
         graphs = s.cuda_graphs if s.cuda_graphs is not None else FOUNDING_GRAPHS
     else:
-        config, where, what = load_target_config(s.target_config), s.target_config, printable(s.target_config)
+        config, where, what = load_serving_config(s.target_config), s.target_config, printable(s.target_config)
         gpu = s.gpu or DEFAULT_GPU
         graphs = s.cuda_graphs if s.cuda_graphs is not None else STEP_KINDS
         gpus = None
-    shape = shape_from_config(config, kv_dtype=s.kv_dtype, where=where)
+    shape = shape_from_config(config, weight_bits=s.weight_bits, kv_dtype=s.kv_dtype, where=where)
+    what = f"{what}, {weights_words(shape, config, s.weight_bits, where)}"
     if gpu == "cpu":  # the workbook's own engine runs: vLLM's CPU build on this machine
         model = LoadModel(shape, CPU, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv)
         return model, f"the serving-cost model of {what} on this machine's CPU"

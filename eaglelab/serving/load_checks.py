@@ -81,8 +81,22 @@ MICROSCALED_BITS = {"mxfp4": 4.25, "nvfp4": 4.5}
 
 
 def config_bits(cfg: dict[str, Any], where: str) -> float:
-    """Bits per weight a target's config states: its quantization's (a bit width plus half a bit of scales; a
-    microscaled format's own, :data:`MICROSCALED_BITS`; FP8's 8), else its dtype's.
+    """Bits per weight a target's config states (:func:`stated_bits`'s number)."""
+    return stated_bits(cfg, where)[0]
+
+
+#: ModelOpt's integer algorithms (``quant_algo``) by the words in their names: bits with half a bit of scales.
+MODELOPT_INT_BITS = (("w4a", 4.5), ("int4", 4.5), ("w8a", 8.5), ("int8", 8.5))
+#: Bits of each float dtype a config may name.
+DTYPE_BITS = {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8_e4m3fn": 8.0}
+
+
+def stated_bits(cfg: dict[str, Any], where: str) -> tuple[float, str]:
+    """Bits per weight a target's config states, and where they were read, in words.
+
+    Its quantization's: a bit width plus half a bit of scales (``bits``, ``w_bit``, compressed-tensors'
+    ``config_groups.*.weights.num_bits``), a microscaled format's own (:data:`MICROSCALED_BITS`), FP8's 8,
+    ModelOpt's integer algorithms (:data:`MODELOPT_INT_BITS`); else its dtype's (bf16 when it names none).
 
     Raises:
         ConfigError: a quantization's bit width that is not a whole number from 1 to 32 (a bool, 0 or -4
@@ -100,15 +114,22 @@ def config_bits(cfg: dict[str, Any], where: str) -> float:
             name, bits = found[0]
             if isinstance(bits, bool) or not 1 <= bits <= 32:
                 raise ConfigError(where, f"field {printable(repr(name))} must be a bit width from 1 to 32, got {shown(bits)}")
-            return float(bits) + 0.5
-        named = {str(q.get(key, "")).lower() for key in ("quant_method", "quant_algo")}
-        for fmt, bits in MICROSCALED_BITS.items():
-            if fmt in named:
-                return bits
-        if any("fp8" in name for name in named):
-            return 8.0
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    return {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8_e4m3fn": 8.0}.get(dtype, 16.0)
+            return float(bits) + 0.5, f"{printable(name)} {bits}, half a bit of scales added"
+        named = {key: str(q.get(key, "")).lower()[:60] for key in ("quant_method", "quant_algo")}
+        for key, value in named.items():
+            for fmt, bits in MICROSCALED_BITS.items():
+                if fmt in value:
+                    return bits, f"quantization_config.{key} {printable(value)}: {bits:g} bits with its block scales"
+            for word, bits in MODELOPT_INT_BITS:
+                if word in value:
+                    return bits, f"quantization_config.{key} {printable(value)}: {bits - 0.5:g}-bit integers, half a " \
+                                 "bit of scales added"
+            if "fp8" in value:
+                return 8.0, f"quantization_config.{key} {printable(value)}: 8-bit floats"
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or text_config(cfg).get("torch_dtype") or "bfloat16")
+    if dtype in DTYPE_BITS:
+        return DTYPE_BITS[dtype], f"torch_dtype {dtype}"
+    return 16.0, f"torch_dtype {printable(dtype[:40])} read as 16 bits"
 
 
 @dataclass(frozen=True)

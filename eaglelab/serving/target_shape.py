@@ -121,6 +121,8 @@ def kept_unquantized(cfg: dict) -> set[str]:
     kept = set() if q.get("lm_head") is True else {"lm_head"}
     for entry in entries:
         words = entry.replace("re:", " ")
+        if "router" in words or words.rstrip("$").endswith((".gate", "mlp.gate")):  # the MoE router: a few KB a layer
+            continue
         if "lm_head" in words:
             kept.add("lm_head")
         if "attn" in words or "attention" in words:

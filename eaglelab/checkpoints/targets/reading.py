@@ -13,7 +13,7 @@ from typing import Any
 
 from eaglelab.checkpoints.files.hub import open_repo
 from eaglelab.checkpoints.files.sources import Checkpoint, is_hub_id, load_checkpoint, local_path, read_config
-from eaglelab.checkpoints.targets.config import TargetWeights, target_weights
+from eaglelab.checkpoints.targets.config import TargetWeights, target_weights, text_config
 from eaglelab.errors import ConfigError, SourceError
 from eaglelab.inputs import path_kind, read_json_object
 
@@ -49,6 +49,28 @@ def load_target_config(target: str, revision: str | None = None) -> dict[str, An
     if config is None:
         raise ConfigError(target, "the hub repository has no config.json")
     return config
+
+
+def load_serving_config(target: str, revision: str | None = None) -> dict[str, Any]:
+    """:func:`load_target_config`, with NVIDIA Model-Optimizer's ``hf_quant_config.json`` beside a local config
+    folded in as its ``quantization_config`` where the config states none (ModelOpt's exports keep it there):
+    how the served weights are stored, for the serving-cost model.
+
+    Raises:
+        ConfigError: the config or the hf_quant_config.json is not strict JSON.
+    """
+    config = load_target_config(target, revision)
+    if config.get("quantization_config") or text_config(config).get("quantization_config"):
+        return config
+    p = local_path(target, ConfigError)
+    kind = path_kind(p, ConfigError)
+    if kind is None:
+        return config
+    beside = (p if kind == "folder" else p.parent) / "hf_quant_config.json"
+    if path_kind(beside, ConfigError) is None:
+        return config
+    q = read_json_object(beside, ConfigError).get("quantization")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **q}} if isinstance(q, dict) else config
 
 
 def read_target_weights(target: str, revision: str | None = None,
