@@ -399,3 +399,65 @@ def test_the_weight_bits_flag_is_one_line_when_out_of_range(capsys):
     err = capsys.readouterr().err.strip()
     assert done.value.code == 2 and "argument --weight-bits: must be a number in [1, 32], got 0.5" in err
     assert "\n" not in err
+
+
+# --------------------------------------------------------------------------- attention per layer (#55 item 2)
+
+QWEN35_397B = {"model_type": "qwen3_5_moe", "hidden_size": 4096, "num_hidden_layers": 60, "vocab_size": 248320,
+               "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 256, "num_experts": 512,
+               "num_experts_per_tok": 10, "moe_intermediate_size": 1024, "full_attention_interval": 4,
+               "linear_num_key_heads": 16, "linear_num_value_heads": 64, "linear_key_head_dim": 128,
+               "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16"}
+
+
+def test_each_layers_attention_is_costed_as_its_kind():
+    """Every layer was costed as full attention: gpt-oss's alternate sliding-window layers (128 tokens) and
+    Qwen3.5's three linear-attention layers in four (a recurrent state, no growing KV) got several times their KV."""
+    alternating = {**GPT_OSS_120B, "sliding_window": 128,
+                   "layer_types": ["sliding_attention", "full_attention"] * 18}
+    plain = ts.shape_from_config(GPT_OSS_120B, where="all full")
+    hybrid = ts.shape_from_config(alternating, where="gpt-oss")
+    per_layer = plain.kv_bytes_per_token / 36
+    assert hybrid.kv_bytes_per_token == pytest.approx(18 * per_layer) and hybrid.window_tokens == 128
+    at_64k = float(hybrid.kv_read_bytes(65536))
+    assert at_64k == pytest.approx(18 * per_layer * 65536 + 18 * per_layer * 128)
+    assert float(hybrid.kv_read_bytes(100)) == pytest.approx(plain.kv_read_bytes(100))  # within the window: the same
+    qwen = ts.shape_from_config(QWEN35_397B, where="Qwen3.5")
+    # 15 full layers of 2 KV heads x 256 in bf16; 45 layers of 64 x 128 x 128 state plus the convolution's window
+    assert qwen.kv_bytes_per_token == 15 * 2 * 2 * 256 * 2
+    assert qwen.state_bytes == 45 * (64 * 128 * 128 + 3 * (2 * 16 * 128 + 64 * 128)) * 2
+    assert float(qwen.kv_read_bytes(0)) == qwen.state_bytes  # a state is held at any context
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"layer_types": ["full_attention", "cross_attention"] * 18}, "layer type 'cross_attention' is not one"),
+    ({"layer_types": ["full_attention"] * 35}, "layer_types names 35 layers, the config has 36"),
+    ({"layer_types": ["sliding_attention"] * 36}, "sliding-window layers need sliding_window"),
+])
+def test_an_attention_layout_the_model_cannot_cost_is_refused_by_name(change, says):
+    with pytest.raises(ParameterError, match="^gpt-oss: ") as err:
+        ts.shape_from_config({**GPT_OSS_120B, **change}, where="gpt-oss")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_hybrid_targets_cache_fits_where_full_attention_would_not():
+    """At 64k context on 8 x H200 in bf16, Qwen3.5-397B's KV was costed for 60 full layers: it fits 4x the requests."""
+    shape = ts.shape_from_config(QWEN35_397B, where="Qwen3.5")
+    full = ts.shape_from_config({k: v for k, v in QWEN35_397B.items() if k != "full_attention_interval"}, where="full")
+    hybrid = ld.LoadModel(shape, ld.machine("h200", 8), context=65536)
+    as_full = ld.LoadModel(full, ld.machine("h200", 8), context=65536)
+    fits = max(b for b in range(1, 4096) if bool(hybrid.kv_fits(b, 3)))
+    fits_full = max(b for b in range(1, 4096) if bool(as_full.kv_fits(b, 3)))
+    assert 3.5 < fits / fits_full < 4.1
+    assert hybrid.decode_s(8) < as_full.decode_s(8)  # a quarter of the KV read a step
+
+
+@given(context=st.integers(0, 2_000_000), more=st.integers(0, 100_000))
+@settings(max_examples=50, deadline=None)
+def test_what_a_request_holds_grows_with_its_context_and_is_linear_without_windows(context, more):
+    alternating = ts.shape_from_config({**GPT_OSS_120B, "sliding_window": 128,
+                                        "layer_types": ["sliding_attention", "full_attention"] * 18}, where="gpt-oss")
+    plain = ts.shape_from_config(GPT_OSS_120B, where="all full")
+    for shape in (alternating, plain, ts.shape_from_config(QWEN35_397B, where="Qwen3.5")):
+        assert float(shape.kv_read_bytes(context + more)) >= float(shape.kv_read_bytes(context)) >= 0
+    assert float(plain.kv_read_bytes(context)) == pytest.approx(context * plain.kv_bytes_per_token)

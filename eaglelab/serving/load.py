@@ -269,8 +269,8 @@ class LoadModel:
         kv_ways = max(1, min(g, x.kv_ways))
         routed = b + (t - b) * EXPERT_NOVELTY  # a request's later tokens route much like its first
         kv_reads = t if kind == "verify" and self.verify_kv == "per-token" else b  # each query its own read, or one each
-        memory = (x.weight_bytes(routed) / g + kv_reads * self.context * x.kv_bytes_per_token / kv_ways) / m.bandwidth_bytes_s
-        compute = t * (2.0 * x.active_params + x.attention_flops_per_context * self.context) / g / m.flops_s
+        memory = (x.weight_bytes(routed) / g + kv_reads * x.kv_read_bytes(self.context) / kv_ways) / m.bandwidth_bytes_s
+        compute = t * (2.0 * x.active_params + x.attention_flops(self.context)) / g / m.flops_s
         if m.overlap:
             memory, compute = np.maximum(memory, compute), np.zeros_like(compute)
         comm = np.zeros_like(t)
@@ -334,19 +334,20 @@ class LoadModel:
 
     # ---- memory
 
+    def kv_room_bytes(self) -> float:
+        """KV-cache bytes a GPU holds beside its share of the weights (inf on a machine of unknown memory)."""
+        return max(self.machine.memory_bytes * MEMORY_FRACTION - self.target.total_bytes / self.machine.gpus, 0.0)
+
     def kv_capacity_tokens(self) -> float:
-        """Context tokens the KV cache holds beside the weights (inf on a machine of unknown memory)."""
-        m, x = self.machine, self.target
-        free = m.memory_bytes * MEMORY_FRACTION - x.total_bytes / m.gpus
-        per_token = x.kv_bytes_per_token / max(1, min(m.gpus, x.kv_ways))
-        if not math.isfinite(free):
-            return math.inf
-        return max(free, 0.0) / per_token if per_token else math.inf
+        """Context tokens the KV cache holds beside the weights, at this context's bytes a token (inf: unknown)."""
+        x, ways = self.target, max(1, min(self.machine.gpus, self.target.kv_ways))
+        per_token = float(x.kv_read_bytes(max(self.context, 1))) / max(self.context, 1) / ways
+        return self.kv_room_bytes() / per_token if per_token else math.inf
 
     def kv_fits(self, concurrency, k: int = 0) -> np.ndarray:
         """Whether ``concurrency`` requests' KV caches (context plus a cycle's tokens) fit beside the weights."""
-        b = np.asarray(concurrency, dtype=float)
-        return b * (self.context + self.verify_tokens(k)) <= self.kv_capacity_tokens()
+        b, ways = np.asarray(concurrency, dtype=float), max(1, min(self.machine.gpus, self.target.kv_ways))
+        return b * self.target.kv_read_bytes(self.context + self.verify_tokens(k)) / ways <= self.kv_room_bytes()
 
     def weights_fit(self) -> bool:
         m = self.machine
@@ -416,7 +417,7 @@ class LoadModel:
             ("dense weights", x.dense_bytes / 1e9, "GB", "read by every forward", "the config and its quantization"),
             ("expert", x.expert_bytes / 1e6, "MB", f"{x.experts_total} per MoE layer, {x.experts_per_token} per token",
              "the config"),
-            ("KV per token", x.kv_bytes_per_token / 1e3, "KB", "all layers", "the config and --kv-dtype"),
+            ("KV per token", x.kv_bytes_per_token / 1e3, "KB", "the layers that keep every token", "the config and --kv-dtype"),
             ("context", self.context, "tokens", "mean per request", "--context"),
         ]
         out = [{"parameter": n, "value": v, "unit": u, "what": w, "source": so} for n, v, u, w, so in rows]

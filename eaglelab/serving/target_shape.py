@@ -49,10 +49,15 @@ class TargetShape:
     Attributes:
         dense_bytes: weights every forward reads: attention, dense MLPs, shared experts, ``lm_head``.
         active_params: parameters a token computes with (two FLOPs each).
-        kv_bytes_per_token: KV-cache bytes of one context token, all layers.
+        kv_bytes_per_token: KV-cache bytes of one context token, all the layers that keep every token (full
+            attention; every layer of a model without ``layer_types``).
         kv_ways: how many ways tensor parallelism can split the KV cache (a GQA model's KV heads; 1 for MLA,
             whose latent every GPU holds whole).
-        attention_flops_per_context: FLOPs of one new token's attention per context token, all layers.
+        attention_flops_per_context: FLOPs of one new token's attention per context token, those layers.
+        window_kv_bytes_per_token, window_tokens, window_attention_flops_per_context: the sliding-window layers'
+            KV bytes and attention FLOPs per context token, read over the last ``window_tokens`` tokens only.
+        state_bytes: the linear-attention (state-space) layers' recurrent state of one request: read every step,
+            the same at any context.
         layers, hidden_size: the forward's depth and width (all-reduces, launches).
         moe_layers, experts_total, experts_per_token, expert_bytes: the routed experts (0 for a dense model).
         total_bytes: every weight, for the memory the KV cache is left.
@@ -75,6 +80,10 @@ class TargetShape:
     draft_bytes: float = 0.0
     draft_params: float = 0.0
     draft_vocab: int = 0
+    window_kv_bytes_per_token: float = 0.0
+    window_tokens: int = 0
+    window_attention_flops_per_context: float = 0.0
+    state_bytes: float = 0.0
 
     def __post_init__(self):
         """Every byte and FLOP term finite and >= 0, and a token's experts among the layer's: else a forward could
@@ -89,6 +98,18 @@ class TargetShape:
     def kernels(self) -> int:
         """Kernels one forward launches one by one when it is not a CUDA graph."""
         return (self.layers - self.moe_layers) * KERNELS_PER_LAYER["dense"] + self.moe_layers * KERNELS_PER_LAYER["moe"]
+
+    def kv_read_bytes(self, context) -> np.ndarray:
+        """KV-cache (and recurrent-state) bytes one request holds, and one forward reads, at ``context`` tokens."""
+        c = np.asarray(context, dtype=float)
+        return c * self.kv_bytes_per_token + np.minimum(c, self.window_tokens) * self.window_kv_bytes_per_token \
+            + self.state_bytes
+
+    def attention_flops(self, context) -> np.ndarray:
+        """FLOPs of one new token's attention at ``context`` tokens (sliding layers over their window only)."""
+        c = np.asarray(context, dtype=float)
+        return c * self.attention_flops_per_context \
+            + np.minimum(c, self.window_tokens) * self.window_attention_flops_per_context
 
     def weight_bytes(self, tokens) -> np.ndarray:
         """Weight bytes a forward over ``tokens`` tokens reads: the dense ones and the experts its tokens wake."""
@@ -136,6 +157,55 @@ def kept_unquantized(cfg: dict) -> set[str]:
     return kept
 
 
+#: ``layer_types`` values by the kind of attention they cost as (transformers' names; Qwen3-Next, gpt-oss, Gemma).
+LAYER_KINDS = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
+               "chunked_attention": "sliding", "linear_attention": "linear", "mamba": "linear", "ssm": "linear"}
+
+
+def layer_kinds(text: dict, layers: int, where: str) -> dict[str, int]:
+    """How many layers keep every token (``full``), a window of them (``sliding``, with ``window``), or a recurrent
+    state (``linear``): from ``layer_types``, else ``full_attention_interval`` (every n-th layer full, the others
+    linear), else every layer sliding where ``use_sliding_window`` is true, else full.
+
+    Raises:
+        ParameterError: a layer type not in :data:`LAYER_KINDS` (named: it is refused, not costed as full
+            attention), a ``layer_types`` of another length than the layers, or sliding layers with no window.
+    """
+    types = text.get("layer_types")
+    counts = {"full": 0, "sliding": 0, "linear": 0}
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise ParameterError(where, f"layer_types names {len(types)} layers, the config has {layers}")
+        for t in types:
+            kind = LAYER_KINDS.get(t) if isinstance(t, str) else None
+            if kind is None:
+                raise ParameterError(where, f"layer type {str(t)[:40]!r} is not one the serving-cost model reads "
+                                            f"({', '.join(sorted(LAYER_KINDS))})")
+            counts[kind] += 1
+    elif isinstance(text.get("full_attention_interval"), int) and text["full_attention_interval"] > 0:
+        counts["full"] = layers // text["full_attention_interval"]  # Qwen3-Next / 3.5: every n-th layer full
+        counts["linear"] = layers - counts["full"]
+    elif text.get("use_sliding_window") is True and text.get("sliding_window"):
+        counts["sliding"] = layers
+    else:
+        counts["full"] = layers
+    window = text.get("sliding_window") or text.get("attention_chunk_size")
+    if counts["sliding"] and not (isinstance(window, int) and not isinstance(window, bool) and window > 0):
+        raise ParameterError(where, "sliding-window layers need sliding_window, a whole number of tokens > 0")
+    return {**counts, "window": int(window) if counts["sliding"] else 0}
+
+
+def linear_state_elements(text: dict, heads: int, head_dim: int) -> int:
+    """One linear-attention layer's recurrent state of one request, elements: value heads x key dim x value dim
+    (Qwen3-Next's gated DeltaNet: ``linear_num_value_heads``, ``linear_key_head_dim``, ``linear_value_head_dim``),
+    plus its short convolution's window; the attention heads' shape where the config names none."""
+    v_heads = int(text.get("linear_num_value_heads") or heads)
+    k_heads = int(text.get("linear_num_key_heads") or v_heads)
+    dk, dv = int(text.get("linear_key_head_dim") or head_dim), int(text.get("linear_value_head_dim") or head_dim)
+    conv = max(int(text.get("linear_conv_kernel_dim") or 4) - 1, 0) * (2 * k_heads * dk + v_heads * dv)
+    return v_heads * dk * dv + conv
+
+
 def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str = "bf16",
                       where: str = "config.json") -> TargetShape:
     """A :class:`TargetShape` from a transformers config (dense, GQA / MLA attention, routed experts).
@@ -161,6 +231,7 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
 
     kv_elem = KV_DTYPE_BYTES[kv_dtype]
     heads = int(text.get("num_attention_heads") or 1)
+    layered: dict = {}  # the sliding-window and linear-attention layers' terms, when the config has them
     if text.get("kv_lora_rank"):  # MLA (DeepSeek-V3, Kimi-K2): a compressed latent per token and layer
         q_rank, kv_rank = int(text.get("q_lora_rank") or 0), int(text["kv_lora_rank"])
         rope, nope = int(text.get("qk_rope_head_dim") or 64), int(text.get("qk_nope_head_dim") or 128)
@@ -173,15 +244,22 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
         head_dim = int(text.get("head_dim") or H // heads)
         kv_heads = int(text.get("num_key_value_heads") or heads)
         attn = H * heads * head_dim * 2 + H * kv_heads * head_dim * 2
-        kv, kv_ways = L * 2 * kv_heads * head_dim * kv_elem, kv_heads
-        attn_flops = L * 4 * heads * head_dim
+        kinds = layer_kinds(text, L, where)
+        kv, kv_ways = kinds["full"] * 2 * kv_heads * head_dim * kv_elem, kv_heads
+        attn_flops = kinds["full"] * 4 * heads * head_dim
+        if kinds["sliding"]:
+            window = kinds["window"]
+            layered.update(window_kv_bytes_per_token=kinds["sliding"] * 2 * kv_heads * head_dim * kv_elem,
+                           window_tokens=window, window_attention_flops_per_context=kinds["sliding"] * 4 * heads * head_dim)
+        if kinds["linear"]:
+            layered["state_bytes"] = kinds["linear"] * linear_state_elements(text, heads, head_dim) * kv_elem
     inter = int(text.get("intermediate_size") or 4 * H)
     head = V * H
     draft_vocab = min(V, 32000)
     draft_params = 4 * H * H + 3 * H * inter + 3 * H * H + draft_vocab * H  # one layer (2H in), fc, lm_head
     common = dict(kv_bytes_per_token=kv, kv_ways=kv_ways, attention_flops_per_context=attn_flops, layers=L,
                   hidden_size=H, draft_bytes=draft_params * dtype_bits / 8, draft_params=draft_params,
-                  draft_vocab=draft_vocab)
+                  draft_vocab=draft_vocab, **layered)
     experts = int(text.get("n_routed_experts") or text.get("num_experts") or text.get("num_local_experts") or 0)
     if experts:
         top = int(text.get("num_experts_per_tok") or 1)
