@@ -461,3 +461,20 @@ def test_what_a_request_holds_grows_with_its_context_and_is_linear_without_windo
     for shape in (alternating, plain, ts.shape_from_config(QWEN35_397B, where="Qwen3.5")):
         assert float(shape.kv_read_bytes(context + more)) >= float(shape.kv_read_bytes(context)) >= 0
     assert float(plain.kv_read_bytes(context)) == pytest.approx(context * plain.kv_bytes_per_token)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--baseline-tps", "1500", "--at-concurrency", "8"], "1500 tok/s per request means a plain step of 0.667 ms at 8 in "
+                                                          "flight, under the "),
+    (["--baseline-tps", "2000"], "if it is several requests' tok/s together, give one request's"),
+])
+def test_aggregate_tok_s_given_per_request_is_refused_with_the_mix_up(capsys, argv, says):
+    """#55 item 3: aggregate tok/s given as --baseline-tps made a step faster than reading the weights, and a break-even
+    τ of 12 at k = 3, taken as plausible."""
+    assert main(["perf", "--concurrency", "1", "8", "--cycle-ms", "9", "--accept-len", "2.5", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("eaglelab perf: error: --baseline-tps: the model cannot reproduce the point measured: ")
+    assert says in err and "\n" not in err
+    if "8" in argv:
+        assert "give 187.5" in err  # the per-request figure it likely meant
+    assert main(["perf", "--concurrency", "1", "8", "--cycle-ms", "30", "--accept-len", "2.5", "--baseline-tps", "82"]) == 0

@@ -339,6 +339,31 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
     return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
 
 
+#: A measured plain step this many times shorter than reading the weights at the datasheet bandwidth is refused.
+STEP_FLOOR_MARGIN = 2.0
+
+
+def require_readable_step(model: LoadModel, baseline_tps: float, concurrency: int) -> None:
+    """Refuse a ``--baseline-tps`` whose plain step is shorter than reading the weights once on the machine described
+    (beyond :data:`STEP_FLOOR_MARGIN`): the likely mix-up is aggregate tok/s given as per request, or another machine.
+
+    Raises:
+        ParameterError: naming ``--baseline-tps``, the step it implies, the read it cannot beat, and what to check.
+    """
+    step = 1.0 / baseline_tps
+    floor = float(model.forward_parts(concurrency, concurrency)["memory"])
+    if not step * STEP_FLOOR_MARGIN < floor:
+        return
+    aggregate = f"; if {baseline_tps:g} tok/s is all {concurrency} requests' together, give {baseline_tps / concurrency:.4g}" \
+        if concurrency > 1 else "; if it is several requests' tok/s together, give one request's and --at-concurrency " \
+                                "as measured"
+    raise ParameterError("--baseline-tps", f"the model cannot reproduce the point measured: {baseline_tps:g} tok/s per "
+                                           f"request means a plain step of {1e3 * step:.3g} ms at "
+                                           f"{concurrency} in flight, under the {1e3 * floor:.3g} ms that reading the "
+                                           f"weights and KV cache once takes on {model.machine.name} at its datasheet "
+                                           f"bandwidth{aggregate}; else name the machine (--gpu, --gpus, --weight-bits)")
+
+
 def cost_points(table: CostTable, s: LoadSettings) -> list[Point]:
     """A cost table's rows as measured points (plain steps and cycles at their own context)."""
     for r in table.cycles:
@@ -403,6 +428,8 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     require_reachable(tau, s.k, "--accept-len" if s.accept_len is not None else "--log")
     model = calibration = None
     start, source = load_model_for(s)
+    if s.baseline_tps is not None and start.weights_fit():  # else the machine is not the one measured: said below
+        require_readable_step(start, s.baseline_tps, s.at_concurrency)
     if not start.weights_fit():
         notes.append(f"the weights ({start.target.total_bytes / 1e9:.0f} GB) do not fit in {start.machine.name} with "
                      f"room for a KV cache: give --gpus or --gpu as deployed")
