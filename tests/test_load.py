@@ -478,3 +478,19 @@ def test_aggregate_tok_s_given_per_request_is_refused_with_the_mix_up(capsys, ar
     if "8" in argv:
         assert "give 187.5" in err  # the per-request figure it likely meant
     assert main(["perf", "--concurrency", "1", "8", "--cycle-ms", "30", "--accept-len", "2.5", "--baseline-tps", "82"]) == 0
+
+
+def test_a_measured_speculative_tok_s_stands_for_the_cycle(capsys):
+    """#55 item 3: no input for a measured speculative tok/s; the user had to derive --cycle-ms (τ / tok/s) by hand."""
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+
+    assert main(["perf", "--baseline-tps", "82", "--spec-tps", "164", "--accept-len", "2.5"]) == 0
+    assert "(2.00x baseline 82.0)" in capsys.readouterr().out
+    same = LoadSettings(baseline_tps=82, spec_tps=164, accept_len=2.5, concurrency=(1, 8))
+    assert same.cycle_ms == pytest.approx(1e3 * 2.5 / 164)
+    assert speculation_under_load(same).rows == speculation_under_load(
+        LoadSettings(baseline_tps=82, cycle_ms=1e3 * 2.5 / 164, accept_len=2.5, concurrency=(1, 8))).rows
+    for extra, says in ((["--cycle-ms", "30", "--accept-len", "2.5"], "not both"), ([], "needs --accept-len")):
+        assert main(["perf", "--concurrency", "1", "--baseline-tps", "82", "--spec-tps", "164", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("eaglelab perf: error: --spec-tps: ") and says in err

@@ -127,6 +127,8 @@ class LoadSettings(MachineSettings):
             {DEFAULT_CONCURRENCY}).
         baseline_tps: plain decoding tok/s per request, measured at ``at_concurrency``.
         cycle_ms: the speculative cycle in ms (draft + verify + overhead), measured at ``at_concurrency``.
+        spec_tps: speculative decoding tok/s per request measured at ``at_concurrency``, instead of ``cycle_ms``
+            (the cycle is then τ / spec_tps: what an engine's benchmark prints, no division by hand).
         accept_len: acceptance length τ of the drafter served now (bonus token included).
         accept_lens: τ at each ``concurrency``, one per value (τ moves with load in published sweeps; None:
             ``accept_len`` at every one).
@@ -145,6 +147,7 @@ class LoadSettings(MachineSettings):
     concurrency: tuple[int, ...] | None = option(None, min=1, max=MAX_CONCURRENCY)
     baseline_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
     cycle_ms: float | None = option(None, min=1e3 * MIN_STEP_S, max=1e3 * MAX_STEP_S, mistake=CYCLE_MISTAKE)
+    spec_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
     accept_len: float | None = option(None, min=1)
     accept_lens: tuple[float, ...] | None = option(None, min=1)
     at_concurrency: int = option(1, min=1, max=MAX_CONCURRENCY)
@@ -157,6 +160,14 @@ class LoadSettings(MachineSettings):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.spec_tps is not None:
+            if self.cycle_ms is not None:
+                raise ParameterError("--spec-tps", "give the speculative tok/s or --cycle-ms, not both: the cycle is τ / "
+                                                   "the speculative tok/s")
+            if self.accept_len is None:
+                raise ParameterError("--spec-tps", "needs --accept-len: the cycle is τ / the speculative tok/s")
+            object.__setattr__(self, "cycle_ms", 1e3 * self.accept_len / self.spec_tps)
+            check_ranges(self)
         if self.concurrency is not None and not self.concurrency:
             raise ParameterError("--concurrency", "must name at least one concurrency")
         if isinstance(self.costs, str):  # one table, as a notebook gives it
