@@ -273,8 +273,9 @@ from eaglelab.serving.load import load_curve
 
 load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
                                            accept_len=scenario.accept_len, at_concurrency=AT_CONCURRENCY, k=K))
-display(pd.DataFrame(load.rows).set_index("concurrency").round(3))
-print(load.crossover())
+band_cells = [load.band.cell(r["concurrency"]) for r in load.rows] if load.band else None
+display(pd.DataFrame(load.rows).set_index("concurrency").round(3).assign(band=band_cells))
+print("\n".join([load.crossover(), *(load.band.lines() if load.band else [])]))
 log_load = [speculation_under_load(LoadSettings(accept_len=scenario.accept_len, k=K, log=f, plain_log=PLAIN_LOG,
                                                 baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
                                                 at_concurrency=AT_CONCURRENCY)) for f in LOG_FILES]
@@ -383,6 +384,7 @@ findings = f"""
 - **Under load** ({load.source}, calibrated at your point, {AT_CONCURRENCY} request(s) in flight
   {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
   f"{r['break_even_tau']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived]{'; ' + load.why[0] if load.why else ''}.
+  {' '.join(line[0].upper() + line[1:] + '.' for line in load.band.lines()) if load.band else ''}
 - **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests {LOOP_TAG}:** {
   '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
             f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"

@@ -494,3 +494,54 @@ def test_a_measured_speculative_tok_s_stands_for_the_cycle(capsys):
         assert main(["perf", "--concurrency", "1", "--baseline-tps", "82", "--spec-tps", "164", *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("eaglelab perf: error: --spec-tps: ") and says in err
+
+
+# --------------------------------------------------------------------------- the answer's band (#55 item 1)
+
+def test_the_answer_carries_the_band_of_what_was_not_given(capsys):
+    """The context (2,048 assumed) and τ away from the measured load moved "pays up to" from 2 to 128 on the Kimi
+    page with one number printed: the table now has a band column and the crossover a range, and one point says
+    where it cannot decide."""
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+
+    point = dict(concurrency=(1, 4, 16, 64), baseline_tps=82, cycle_ms=30, accept_len=2.5)
+    loose = speculation_under_load(LoadSettings(**point))
+    given = speculation_under_load(LoadSettings(**point, context=2048, accept_lens=(2.5, 2.5, 2.5, 2.5)))
+    assert given.band is None and "band" not in "\n".join(given.lines()).split("\n")[0]
+    band = loose.band
+    assert [r["speedup"] for r in loose.rows] == [r["speedup"] for r in given.rows]  # the centre is the point's answer
+    for r in loose.rows:
+        b = r["concurrency"]
+        assert band.low[b] <= r["speedup"] + 1e-9 and r["speedup"] <= band.high[b] + 1e-9
+    assert band.high[1] - band.low[1] < 1e-6  # measured there: no band
+    lo, hi = band.pays
+    assert (lo or 0) <= loose.pays_up_to <= hi
+    text = "\n".join(loose.lines())
+    assert "band" in text.splitlines()[0] and f"pays up to {band.pays_words()} concurrent requests" in text
+    assert "give --context" in text and "give --accept-lens or a log" in text
+    if band.undecided():
+        assert f"one point cannot decide at {band.undecided()[0]} (" in text and "eaglelab recipe --job load" in text
+    only_context = speculation_under_load(LoadSettings(**point, accept_lens=(2.5, 2.5, 2.5, 2.5))).band
+    assert only_context.unstated == (band.unstated[0],)  # τ given: the band spans the context alone, and is narrower
+    assert all(only_context.high[b] - only_context.low[b] <= band.high[b] - band.low[b] + 1e-9 for b in band.low)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tps=st.floats(20, 400), ratio=st.floats(1.2, 3.0), tau=st.floats(1.5, 3.5), at=st.sampled_from([1, 4, 16]))
+def test_every_band_holds_its_centre_and_is_exact_where_measured(tps, ratio, tau, at):
+    from eaglelab.errors import EaglelabError
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+
+    try:
+        report = speculation_under_load(LoadSettings(concurrency=(1, 4, 16, 64), baseline_tps=tps, cycle_ms=ratio * 1e3 / tps,
+                                                     accept_len=tau, at_concurrency=at, k=3))
+    except EaglelabError:
+        return  # a point the model refuses: no table, no band
+    for r in report.rows:
+        b = r["concurrency"]
+        fits = bool(report.model.kv_fits(b, 3))
+        assert report.band.low[b] <= (r["speedup"] if fits else 0.0) + 1e-9 <= report.band.high[b] + 2e-9
+    if at in report.band.low and report.band.high[at]:  # measured there: each corner's model holds the point
+        from eaglelab.serving.load_checks import TOLERANCE
+
+        assert report.band.high[at] - report.band.low[at] <= 2 * TOLERANCE * report.band.high[at]

@@ -10,7 +10,7 @@ groups per concurrency, or an engine's cost table (:mod:`eaglelab.serving.cost_t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from eaglelab.checkpoints.targets.config import text_config
@@ -39,6 +39,7 @@ from eaglelab.serving.load import (
     require_verify_kv,
     scales_table,
 )
+from eaglelab.serving.load_band import DEFAULT_CONTEXT, LoadBand, band_contexts, load_band
 from eaglelab.serving.load_checks import Calibration, calibration_of, config_bits, residuals, stated_bits
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
@@ -86,7 +87,8 @@ class MachineSettings:
         verify_kv: how the verify's attention reads the KV cache: once per request (FlashAttention, FlashInfer,
             FlashMLA) or per-token (decode kernels, e.g. vLLM's TRITON_MLA).
         context: mean context tokens per request (its KV cache is read every step; 0: short prompts, as sweeps
-            publish "ctx 0").
+            publish "ctx 0"; None: not given, {DEFAULT_CONTEXT} assumed and the answer banded over the contexts
+            {CONTEXT_RANGE}).
         weight_bits: bits per weight, scales included, every weight at them, when the config does not say how the
             served weights are stored (None: the config's quantization, ModelOpt's hf_quant_config.json beside it,
             else its dtype; the output says which).
@@ -101,7 +103,7 @@ class MachineSettings:
     kv_dtype: str = option("bf16", choices=tuple(sorted(KV_DTYPE_BYTES)))
     cuda_graphs: tuple[str, ...] | None = option(None, choices=STEP_KINDS, count="*")
     verify_kv: str = option("once", choices=VERIFY_KV)
-    context: int = option(2048, min=0, max=MAX_WHOLE)
+    context: int | None = option(None, min=0, max=MAX_WHOLE)
     weight_bits: float | None = option(None, min=1.0, max=32.0)
 
     def __post_init__(self):
@@ -112,6 +114,11 @@ class MachineSettings:
         require_verify_kv(self.verify_kv)
         if self.cuda_graphs is not None:
             require_step_kinds(self.cuda_graphs)
+
+    @property
+    def context_tokens(self) -> int:
+        """The context the model is evaluated at: the one given, else :data:`DEFAULT_CONTEXT`."""
+        return DEFAULT_CONTEXT if self.context is None else self.context
 
     def machine_settings(self) -> MachineSettings:
         """These settings' machine fields alone."""
@@ -226,6 +233,7 @@ class LoadReport:
     source: str = ""
     residuals: list[dict] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
+    band: LoadBand | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"by_concurrency": self.rows, "log_by_concurrency": self.log_rows, "accept_len": self.tau,
@@ -233,7 +241,8 @@ class LoadReport:
                 "model": self.model.to_json() if self.model is not None else None,
                 "parameters": self.model.parameters() if self.model is not None else [],
                 "calibrated_on": self.calibrated_on, "residuals": self.residuals, "notes": self.notes, "why": self.why,
-                "calibration": self.calibration.to_json() if self.calibration is not None else None}
+                "calibration": self.calibration.to_json() if self.calibration is not None else None,
+                "band": self.band.to_json() if self.band is not None else None}
 
     def lines(self) -> list[str]:
         """What ``eaglelab perf --concurrency`` prints: the logs' groups, the model's table, its residuals, the crossover."""
@@ -244,10 +253,11 @@ class LoadReport:
                           for r in self.log_rows],
                          ["concurrency", "n (log)", "accept len", "tok/s", "plain tok/s", "measured"]).splitlines() + [""]
         if self.rows:
+            band = [] if self.band is None else ["band"]
             out += table([[r["concurrency"], f"{r['decode_ms']:.1f}", f"{r['verify_ms']:.1f}", f"{r['cycle_ms']:.1f}",
-                           f"{r['speedup']:.2f}x", f"{r['break_even_tau']:.2f}", r["best_k"], f"{r['best_speedup']:.2f}x"]
-                          for r in self.rows],
-                         ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {self.tau:.2f})",
+                           f"{r['speedup']:.2f}x", *([self.band.cell(r["concurrency"])] if self.band else []),
+                           f"{r['break_even_tau']:.2f}", r["best_k"], f"{r['best_speedup']:.2f}x"] for r in self.rows],
+                         ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {self.tau:.2f})", *band,
                           "break-even τ", "best k", "at best k"]).splitlines()
             out.append(f"({self.source}" + (f", {self.calibration.line()})" if self.calibration is not None else ")"))
         if len(self.residuals) > 2 and self.model is not None:
@@ -257,7 +267,7 @@ class LoadReport:
                                 ["concurrency", "measured", "k", "context", "measured ms", "model ms", "residual"]).splitlines()
             out.append("each term, measured over its datasheet value: " + ", ".join(
                 f"{r['term']} {r['multiplier']:.2f}x" for r in scales_table(self.model)))
-        return out + [self.crossover(), *self.why, *self.k_hint(), *self.notes]
+        return out + [self.crossover(), *(self.band.lines() if self.band else []), *self.why, *self.k_hint(), *self.notes]
 
     def k_hint(self) -> list[str]:
         """At most one line: the first concurrency of the table where speculation does not pay at ``k`` but would at
@@ -340,14 +350,14 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
     shape = shape_from_config(config, weight_bits=s.weight_bits, kv_dtype=s.kv_dtype, where=where)
     what = f"{what}, {weights_words(shape, config, s.weight_bits, where)}"
     if gpu == "cpu":  # the workbook's own engine runs: vLLM's CPU build on this machine
-        model = LoadModel(shape, CPU, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv)
+        model = LoadModel(shape, CPU, context=s.context_tokens, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv)
         return model, f"the serving-cost model of {what} on this machine's CPU"
     gpus = s.gpus or gpus or _gpus_for(shape, gpu)
     m = machine(gpu, gpus, link=s.link, graphs=graphs, link_bytes_s=None if s.link_gbps is None else s.link_gbps * 1e9)
     assumed = [] if s.gpu else [f"--gpu {gpu} [assumed]"]
     assumed += [] if s.gpus else [f"--gpus {gpus} [{'assumed' if s.target_config is None else 'the fewest that hold it'}]"]
     source = f"the serving-cost model of {what} on {m.name}" + (f" ({', '.join(assumed)})" if assumed else "")
-    return LoadModel(shape, m, context=s.context, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
+    return LoadModel(shape, m, context=s.context_tokens, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
 
 
 #: A measured plain step this many times shorter than reading the weights at the datasheet bandwidth is refused.
@@ -467,11 +477,19 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     if model is not None:
         beyond = next((r["concurrency"] for r in rows if not r["pays"]), None)
         if beyond is not None and not bool(model.kv_fits(beyond, s.k)):
-            why.append(f"at {beyond} requests the KV cache ({beyond} x {s.context + model.verify_tokens(s.k)} tokens) does "
-                       f"not fit beside the weights: {model.kv_capacity_tokens():,.0f} tokens fit")
+            tokens = s.context_tokens + model.verify_tokens(s.k)
+            why.append(f"at {beyond} requests the KV cache ({beyond} x {tokens} tokens) does not "
+                       f"fit beside the weights: {model.kv_capacity_tokens():,.0f} tokens fit")
         elif beyond is not None:
             why += _why(model, beyond, s.k)
+    band = None
+    if rows:  # the answer at the unstated inputs' ends: each context's model calibrated on the same points
+        contexts = band_contexts(s.context_tokens, s.context is not None or bool(s.costs))
+        models = {c: model if c == s.context_tokens else calibrate(replace(start, context=c), points) if calibration
+                  else replace(model, context=c) for c in contexts}
+        band = load_band(models, s.context_tokens, list(s.concurrencies), s.k, tau, s.at_concurrency,
+                         s.accept_lens is not None or bool(log_rows))
     used = [{"concurrency": p.concurrency, "decode_ms": None if p.decode_s is None else 1e3 * p.decode_s,
              "cycle_ms": None if p.cycle_s is None else 1e3 * p.cycle_s, "context": p.context} for p in points]
     measured = residuals(model, points) if model is not None else []
-    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, measured, why)
+    return LoadReport(s, rows, log_rows, tau, pays, model, used, notes, calibration, source, measured, why, band)
