@@ -2,8 +2,9 @@
 
 Measured by real decoding, per prompt, the choice is by the band of each difference (a paired bootstrap over
 the prompts): the cheapest option unless a dearer one's gain is clear of zero, and "too close to call" where
-its band straddles zero. Held-out τ (teacher forced, no per-prompt counts kept) use the tie rule
-(:data:`eaglelab.decisions.TAU_TIE`). Arithmetic; no torch (numpy when a band is drawn).
+its band straddles zero. Held-out τ (teacher forced) the same way over the held-out sequences; τ alone, with
+nothing to resample (an old findings file), the tie rule (:data:`eaglelab.decisions.TAU_TIE`). Arithmetic; no
+torch (numpy when a band is drawn).
 """
 
 from __future__ import annotations
@@ -65,6 +66,35 @@ def measured_bands(counts: Mapping[str, Sequence[Sequence[float]]], reps: int = 
     return taus, bands, draws
 
 
+def held_out_bands(per_sequence: Mapping[str, tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
+                   reps: int = BOOTSTRAP_REPS, level: float = BAND_LEVEL,
+                   seed: int = 0) -> tuple[dict[str, float], dict[str, list[float]], dict]:
+    """Each option's held-out τ (teacher forced) with its band, by a paired bootstrap over the held-out sequences.
+
+    Args:
+        per_sequence: option -> ``(hits, counted)``, each ``[N][k]``: per sequence and draft position, the positions
+            where drafts 1..i were all right, and those counted (:func:`eaglelab.train.ttt.evaluate_drafter`'s
+            ``seq_hits`` / ``seq_counted``), the same sequences in the same order for every option.
+
+    Returns:
+        ``(taus, bands, draws)`` as :func:`measured_bands`: τ = 1 + Σ_i Σ hits_i / Σ counted_i.
+    """
+    import numpy as np
+
+    rows = {o: (np.asarray(h, dtype=np.float64), np.asarray(c, dtype=np.float64)) for o, (h, c) in per_sequence.items()}
+    shapes = {h.shape for h, c in rows.values()} | {c.shape for h, c in rows.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2 or next(iter(shapes))[0] == 0:
+        raise ValueError("every option needs [N, k] hits and counts for the same held-out sequences, N >= 1")
+    weights = bootstrap_weights(next(iter(shapes))[0], reps, seed)
+
+    def tau(hits, counted):
+        return 1.0 + (hits / np.maximum(counted, 1e-12)).sum(-1)
+
+    taus = {o: float(tau(h.sum(0), c.sum(0))) for o, (h, c) in rows.items()}
+    draws = {o: tau(weights @ h, weights @ c) for o, (h, c) in rows.items()}
+    return taus, {o: percentile_band(d, level) for o, d in draws.items()}, draws
+
+
 def percentile_band(values, level: float = BAND_LEVEL) -> list[float]:
     """The central ``level`` of ``values``: ``[low, high]`` percentiles."""
     import numpy as np
@@ -72,10 +102,11 @@ def percentile_band(values, level: float = BAND_LEVEL) -> list[float]:
     return [float(x) for x in np.percentile(values, (100 * (1 - level) / 2, 100 * (1 + level) / 2))]
 
 
-def _recommend_by_band(counts: Mapping[str, Sequence[Sequence[float]]], lead: Mapping[str, str]) -> Recommendation:
+def _recommend_by_band(taus: Mapping[str, float], bands: Mapping[str, list[float]], draws: Mapping,
+                       lead: Mapping[str, str], n: int, what: str) -> Recommendation:
     """The cheapest option unless a dearer one's gain over it is clear of zero (its band's low end above 0); the
-    options whose gain's band straddles zero are named as too close to call."""
-    taus, bands, draws = measured_bands(counts)
+    options whose gain's band straddles zero are named as too close to call. ``what``: the τ and its unit in words
+    (``measured τ over 4 prompts``); ``n`` and its noun end the too-close sentence."""
     order = [o for o in OPTIONS if o in taus]
     chosen, gains, close = order[0], {}, []
     for o in order[1:]:
@@ -85,13 +116,13 @@ def _recommend_by_band(counts: Mapping[str, Sequence[Sequence[float]]], lead: Ma
             chosen, close = o, []
         elif hi > 0:
             close.append(o)
-    n = len(counts[order[0]])
     shown = ", ".join(f"{o} {taus[o]:.2f} ({bands[o][0]:.2f}-{bands[o][1]:.2f})" for o in order)
-    text = f"{lead[chosen]} (measured τ over {n} prompts, 90% bands: {shown})."
+    text = f"{lead[chosen]} ({what}, 90% bands: {shown})."
+    unit = what.rsplit(" ", 1)[-1]
     for o in close:
         c, lo, hi = gains[f"{o} over {chosen}"]
         text += (f" Too close to call between {chosen} and {o}: {o} gains {c:+.2f} τ ({lo:+.2f} to {hi:+.2f}) over "
-                 f"{n} prompts, a band across zero; the cheaper is kept, and more prompts would separate them.")
+                 f"{n} {unit}, a band across zero; the cheaper is kept, and more {unit} would separate them.")
     return Recommendation(chosen, {o: float(taus[o]) for o in order}, text, {o: bands[o] for o in order}, gains,
                           tuple(close))
 
@@ -105,25 +136,36 @@ LEADS = {
 
 
 def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = None,
-              counts: Mapping[str, Sequence[Sequence[float]]] | None = None) -> Recommendation:
+              counts: Mapping[str, Sequence[Sequence[float]]] | None = None,
+              per_sequence: Mapping[str, tuple] | None = None) -> Recommendation:
     """What to do with the old drafter on the new target, from each option's τ there.
 
-    With ``counts`` (real decoding: per prompt, tokens emitted and cycles, the same prompts for every option) the
-    choice is by the band of each difference: the cheapest option unless a dearer one's gain is clear of zero,
-    and "too close to call" where a band straddles it. Without them (held-out τ, teacher forced, no per-prompt
-    counts kept): the cheapest option within :data:`TAU_TIE` of the best.
+    With ``counts`` (real decoding: per prompt, tokens emitted and cycles, the same prompts for every option), or
+    ``per_sequence`` (held-out τ, teacher forced: per sequence, the chain hits and positions counted), the choice
+    is by the band of each difference: the cheapest option unless a dearer one's gain is clear of zero, and "too
+    close to call" where a band straddles it. With neither (τ alone, as an old findings file holds them): the
+    cheapest option within :data:`TAU_TIE` of the best.
 
     Args:
         taus: τ per option, keys from :data:`OPTIONS` (at least one).
         held_out: the same options' held-out τ (teacher forced), when measured too: where it picks another option
             by its rule, the text says so and shows both, instead of letting one measure settle it unsaid.
         counts: per option, one ``(emitted, cycles)`` pair per prompt (the measured ``taus`` are recomputed from them).
+        per_sequence: per option of ``held_out`` (or of ``taus`` when they are the held-out ones), ``(hits,
+            counted)`` per held-out sequence (:func:`held_out_bands`).
     """
     unknown = set(taus) - set(OPTIONS)
     if unknown or not taus or (counts is not None and set(counts) != set(taus)):
         raise ValueError(f"options must be among {OPTIONS}, the same with their counts, got {sorted(taus)}")
+    held_seq = per_sequence if held_out else None
     if counts is not None:
-        out = _recommend_by_band(counts, LEADS)
+        out = _recommend_by_band(*measured_bands(counts), LEADS, len(next(iter(counts.values()))),
+                                 f"measured τ over {len(next(iter(counts.values())))} prompts")
+        action, text = out.action, out.text
+    elif per_sequence is not None and not held_out:
+        n = len(next(iter(per_sequence.values()))[0])
+        out = _recommend_by_band(*held_out_bands(per_sequence), LEADS, n, f"held-out τ, teacher forced, over {n} "
+                                                                          "sequences")
         action, text = out.action, out.text
     else:
         best = max(taus.values())
@@ -132,7 +174,7 @@ def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = 
         text = f"{LEADS[action]} (τ {taus[action]:.2f}" + (f" vs {others}" if others else "") + ")."
         out = Recommendation(action, {o: float(taus[o]) for o in OPTIONS if o in taus}, text)
     if held_out:
-        other = recommend(held_out)
+        other = recommend(held_out, per_sequence=held_seq)
         if other.action != action:
             shown = ", ".join(f"{o} {held_out[o]:.2f}" for o in OPTIONS if o in held_out)
             text += (f" The held-out τ (teacher forced) picks {other.action} instead ({shown}): the two measures "

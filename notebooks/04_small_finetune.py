@@ -218,7 +218,8 @@ display(equal.round(2))
 
 # %%
 decision = recommend({option: m["accept_len"] for option, m in measured.items()}, held_out=finetuned.taus,
-                     counts={option: m["prompt_counts"] for option, m in measured.items()})
+                     counts={option: m["prompt_counts"] for option, m in measured.items()},
+                     per_sequence=finetuned.per_sequence)
 best = decision.action
 chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
 sglang_dir, vllm_dir = export_for_serving(settings, inputs, chosen_drafter, Path(RUNS_DIR) / "export")

@@ -192,6 +192,8 @@ class FinetuneReport:
         recommendation: :class:`eaglelab.recommendation.Recommendation` on held-out τ.
         data: where the data came from (one line).
         data_kind: its :class:`~eaglelab.data.sets.DataSource` kind (``built-in``: the headline says it decides nothing).
+        per_sequence: option -> ``(hits, counted)`` per held-out sequence (teacher forced, ``settings.k`` drafts):
+            what the recommendation's bands resample (:func:`eaglelab.recommendation.held_out_bands`).
     """
 
     settings: FinetuneSettings
@@ -201,6 +203,7 @@ class FinetuneReport:
     data: str
     notes: list[str] = field(default_factory=list)
     data_kind: str = ""
+    per_sequence: dict[str, tuple[list, list]] | None = None
 
     @property
     def taus(self) -> dict[str, float]:
@@ -259,7 +262,7 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
             inputs = load_inputs(settings, progress=False, bar=bar)
         bar.set_postfix_str("training the warm start")
         plugged = evaluate_drafter(initial_drafter(inputs.model, inputs.old, inputs.data.train.input_ids),
-                                   inputs.data.held_out, inputs.model.lm_head, settings.k)["accept_len"]
+                                   inputs.data.held_out, inputs.model.lm_head, settings.k)
         runs = {}
         for start, name in ((Option.WARM_START, "warm"), (Option.FROM_SCRATCH, "scratch")):
             bar.set_postfix_str(f"training the {start}" if start == Option.WARM_START else "training from scratch")
@@ -268,8 +271,13 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
             bar.update()
         bar.set_postfix_str("done")
         bar.update()
-    report = FinetuneReport(settings, float(plugged), runs, None, str(inputs.source), data_kind=inputs.source.kind)
-    report.recommendation = recommend(report.taus)
+    # per held-out sequence, for the bands: each trained drafter once more on what its run's last evaluation read
+    held = {Option.PLUG_IN: plugged, **{start: evaluate_drafter(r.drafter, inputs.data.held_out, inputs.model.lm_head,
+                                                                 settings.k) for start, r in runs.items()}}
+    per_sequence = {o: (ev["seq_hits"], ev["seq_counted"]) for o, ev in held.items()}
+    report = FinetuneReport(settings, float(plugged["accept_len"]), runs, None, str(inputs.source),
+                            data_kind=inputs.source.kind, per_sequence=per_sequence)
+    report.recommendation = recommend(report.taus, per_sequence=per_sequence)
     return report
 
 

@@ -234,7 +234,8 @@ class AcceptanceTally:
         acc = [a / max(n, 1) for a, n in zip(self.acc, self.n)]
         chain = [c / max(n, 1) for c, n in zip(self.chain, self.n)]
         return {"acc": acc, "chain": chain, "accept_len": 1.0 + sum(chain),
-                "loss": self.loss_sum / max(self.sequences, 1), "positions": self.n[0]}
+                "loss": self.loss_sum / max(self.sequences, 1), "positions": self.n[0],
+                "seq_hits": self.seq_hits, "seq_counted": self.seq_counted}
 
 
 @torch.no_grad()
@@ -265,7 +266,9 @@ def evaluate_drafter(drafter: Eagle3Drafter, states: HiddenStates, target_lm_hea
 
     Returns:
         dict with ``acc`` (per step), ``chain`` (all-correct-so-far rate per step),
-        ``accept_len`` (1 + sum(chain), bonus included), ``loss`` (in ``convention``) and ``positions``.
+        ``accept_len`` (1 + sum(chain), bonus included), ``loss`` (in ``convention``), ``positions``, and per
+        sequence the chain hits and counted positions of every step (``seq_hits``, ``seq_counted``: [N][k]), what a
+        band over the sequences resamples.
     """
     tally = AcceptanceTally(k)
     for i in range(0, len(states), batch_size):
