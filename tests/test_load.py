@@ -545,3 +545,33 @@ def test_every_band_holds_its_centre_and_is_exact_where_measured(tps, ratio, tau
         from eaglelab.serving.load_checks import TOLERANCE
 
         assert report.band.high[at] - report.band.low[at] <= 2 * TOLERANCE * report.band.high[at]
+
+
+GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tps=st.floats(20, 300), ratio=st.floats(1.05, 4.0), tau=st.floats(1.2, 3.8), k=st.integers(1, 5),
+       gpus=st.sampled_from([4, 8]))
+def test_the_crossover_sentence_says_what_the_rows_show(tps, ratio, tau, k, gpus):
+    """#55 item 4: "does not pay even at 1 request" above the table's own 1.01x at 64. On any table: every row up to
+    the crossover pays, every row that pays beyond it is named, and no pay is claimed where no row pays."""
+    from eaglelab.errors import EaglelabError
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+
+    tau = min(tau, k + 1.0)
+    try:
+        report = speculation_under_load(LoadSettings(concurrency=GRID, baseline_tps=tps, cycle_ms=ratio * 1e3 / tps,
+                                                     accept_len=tau, k=k, gpus=gpus, context=2048,
+                                                     accept_lens=(tau,) * len(GRID)))
+    except EaglelabError:
+        return
+    text, upto = report.crossover(), report.pays_up_to or 0
+    for r in report.rows:
+        if r["concurrency"] <= upto:
+            assert r["pays"], (r, text)
+    beyond = [r for r in report.rows if r["pays"] and r["concurrency"] > upto]
+    for r in beyond[:4]:
+        assert f"{r['concurrency']} ({r['speedup']:.2f}x)" in text, text
+    if report.pays_up_to is None and not beyond:
+        assert "does not pay" in text and "nor at any concurrency of the table" in text
