@@ -196,6 +196,8 @@ fits = analysis.law_errors(sweep.records)
 ranges = analysis.family_ranges(sweep.records)
 reading = ("the drafter loses less than the targets' disagreement alone implies: it reads the new target's states and "
            "follows part of the move" if gamma < 1 else "the drafter loses more than the targets' disagreement alone implies")
+unsettled = ("" if "does not settle" not in choice.stability(engine_only=True) else
+             ": the band is the chosen predictor's alone, and the runner-up would move its centre")
 findings = f"""
 - **Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for these inputs,
   its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ only by the sequences 03 adds.
@@ -205,8 +207,9 @@ findings = f"""
   The engine-computable choice, {chosen_engine}, has γ = {gamma:.2f}: {reading}.
 - **Families {TAG}:** {'; '.join(v.words(f) for f, v in ranges.items())}.
 - **Predictors, held out {TAG}** (ranked by the upper end of the band of their worst error): best **{chosen}**
-  (worst error {choice.error_words(chosen)}; mean {100 * choice.row(chosen)['mean_abs']:.1f}%); best from engine logprobs
-  alone **{chosen_engine}** (worst {choice.error_words(chosen_engine)}). {len(failing)} of {len(choice.ranked)} miss the
+  (worst error {choice.error_words(chosen)}; mean {100 * choice.row(chosen)['mean_abs']:.1f}%; {choice.stability()});
+  best from engine logprobs alone **{chosen_engine}** (worst {choice.error_words(chosen_engine)};
+  {choice.stability(engine_only=True)}). {len(failing)} of {len(choice.ranked)} miss the
   {100 * TOLERANCE:.0f}% goal: {', '.join(f"{n} ({100 * choice.row(n)['worst']:.0f}%)" for n in failing) or 'none'}.
 - **Teacher forced vs decoding {TAG}:** at the {len(measured_rows)} measured points, the teacher-forced τ on that
   set differs from real speculative decoding (on B′'s own greedy text) by
@@ -216,7 +219,8 @@ findings = f"""
   writes, which A's replies do not show.
 - **From engine files {TAG}:** the vLLM- and SGLang-layout files give agreement {engine['measures']['agreement']:.3f}
   (the sweep's own {b_point.measures['agreement']:.3f}) and a predicted plug-in τ on B of **{engine['tau']:.2f}**
-  [{engine['low']:.2f}–{engine['high']:.2f}] against {b_point.on_b.accept_len:.2f} teacher forced (in sample: B is one of
+  [{engine['low']:.2f}–{engine['high']:.2f}] by {chosen_engine} ({choice.stability(engine_only=True)}{unsettled})
+  against {b_point.on_b.accept_len:.2f} teacher forced (in sample: B is one of
   the points γ was fitted on; the held-out error above is what to trust for a new pair): run
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
 """

@@ -322,6 +322,22 @@ def test_held_out_errors_get_a_sequence_bootstrap_band_and_the_ranking_uses_its_
     assert pr.rank_predictors(held, fake)[0]["predictor"] == "agreement"
     bare = [replace(r, on_a=DrafterOn(chain, 1 + sum(chain))) for r in recs]  # no per-sequence hits: no band, no claim
     assert pr.held_out_bands(held, bare) == {}
+    # #56 item 4: how often each is chosen over resamples of the sequences and the families, summing to one
+    draws = pr.worst_draws(held, recs, (), 200, 0)
+    assert pr.held_out_bands(held, recs, reps=200, draws=draws) == bands  # one set of draws, the same bands
+    shares = pr.selection_shares(held, recs, reps=200, draws=draws)
+    assert set(shares) == {"agreement^γ", "agreement"} and sum(shares.values()) == pytest.approx(1.0)
+    assert shares["agreement^γ"] > 0.5  # the better law wins most resamples
+    assert pr.selection_shares(held, bare) == {}
+    from eaglelab.drift.analysis import PredictorChoice
+
+    choice = PredictorChoice(held, list(rows.values()), "agreement^γ", "agreement^γ", {}, {"any": shares, "engine": shares})
+    said = choice.stability()
+    assert said.startswith(f"chosen in {100 * shares['agreement^γ']:.0f}% of resamples of the sequences and the families")
+    split = {"agreement^γ": 0.55, "agreement": 0.45}
+    unsettled = PredictorChoice(held, list(rows.values()), "agreement^γ", "agreement^γ", {}, {"any": split}).stability()
+    assert unsettled.endswith("agreement in 45%: the sweep does not settle between them")
+    assert "not measured" in PredictorChoice(held, [], "agreement^γ", "agreement^γ", {}).stability()
 
 
 def test_a_fitted_exponent_is_recovered_and_held_out_errors_vanish():

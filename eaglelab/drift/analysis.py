@@ -6,13 +6,14 @@ Pure Python and numpy: everything here reads the records of :func:`eaglelab.drif
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from eaglelab.atomic import write_json_atomic
 from eaglelab.drift.predictors import (
+    ERROR_BAND_REPS,
     PREDICTORS,
     HeldOut,
     by_name,
@@ -21,6 +22,8 @@ from eaglelab.drift.predictors import (
     held_out_bands,
     leave_one_family_out,
     rank_predictors,
+    selection_shares,
+    worst_draws,
 )
 from eaglelab.drift.records import SweepRecord
 
@@ -29,6 +32,8 @@ MEASURE_PANELS = {"agreement": "top-1 agreement of A and B'", "tv": "total varia
                   "kl": "KL(A || B')", "cos_last": "cosine at the last layer"}
 #: the predictor whose fitted law each panel draws
 PANEL_LAWS = {"agreement": "agreement^γ", "tv": "(1 - TV)^γ", "kl": "exp(-γ KL)", "cos_last": "cos(last)^γ"}
+#: A predictor chosen in at least this share of resamples is the sweep's choice; below it, the runner-up is named.
+STABLE_SHARE = 0.8
 FAMILY_TITLES = {"path": "A + α (B - A)", "quant": "quantized A", "train": "A trained on docstrings"}
 
 
@@ -102,6 +107,9 @@ class PredictorChoice:
         ranked: one row per predictor, best first (:func:`~eaglelab.drift.predictors.rank_predictors`).
         chosen, chosen_engine: the best predictor, and the best computable from engine logprobs alone.
         gamma_all: each predictor's γ fitted on all records.
+        shares: ``{"any": ..., "engine": ...}``: how often each predictor is chosen over resamples of the sequences
+            and the families (:func:`~eaglelab.drift.predictors.selection_shares`), among all and among the
+            engine-computable ones.
     """
 
     held_out: list[HeldOut]
@@ -109,6 +117,7 @@ class PredictorChoice:
     chosen: str
     chosen_engine: str
     gamma_all: dict[str, float]
+    shares: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def row(self, name: str) -> dict:
         """A predictor's ranked row (``worst``, ``mean_abs``, ``worst_band``, ``per_family``...)."""
@@ -120,13 +129,26 @@ class PredictorChoice:
         band = r["worst_band"]
         return f"{100 * r['worst']:.1f}%" + (f", 90% band {100 * band[0]:.1f}–{100 * band[1]:.1f}%" if band else "")
 
+    def stability(self, engine_only: bool = False) -> str:
+        """How firmly the sweep supports its choice, in words: the share of resamples it is chosen in, and the
+        runner-up's when the choice is not made in :data:`STABLE_SHARE` of them."""
+        shares = self.shares.get("engine" if engine_only else "any") or {}
+        chosen = self.chosen_engine if engine_only else self.chosen
+        if chosen not in shares:
+            return "its stability not measured (no per-sequence data)"
+        runner = max((n for n in shares if n != chosen), key=lambda n: shares[n], default=None)
+        said = f"chosen in {100 * shares[chosen]:.0f}% of resamples of the sequences and the families"
+        if shares[chosen] >= STABLE_SHARE or runner is None:
+            return said
+        return f"{said}, {runner} in {100 * shares[runner]:.0f}%: the sweep does not settle between them"
+
     def failing(self, tolerance: float) -> list[str]:
         """The predictors whose worst held-out error is over ``tolerance``, in rank order."""
         return [r["predictor"] for r in self.ranked if r["worst"] > tolerance]
 
     def calibration(self) -> dict:
         """What ``eaglelab predict --calibration`` reads: the predictors chosen, each one's γ and held-out error."""
-        return {"chosen": self.chosen, "chosen_engine": self.chosen_engine,
+        return {"chosen": self.chosen, "chosen_engine": self.chosen_engine, "selection_shares": self.shares,
                 "predictors": {r["predictor"]: {"gamma": self.gamma_all[r["predictor"]], "worst_held_out": r["worst"],
                                                 "worst_band": r.get("worst_band"),
                                                 "engine": by_name(r["predictor"]).engine} for r in self.ranked}}
@@ -135,9 +157,12 @@ class PredictorChoice:
 def held_out_choice(records: Sequence[SweepRecord], pair: Sequence[SweepRecord] = ()) -> PredictorChoice:
     """Leave one family out for every predictor, rank them, choose, and fit every predictor on everything."""
     held = leave_one_family_out(records, extra=pair)
-    rows = rank_predictors(held, held_out_bands(held, records, pair))
+    draws = worst_draws(held, records, pair, ERROR_BAND_REPS, 0)
+    rows = rank_predictors(held, held_out_bands(held, records, pair, draws=draws))
+    shares = {"any": selection_shares(held, records, pair, draws=draws),
+              "engine": selection_shares(held, records, pair, engine_only=True, draws=draws)}
     return PredictorChoice(held, rows, choose(rows)["predictor"], choose(rows, engine_only=True)["predictor"],
-                           {p.name: fit_gamma(p, records) for p in PREDICTORS})
+                           {p.name: fit_gamma(p, records) for p in PREDICTORS}, shares)
 
 
 def prediction_rows(records: Sequence[SweepRecord], pair: Sequence[SweepRecord], held: Sequence[HeldOut],

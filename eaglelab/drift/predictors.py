@@ -193,8 +193,43 @@ def _resampled(record: SweepRecord, weights: np.ndarray) -> tuple[np.ndarray, np
     return chain_a, tau_b
 
 
+def worst_draws(held_out: Sequence[HeldOut], records: Sequence[SweepRecord], extra: Sequence[SweepRecord],
+                 reps: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """Per predictor and left-out family, its worst |error| under each of ``reps`` draws of the probed sequences
+    (predictors whose records lack per-sequence hits are left out): what :func:`held_out_bands` and
+    :func:`selection_shares` read."""
+    rng = np.random.default_rng(seed)
+    draws = {}
+    for group in (records, extra):
+        if group:
+            n = len(group[0].on_a.seq_hits or [])
+            if n:
+                w = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(float)
+                for r in group:
+                    draws[r.key] = _resampled(r, w)
+    by_key = {r.key: r for r in [*records, *extra]}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name in dict.fromkeys(h.predictor for h in held_out):
+        p, families, ok = by_name(name), {}, True
+        for h in (h for h in held_out if h.predictor == name):
+            worst = np.zeros(reps)
+            for label in h.labels:
+                d = draws.get((h.family, label))
+                if d is None:
+                    ok = False
+                    break
+                r = by_key[(h.family, label)]
+                pred = np.array([p.predict(d[0][i], r.measures, h.gamma, r.conditional_tau) for i in range(reps)])
+                worst = np.maximum(worst, np.abs(pred / d[1] - 1))
+            families[h.family] = worst
+        if ok:
+            out[name] = families
+    return out
+
+
 def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[SweepRecord], extra: Sequence[SweepRecord] = (),
-                   reps: int = ERROR_BAND_REPS, level: float = ERROR_BAND_LEVEL, seed: int = 0) -> dict[str, tuple]:
+                   reps: int = ERROR_BAND_REPS, level: float = ERROR_BAND_LEVEL, seed: int = 0,
+                   draws: dict[str, dict[str, np.ndarray]] | None = None) -> dict[str, tuple]:
     """A bootstrap band of each predictor's worst held-out error, resampling the probed sequences.
 
     Every point of a sweep is measured on the same sequences, so one draw of sequence weights serves
@@ -206,35 +241,36 @@ def held_out_bands(held_out: Sequence[HeldOut], records: Sequence[SweepRecord], 
         ``{predictor: (low, high)}`` of the worst |error|, for predictors whose records carry
         per-sequence hits (``on_a.seq_hits`` ...); others are left out.
     """
-    rng = np.random.default_rng(seed)
-    draws = {}
-    for group in (records, extra):
-        if group:
-            n = len(group[0].on_a.seq_hits or [])
-            if n:
-                w = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(float)
-                for r in group:
-                    draws[r.key] = _resampled(r, w)
-    by_key = {r.key: r for r in [*records, *extra]}
     q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
     out = {}
-    for name in dict.fromkeys(h.predictor for h in held_out):
-        p, worst = by_name(name), np.zeros(reps)
-        ok = True
-        for h in (h for h in held_out if h.predictor == name):
-            for label in h.labels:
-                d = draws.get((h.family, label))
-                if d is None:
-                    ok = False
-                    break
-                r = by_key[(h.family, label)]
-                pred = np.array([p.predict(d[0][i], r.measures, h.gamma, r.conditional_tau)
-                                 for i in range(reps)])
-                worst = np.maximum(worst, np.abs(pred / d[1] - 1))
-        if ok:
-            lo, hi = np.percentile(worst, q)
-            out[name] = (float(lo), float(hi))
+    draws = draws if draws is not None else worst_draws(held_out, records, extra, reps, seed)
+    for name, families in draws.items():
+        lo, hi = np.percentile(np.max(np.stack(list(families.values())), axis=0), q)
+        out[name] = (float(lo), float(hi))
     return out
+
+
+def selection_shares(held_out: Sequence[HeldOut], records: Sequence[SweepRecord], extra: Sequence[SweepRecord] = (),
+                     engine_only: bool = False, reps: int = ERROR_BAND_REPS, seed: int = 0,
+                     draws: dict[str, dict[str, np.ndarray]] | None = None) -> dict[str, float]:
+    """How often each predictor would be chosen (the least worst held-out error) over resamples of both the probed
+    sequences and the families left out (drawn with replacement): a choice made in most resamples is one the
+    sweep supports, one made in half of them is the sweep's noise.
+
+    Returns:
+        ``{predictor: share of resamples it is chosen in}`` (summing to 1), among the engine-computable ones if
+        asked; empty when no predictor has per-sequence data.
+    """
+    draws = draws if draws is not None else worst_draws(held_out, records, extra, reps, seed)
+    worst = {n: f for n, f in draws.items() if by_name(n).engine or not engine_only}
+    if not worst:
+        return {}
+    names, families = list(worst), list(next(iter(worst.values())))
+    rng = np.random.default_rng(seed + 1)
+    picks = rng.multinomial(len(families), np.full(len(families), 1.0 / len(families)), size=reps) > 0  # [reps, F]
+    errors = np.stack([np.stack([worst[n][f] for f in families], axis=1) for n in names])  # [P, reps, F]
+    chosen = np.argmin(np.where(picks[None], errors, -np.inf).max(axis=2), axis=0)  # [reps]
+    return {n: float(np.mean(chosen == i)) for i, n in enumerate(names)}
 
 
 def rank_predictors(held_out: Sequence[HeldOut], bands: dict[str, tuple] | None = None) -> list[dict]:
