@@ -328,3 +328,21 @@ def test_a_plan_prints_no_count_beyond_any_corpus_and_no_time_beyond_a_millenniu
         assert took == "never (> 1,000 years)"
     else:
         assert float(took.split()[0]) <= 1000 * 365
+
+
+def test_pays_up_to_spans_the_options_tau_band_and_the_unstated_context():
+    """#55 item 1 in the game plan: "pays up to" was one number per option at the assumed 2,048-token context and
+    the option's central τ; it is now a range over the τ band and, where no context was given, 512-8,192 tokens."""
+    from eaglelab.jobs.plan import PlanSettings, plan_options
+
+    loose = plan_options(PlanSettings()).plan
+    given = plan_options(PlanSettings(context=2048)).plan
+    for a, b in zip(loose.rows, given.rows):
+        assert a.pays_up_to == b.pays_up_to  # the centre is the same answer
+        for rng in (a.pays_range, b.pays_range):
+            lo, hi = (-1 if p is None else p for p in rng)
+            assert lo <= (-1 if a.pays_up_to is None else a.pays_up_to) <= hi
+        widen = [(-1 if p is None else p) for p in (*a.pays_range, *b.pays_range)]
+        assert widen[0] <= widen[2] and widen[1] >= widen[3]  # the context withheld: never narrower
+    text = "\n".join(plan_options(PlanSettings()).lines())
+    assert "(never-256)" in text or any(r.pays_range != (r.pays_up_to, r.pays_up_to) for r in loose.rows)

@@ -118,4 +118,5 @@ def plan_options(settings: PlanSettings) -> PlanReport:
     s = settings
     scenario = s.scenario()
     load, source = load_model_for(LoadSettings(**asdict(s.machine_settings()), k=scenario.k))
-    return PlanReport(s, plan(scenario, s.budgets, load=load, load_source=source, name_lever=s.verify_model != "none"))
+    return PlanReport(s, plan(scenario, s.budgets, load=load, load_source=source, name_lever=s.verify_model != "none",
+                              context_given=s.context is not None))

@@ -22,6 +22,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
 from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
+from eaglelab.serving.load_band import band_contexts
 from eaglelab.serving.load_checks import calibration_of
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.settings import DEFAULT_K
@@ -207,6 +208,9 @@ class Row:
         pays_up_to: from the concurrency the scenario was measured at, the largest (then powers of two up
             to 1024) up to which the option's central τ pays, per the load model (None: not even there;
             see :attr:`Plan.load`).
+        pays_range: the lowest and highest ``pays_up_to`` over the option's τ band and, where no context was
+            given, the contexts of :func:`eaglelab.serving.load_band.band_contexts` (the model calibrated again at
+            each): what "pays up to" is when the inputs nobody gave span their ranges.
     """
 
     option: str
@@ -222,6 +226,7 @@ class Row:
     tps_hi: float
     evidence: str
     pays_up_to: int | None = None
+    pays_range: tuple[int | None, int | None] | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -302,7 +307,7 @@ def warm_band(s: Scenario, scratch: LawBand) -> tuple[LawBand | None, str]:
 
 
 def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None = None, load=None,
-         load_source: str | None = None, name_lever: bool = True) -> Plan:
+         load_source: str | None = None, name_lever: bool = True, context_given: bool = False) -> Plan:
     """Build the decision table for scenario ``s``.
 
     Args:
@@ -314,6 +319,7 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
             (default: the founding case's Kimi-K2.5 on 8 PCIe GPUs, an assumption), calibrated here at the
             scenario's point; it says up to which concurrency each option pays.
         load_source: what ``load`` is, in words, for the table.
+        context_given: the context was stated (else "pays up to" spans the band's contexts as well).
     """
     budgets = sorted(float(b) for b in (budgets or default_budgets(s.samples)))
     if not budgets or budgets[0] <= 0 or budgets[-1] > MAX_SAMPLES:
@@ -354,9 +360,30 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
         lever = model.parts(s.at_concurrency, s.k)[0]["lever"]
     action, text, cycle_needed = _decide(s, rows, lever)
     bands = {"scratch": scratch.kind, **({"warm start": warm.kind} if warm is not None else {})}
-    rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency)) for r in rows]
+    corners = [model] if context_given else [model, *_other_contexts(s, load, load_source, model.context)]
+    rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency),
+                    pays_range=_pays_range([m.pays_up_to(s.k, t, start=s.at_concurrency) for m in corners
+                                            for t in (r.tau_lo, r.tau, r.tau_hi)])) for r in rows]
     return Plan(s, rows, needs, action, text, cycle_needed, lever, bands,
                 {"source": source, "at_concurrency": s.at_concurrency, "model": model.to_json()})
+
+
+def _other_contexts(s: Scenario, load, source: str | None, context: int) -> list:
+    """The load model calibrated at the scenario's point at the band's other contexts (those it can reproduce)."""
+    base = load if load is not None else kimi_k25_on_pcie()
+    out = []
+    for c in band_contexts(context, False):
+        if c != context:
+            try:
+                out.append(_load_model(s, replace(base, context=c), source)[0])
+            except ParameterError:  # the point cannot be one of this context's: that corner is not a setup
+                continue
+    return out
+
+
+def _pays_range(pays: list[int | None]) -> tuple[int | None, int | None]:
+    ordered = sorted(pays, key=lambda p: -1 if p is None else p)
+    return ordered[0], ordered[-1]
 
 
 def _load_model(s: Scenario, load, source: str | None):

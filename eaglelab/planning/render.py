@@ -86,8 +86,16 @@ def row_cells(p: Plan) -> list[list[str]]:
                       _duration(r.generation_h) if r.to_generate else "-",
                       "yes" if r.tau >= s.break_even_tau else "no",
                       "yes" if r.tau >= s.goal_tau else "no",
-                      _concurrency(r.pays_up_to)])
+                      _concurrency(r.pays_up_to) + _range(r.pays_range, r.pays_up_to)])
     return cells
+
+
+def _range(pays: tuple | None, central: int | None) -> str:
+    """`` (16-128)``: the range of "pays up to" over what was not given, where it is not the central value alone."""
+    if pays is None or pays == (central, central):
+        return ""
+    lo, hi = ("never" if p is None else "1024+" if p >= 1024 else str(p) for p in pays)
+    return f" ({lo}-{hi})"
 
 
 def _concurrency(c: int | None) -> str:
