@@ -66,7 +66,7 @@ def measured_bands(counts: Mapping[str, Sequence[Sequence[float]]], reps: int = 
     return taus, bands, draws
 
 
-def held_out_bands(per_sequence: Mapping[str, tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
+def sequence_bands(per_sequence: Mapping[str, tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]]],
                    reps: int = BOOTSTRAP_REPS, level: float = BAND_LEVEL,
                    seed: int = 0) -> tuple[dict[str, float], dict[str, list[float]], dict]:
     """Each option's held-out τ (teacher forced) with its band, by a paired bootstrap over the held-out sequences.
@@ -152,7 +152,7 @@ def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = 
             by its rule, the text says so and shows both, instead of letting one measure settle it unsaid.
         counts: per option, one ``(emitted, cycles)`` pair per prompt (the measured ``taus`` are recomputed from them).
         per_sequence: per option of ``held_out`` (or of ``taus`` when they are the held-out ones), ``(hits,
-            counted)`` per held-out sequence (:func:`held_out_bands`).
+            counted)`` per held-out sequence (:func:`sequence_bands`).
     """
     unknown = set(taus) - set(OPTIONS)
     if unknown or not taus or (counts is not None and set(counts) != set(taus)):
@@ -164,7 +164,7 @@ def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = 
         action, text = out.action, out.text
     elif per_sequence is not None and not held_out:
         n = len(next(iter(per_sequence.values()))[0])
-        out = _recommend_by_band(*held_out_bands(per_sequence), LEADS, n, f"held-out τ, teacher forced, over {n} "
+        out = _recommend_by_band(*sequence_bands(per_sequence), LEADS, n, f"held-out τ, teacher forced, over {n} "
                                                                           "sequences")
         action, text = out.action, out.text
     else:

@@ -220,7 +220,8 @@ import tempfile
 
 from eaglelab.jobs.probe import DumpSettings, dump_states
 
-dump_gap = None
+dump_gap, gaps = None, {}
+DUMP_TOLERANCE = 1e-4  # the same states read twice: what float rounding can account for, no more
 if pair is not None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, target, layout in (("a", OLD_TARGET, "specforge"), ("b", NEW_TARGET, "vllm")):
@@ -262,9 +263,14 @@ if measured:
         f"- **Measured in vLLM {TAG}:** {engine.findings()}")
 else:
     measured_line = "**Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
+worst_gap = max(gaps, key=gaps.get) if not FROM_DUMPS else None
 dump_line = (f"probed from {OLD_STATES} (A) and {NEW_STATES} (B), the targets read for their heads only."
-             if FROM_DUMPS else f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number "
-                                f"(similarity, agreement, TV, τ per position) within {dump_gap:.1e}.")
+             if FROM_DUMPS else
+             f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number (similarity, agreement, "
+             f"TV, τ per position) within {dump_gap:.1e}." if dump_gap <= DUMP_TOLERANCE else
+             f"SpecForge-layout dumps of A and vLLM-layout dumps of B do **not** reproduce the live numbers: they differ by "
+             f"up to {dump_gap:.1e} ({worst_gap}), beyond {DUMP_TOLERANCE:.0e}: a probe from your engines' dumps would not "
+             f"give this notebook's answer; check the dumps' layer ids and dtype before trusting one.")
 said = probe.findings(TAG)
 findings = "\n".join(f"- {line}" for line in (
     said["compared"], said["moved"], said["data"], said["plugin"], measured_line, said["verdict"],

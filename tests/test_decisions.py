@@ -116,32 +116,32 @@ def _sequences(chains: list[list[float]], positions: int = 30) -> tuple[list[lis
 def test_held_out_options_are_chosen_by_the_band_of_their_difference():
     """#56 item 1: the held-out path (CLI finetune, the picker, the check against the measured τ) used the 0.05 tie
     rule; it is now the band of the difference over the held-out sequences, as the measured τ's over the prompts."""
-    from eaglelab.recommendation import held_out_bands, recommend
+    from eaglelab.recommendation import recommend, sequence_bands
 
     base = [[0.5, 0.3, 0.1], [0.7, 0.5, 0.3], [0.4, 0.2, 0.1], [0.6, 0.4, 0.2], [0.55, 0.35, 0.15]]
     plus = [[c + 0.08 for c in chain] for chain in base]
     seqs = {"plug in": _sequences(base), "warm start": _sequences(plus), "from scratch": _sequences([[0.2, 0.1, 0.0]] * 5)}
-    taus, bands, _ = held_out_bands(seqs)
+    taus, bands, _ = sequence_bands(seqs)
     assert taus["warm start"] == pytest.approx(taus["plug in"] + 0.24)
     got = recommend(taus, per_sequence=seqs)
     assert got.action == "warm start" and "held-out τ, teacher forced, over 5 sequences, 90% bands" in got.text
     # a gain of 0.04 τ (inside the old 0.05 tie) but on every sequence: clear, where the tie rule kept plugging in
     small = {"plug in": _sequences(base), "warm start": _sequences([[c + 0.02 for c in ch[:2]] + ch[2:] for ch in base])}
-    taus_small = held_out_bands(small)[0]
+    taus_small = sequence_bands(small)[0]
     assert recommend(taus_small).action == "plug in"  # the tie rule, τ alone
     assert recommend(taus_small, per_sequence=small).action == "warm start"
     # the same mean gain, flipping sign across sequences: too close to call
     flip = [[c + d for c in ch] for ch, d in zip(base, [0.2, -0.15, 0.2, -0.15, 0.05])]
     noisy = {"plug in": _sequences(base), "warm start": _sequences(flip)}
-    got = recommend(held_out_bands(noisy)[0], per_sequence=noisy)
+    got = recommend(sequence_bands(noisy)[0], per_sequence=noisy)
     assert got.action == "plug in" and got.close == ("warm start",) and "over 5 sequences, a band across zero" in got.text
     # beside a measured τ: the held-out side is judged by its own band too
     measured = {"plug in": 1.7, "warm start": 1.9}
     counts = {"plug in": _counts([1.7] * 4), "warm start": _counts([1.9] * 4)}
-    both = recommend(measured, held_out=held_out_bands(noisy)[0], counts=counts, per_sequence=noisy)
+    both = recommend(measured, held_out=sequence_bands(noisy)[0], counts=counts, per_sequence=noisy)
     assert both.action == "warm start" and "The held-out τ (teacher forced) picks plug in instead" in both.text
     with pytest.raises(ValueError):
-        held_out_bands({"plug in": _sequences(base), "warm start": _sequences(base[:3])})
+        sequence_bands({"plug in": _sequences(base), "warm start": _sequences(base[:3])})
 
 
 def test_a_close_fine_tune_defers_to_a_clear_probe_and_both_close_say_so():

@@ -193,7 +193,7 @@ class FinetuneReport:
         data: where the data came from (one line).
         data_kind: its :class:`~eaglelab.data.sets.DataSource` kind (``built-in``: the headline says it decides nothing).
         per_sequence: option -> ``(hits, counted)`` per held-out sequence (teacher forced, ``settings.k`` drafts):
-            what the recommendation's bands resample (:func:`eaglelab.recommendation.held_out_bands`).
+            what the recommendation's bands resample (:func:`eaglelab.recommendation.sequence_bands`).
     """
 
     settings: FinetuneSettings
