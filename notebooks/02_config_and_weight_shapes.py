@@ -225,7 +225,7 @@ findings = f"""
 - **The Kimi family [sample]** (public configs, sparse weights): {'; '.join(f"{label}: **{c.verdict.level}** ({c.verdict.reasons[0]})" for label, c in kimi_cmp.items())}.
   Every config key of the three pairs is classified ({sum(d.category == 'unknown' for c in kimi_cmp.values() for d in c.config_diff)} unknown);
   the full-vocabulary and MLA drafters are computed with {sum(len(i.problems) for i in drafters.values())} problems; the K2.6 drafter ships no
-  `lm_head` with `draft_vocab_size` written ({'SGLang would serve a random head' if any('27829' in c for c in drafters['k26_mla_drafter'].cautions) else 'no caution'}).
+  `lm_head` with `draft_vocab_size` written ({'SGLang would serve a random head' if drafters['k26_mla_drafter'].sglang_random_head else 'no caution'}).
   K2 -> K2.5 targets: **{kimi_targets.verdict.level}**, {', '.join(f"`{d.key}` {d.a} -> {d.b}" for d in kimi_targets.config_diff if d.category in ('rope and context', 'quantization') and d.key != 'quantization.kept')};
   K2.5 keeps its language model under `{kimi_targets.b.prefix}`; two K2.5 tokenizer folders that differ in the template only:
   **{template_only.verdict.level}**.

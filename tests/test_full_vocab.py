@@ -54,7 +54,7 @@ def test_a_drafter_without_a_head_drafts_with_the_targets(tiny_world, tmp_path):
 
     folder = headless(tiny_world, tmp_path / "headless")
     insp = inspect_checkpoint(str(folder))
-    assert insp.problems == [] and any("sglang issue #27829" in c for c in insp.cautions)
+    assert insp.problems == [] and any("sglang issue #27829" in c for c in insp.cautions) and insp.sglang_random_head
     d = load_drafter(folder)
     assert not d.has_head
     ids, aux = torch.randint(0, 512, (1, 10)), torch.randn(1, 10, 3 * 64)

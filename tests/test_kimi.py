@@ -67,6 +67,7 @@ def test_inspect_computes_the_full_vocabulary_and_mla_drafters(kimi, capsys):
     assert "as SGLang computes it" in mla.status_line and mla.spec.attention == "mla"
     k26 = inspect_checkpoint(str(kimi.k26_mla_drafter))
     assert any("sglang issue #27829" in c for c in k26.cautions)  # no head in the file, draft_vocab_size written
+    assert k26.sglang_random_head and not mla.sglang_random_head  # the same finding, typed: what notebook 02 reads
 
 
 def test_compare_judges_the_k25_and_k26_mla_drafters(kimi):

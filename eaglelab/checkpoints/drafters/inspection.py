@@ -23,6 +23,7 @@ from eaglelab.checkpoints.drafters.tensor_table import (
     expected_parameters,
     head_cautions,
     layer_named,
+    sglang_leaves_head_random,
     strip_prefix,
     table_problems,
 )
@@ -79,6 +80,11 @@ class Inspection:
     @property
     def config(self) -> dict[str, Any]:
         return self.checkpoint.config or {}
+
+    @property
+    def sglang_random_head(self) -> bool:
+        """Whether SGLang would serve this drafter with its head at random (one of :attr:`cautions` says why)."""
+        return self.spec is not None and sglang_leaves_head_random(self.spec, self.checkpoint.tensors)
 
     def target_lines(self) -> list[str]:
         """For a target model: its language model's weights and its quantization, one line each."""

@@ -254,6 +254,12 @@ def check_tensors_against_spec(
     return problems
 
 
+def sglang_leaves_head_random(spec: DrafterSpec, names) -> bool:
+    """Whether SGLang would serve this drafter with a random head: a full-vocabulary file that ships no
+    ``lm_head.weight`` with ``draft_vocab_size`` written (sglang issue #27829; ``names``: its tensor names)."""
+    return spec.full_vocab and spec.draft_vocab_given and "lm_head.weight" not in {strip_prefix(n) for n in names}
+
+
 def head_cautions(spec: DrafterSpec, names) -> list[str]:
     """What the engines make of a full-vocabulary file's head, when it ships none (``names``: its tensor names).
 
@@ -263,7 +269,7 @@ def head_cautions(spec: DrafterSpec, names) -> list[str]:
     """
     if not spec.full_vocab or "lm_head.weight" in {strip_prefix(n) for n in names}:
         return []
-    if spec.draft_vocab_given:
+    if sglang_leaves_head_random(spec, names):
         return ["no lm_head.weight with draft_vocab_size written: vLLM and eaglelab draft with the target's head; "
                 "SGLang leaves its head at random and accepts nothing (sglang issue #27829): drop draft_vocab_size "
                 "from the config (SGLang then loads the target's head) or ship the head"]
