@@ -103,10 +103,10 @@ def percentile_band(values, level: float = BAND_LEVEL) -> list[float]:
 
 
 def _recommend_by_band(taus: Mapping[str, float], bands: Mapping[str, list[float]], draws: Mapping,
-                       lead: Mapping[str, str], n: int, what: str) -> Recommendation:
+                       lead: Mapping[str, str], measure: str, n: int, unit: str) -> Recommendation:
     """The cheapest option unless a dearer one's gain over it is clear of zero (its band's low end above 0); the
-    options whose gain's band straddles zero are named as too close to call. ``what``: the τ and its unit in words
-    (``measured τ over 4 prompts``); ``n`` and its noun end the too-close sentence."""
+    options whose gain's band straddles zero are named as too close to call. ``measure``: which τ, in words
+    (``measured τ``), resampled over ``n`` ``unit`` (``prompts``)."""
     order = [o for o in OPTIONS if o in taus]
     chosen, gains, close = order[0], {}, []
     for o in order[1:]:
@@ -117,8 +117,7 @@ def _recommend_by_band(taus: Mapping[str, float], bands: Mapping[str, list[float
         elif hi > 0:
             close.append(o)
     shown = ", ".join(f"{o} {taus[o]:.2f} ({bands[o][0]:.2f}-{bands[o][1]:.2f})" for o in order)
-    text = f"{lead[chosen]} ({what}, 90% bands: {shown})."
-    unit = what.rsplit(" ", 1)[-1]
+    text = f"{lead[chosen]} ({measure} over {n} {unit}, 90% bands: {shown})."
     for o in close:
         c, lo, hi = gains[f"{o} over {chosen}"]
         text += (f" Too close to call between {chosen} and {o}: {o} gains {c:+.2f} τ ({lo:+.2f} to {hi:+.2f}) over "
@@ -159,13 +158,12 @@ def recommend(taus: Mapping[str, float], held_out: Mapping[str, float] | None = 
         raise ValueError(f"options must be among {OPTIONS}, the same with their counts, got {sorted(taus)}")
     held_seq = per_sequence if held_out else None
     if counts is not None:
-        out = _recommend_by_band(*measured_bands(counts), LEADS, len(next(iter(counts.values()))),
-                                 f"measured τ over {len(next(iter(counts.values())))} prompts")
+        out = _recommend_by_band(*measured_bands(counts), LEADS, "measured τ", len(next(iter(counts.values()))),
+                                 "prompts")
         action, text = out.action, out.text
     elif per_sequence is not None and not held_out:
-        n = len(next(iter(per_sequence.values()))[0])
-        out = _recommend_by_band(*sequence_bands(per_sequence), LEADS, n, f"held-out τ, teacher forced, over {n} "
-                                                                          "sequences")
+        out = _recommend_by_band(*sequence_bands(per_sequence), LEADS, "held-out τ, teacher forced,",
+                                 len(next(iter(per_sequence.values()))[0]), "sequences")
         action, text = out.action, out.text
     else:
         best = max(taus.values())

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.checkpoints.targets.reading import load_serving_config
 from eaglelab.errors import ParameterError
 from eaglelab.inputs import printable
@@ -40,7 +39,7 @@ from eaglelab.serving.load import (
     scales_table,
 )
 from eaglelab.serving.load_band import DEFAULT_CONTEXT, LoadBand, band_contexts, load_band
-from eaglelab.serving.load_checks import Calibration, calibration_of, config_bits, residuals, stated_bits
+from eaglelab.serving.load_checks import Calibration, calibration_of, dtype_bits, residuals, stated_bits
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import (
@@ -328,10 +327,9 @@ def _gpus_for(shape, gpu: str) -> int:
 def weights_words(shape: TargetShape, config: dict, weight_bits: float | None, where: str) -> str:
     """The weights' bytes and the bits a weight they were counted at, with where the bits were read."""
     bits, why = (weight_bits, "--weight-bits") if weight_bits else stated_bits(config, where)
-    dtype = config.get("torch_dtype") or text_config(config).get("torch_dtype") or "bfloat16"
-    dtype_bits = config_bits({"torch_dtype": dtype}, where)
-    kept = sorted(kept_unquantized(config)) if why.startswith("quantization_config") and bits != dtype_bits else []
-    kept_words = f"; {', '.join(k.replace('_', ' ') for k in kept)} kept at {dtype_bits:g}" if kept else ""
+    stored = dtype_bits(config, where)
+    kept = sorted(kept_unquantized(config)) if why.startswith("quantization_config") and bits != stored else []
+    kept_words = f"; {', '.join(k.replace('_', ' ') for k in kept)} kept at {stored:g}" if kept else ""
     return f"weights {shape.total_bytes / 1e9:.1f} GB at {bits:g} bits a weight ({why}{kept_words})"
 
 

@@ -22,7 +22,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
 from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
-from eaglelab.serving.load_band import band_contexts
+from eaglelab.serving.load_band import band_contexts, pays_range
 from eaglelab.serving.load_checks import calibration_of
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.settings import DEFAULT_K
@@ -362,7 +362,7 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
     bands = {"scratch": scratch.kind, **({"warm start": warm.kind} if warm is not None else {})}
     corners = [model] if context_given else [model, *_other_contexts(s, load, load_source, model.context)]
     rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency),
-                    pays_range=_pays_range([m.pays_up_to(s.k, t, start=s.at_concurrency) for m in corners
+                    pays_range=pays_range([m.pays_up_to(s.k, t, start=s.at_concurrency) for m in corners
                                             for t in (r.tau_lo, r.tau, r.tau_hi)])) for r in rows]
     return Plan(s, rows, needs, action, text, cycle_needed, lever, bands,
                 {"source": source, "at_concurrency": s.at_concurrency, "model": model.to_json()})
@@ -379,11 +379,6 @@ def _other_contexts(s: Scenario, load, source: str | None, context: int) -> list
             except ParameterError:  # the point cannot be one of this context's: that corner is not a setup
                 continue
     return out
-
-
-def _pays_range(pays: list[int | None]) -> tuple[int | None, int | None]:
-    ordered = sorted(pays, key=lambda p: -1 if p is None else p)
-    return ordered[0], ordered[-1]
 
 
 def _load_model(s: Scenario, load, source: str | None):

@@ -105,5 +105,10 @@ def load_band(models: Mapping[int, LoadModel], assumed: int, concurrencies: list
                 s = float(m.speedup(b, k, tau_at(b))) if bool(m.kv_fits(b, k)) else 0.0
                 low[b], high[b] = min(low[b], s), max(high[b], s)
             pays.append(m.pays_up_to(k, tau_at, start=at))
+    return LoadBand(tuple(unstated), low, high, pays_range(pays))
+
+
+def pays_range(pays: list[int | None]) -> tuple[int | None, int | None]:
+    """The lowest and highest of several "pays up to" (None, not paying at all, the lowest)."""
     ordered = sorted(pays, key=lambda p: -1 if p is None else p)
-    return LoadBand(tuple(unstated), low, high, (ordered[0], ordered[-1]))
+    return ordered[0], ordered[-1]

@@ -91,6 +91,13 @@ MODELOPT_INT_BITS = (("w4a", 4.5), ("int4", 4.5), ("w8a", 8.5), ("int8", 8.5))
 DTYPE_BITS = {"float32": 32.0, "float16": 16.0, "bfloat16": 16.0, "float8_e4m3fn": 8.0}
 
 
+def dtype_bits(cfg: dict[str, Any], where: str) -> float:
+    """Bits per weight of a config's ``torch_dtype`` (its text config's; bf16 when it names none): what the modules a
+    quantization's ignore list keeps are stored at."""
+    return config_bits({"torch_dtype": cfg.get("torch_dtype") or text_config(cfg).get("torch_dtype") or "bfloat16"},
+                       where)
+
+
 def stated_bits(cfg: dict[str, Any], where: str) -> tuple[float, str]:
     """Bits per weight a target's config states, and where they were read, in words.
 

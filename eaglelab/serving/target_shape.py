@@ -16,7 +16,7 @@ import numpy as np
 from eaglelab.checkpoints.files.config_types import check_config_types
 from eaglelab.checkpoints.targets.config import text_config
 from eaglelab.errors import ParameterError
-from eaglelab.serving.load_checks import check_target_config, config_bits
+from eaglelab.serving.load_checks import check_target_config, config_bits, dtype_bits
 
 #: Kernels per layer of a dense / a MoE layer, launched one by one without CUDA graphs (norms, projections,
 #: rotary, attention, activation; a MoE layer adds routing, expert GEMMs and their gather / scatter).
@@ -223,11 +223,11 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
     except (KeyError, TypeError, ValueError):
         raise ParameterError(where, "a target config needs hidden_size, num_hidden_layers and vocab_size") from None
     quantized = weight_bits or config_bits(cfg, where)
-    dtype_bits = config_bits({"torch_dtype": cfg.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"}, where)
-    kept = kept_unquantized(cfg) if weight_bits is None and quantized != dtype_bits else set()
+    stored = dtype_bits(cfg, where)
+    kept = kept_unquantized(cfg) if weight_bits is None and quantized != stored else set()
 
     def per(kind: str) -> float:
-        return (dtype_bits if kind in kept else quantized) / 8
+        return (stored if kind in kept else quantized) / 8
 
     kv_elem = KV_DTYPE_BYTES[kv_dtype]
     heads = int(text.get("num_attention_heads") or 1)
@@ -258,7 +258,7 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
     draft_vocab = min(V, 32000)
     draft_params = 4 * H * H + 3 * H * inter + 3 * H * H + draft_vocab * H  # one layer (2H in), fc, lm_head
     common = dict(kv_bytes_per_token=kv, kv_ways=kv_ways, attention_flops_per_context=attn_flops, layers=L,
-                  hidden_size=H, draft_bytes=draft_params * dtype_bits / 8, draft_params=draft_params,
+                  hidden_size=H, draft_bytes=draft_params * stored / 8, draft_params=draft_params,
                   draft_vocab=draft_vocab, **layered)
     experts = int(text.get("n_routed_experts") or text.get("num_experts") or text.get("num_local_experts") or 0)
     if experts:
@@ -271,9 +271,9 @@ def shape_from_config(cfg: dict, weight_bits: float | None = None, kv_dtype: str
         dense_bytes = L * attn * per("attention") + dense_layers * 3 * H * inter * per("dense_mlp") \
             + moe_layers * shared * per("shared_experts") + head * per("lm_head")
         active = L * attn + dense_layers * 3 * H * inter + moe_layers * (shared + top * expert) + head
-        total = dense_bytes + moe_layers * experts * expert * per("experts") + head * dtype_bits / 8
+        total = dense_bytes + moe_layers * experts * expert * per("experts") + head * stored / 8
         return TargetShape(dense_bytes, active, moe_layers=moe_layers, experts_total=experts, experts_per_token=top,
                            expert_bytes=expert * per("experts"), total_bytes=total, **common)
     dense_bytes = L * (attn * per("attention") + 3 * H * inter * per("dense_mlp")) + head * per("lm_head")
     active = L * (attn + 3 * H * inter) + head
-    return TargetShape(dense_bytes, active, total_bytes=dense_bytes + head * dtype_bits / 8, **common)
+    return TargetShape(dense_bytes, active, total_bytes=dense_bytes + head * stored / 8, **common)
