@@ -22,9 +22,8 @@ from eaglelab.atomic import write_text_atomic
 from eaglelab.checkpoints.targets.chat_templates import render_all, template_context
 from eaglelab.data.data_files import read_row, turns
 from eaglelab.data.responses import Responses
-from eaglelab.data.tokens import MAX_DATA_BYTES
+from eaglelab.data.tokens import read_data_text
 from eaglelab.errors import SourceError
-from eaglelab.inputs import read_bytes
 
 #: Conversations rendered per call of the sandboxed renderer (one child process each; two renderings each).
 RENDER_CHUNK = 128
@@ -44,10 +43,7 @@ def conversation_responses(path: str | Path, tokenizer, seq_len: int, max_rows: 
             or no conversation has an assistant turn.
     """
     p = Path(path)
-    try:
-        raw = read_bytes(p, SourceError, MAX_DATA_BYTES, "data file").decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(p, f"data is not UTF-8 text (byte {exc.start})") from None
+    raw = read_data_text(p)
     template = getattr(tokenizer, "chat_template", None)
     template = template if isinstance(template, str) else None
     specials = {k: v for k, v in getattr(tokenizer, "special_tokens_map", {}).items() if isinstance(v, str)}

@@ -30,10 +30,7 @@ def sequences_from_file(path: str | Path, tokenizer, seq_len: int, max_sequences
     """
     p = Path(path)
     data_file(p)  # the format from the head first: a binary or .json file is one line, not a half-read probe
-    try:
-        raw = read_bytes(p, SourceError, MAX_DATA_BYTES, "data file").decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(p, f"data is not UTF-8 text (byte {exc.start})") from None
+    raw = read_data_text(p)
     if p.suffix.lower() == ".jsonl":
         texts = _jsonl_texts(p, raw, tokenizer, None if max_sequences is None else max_sequences * seq_len)
     else:
@@ -42,6 +39,14 @@ def sequences_from_file(path: str | Path, tokenizer, seq_len: int, max_sequences
     if len(seqs) == 0:
         raise SourceError(p, f"fewer than {seq_len} tokens of data")
     return seqs
+
+
+def read_data_text(p: Path) -> str:
+    """A data file's whole text (at most :data:`MAX_DATA_BYTES`), or one line saying why it cannot be read."""
+    try:
+        return read_bytes(p, SourceError, MAX_DATA_BYTES, "data file").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SourceError(p, f"data is not UTF-8 text (byte {exc.start})") from None
 
 
 #: Conversations rendered per call of the sandboxed renderer (one child process each).
