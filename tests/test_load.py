@@ -490,10 +490,51 @@ def test_a_measured_speculative_tok_s_stands_for_the_cycle(capsys):
     assert same.cycle_ms == pytest.approx(1e3 * 2.5 / 164)
     assert speculation_under_load(same).rows == speculation_under_load(
         LoadSettings(baseline_tps=82, cycle_ms=1e3 * 2.5 / 164, accept_len=2.5, concurrency=(1, 8))).rows
-    for extra, says in ((["--cycle-ms", "30", "--accept-len", "2.5"], "not both"), ([], "needs --accept-len")):
-        assert main(["perf", "--concurrency", "1", "--baseline-tps", "82", "--spec-tps", "164", *extra]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("eaglelab perf: error: --spec-tps: ") and says in err
+    assert main(["perf", "--concurrency", "1", "--baseline-tps", "82", "--spec-tps", "164", "--cycle-ms", "30",
+                 "--accept-len", "2.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("eaglelab perf: error: --spec-tps: ") and "not --cycle-ms and --spec-tps" in err
+
+
+def test_tok_s_without_tau_answer_over_the_range_published_chains_accept(capsys):
+    """#55 item 5: τ is what no published sweep states; tok/s (or a paper's speedup) without it was refused. The
+    answer is now banded over τ at a per-draft acceptance of 0.55-0.85, the middle assumed, and says so."""
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+    from eaglelab.serving.load_band import ALPHA_ASSUMED, unstated_taus
+    from eaglelab.serving.perf import accept_len_constant_rate
+
+    low, mid, high = unstated_taus(3)
+    assert mid == pytest.approx(float(accept_len_constant_rate(ALPHA_ASSUMED, 3))) and low < mid < high < 4
+    assert unstated_taus(3, floor=2.6)[0] == 2.6  # a cycle costs at least a plain step: τ >= the speedup measured
+    point = dict(concurrency=(1, 4, 16, 64), baseline_tps=82, spec_tps=164, context=2048)
+    loose = speculation_under_load(LoadSettings(**point))
+    told = speculation_under_load(LoadSettings(**point, accept_len=mid))
+    assert loose.tau == pytest.approx(mid) and [r["speedup"] for r in loose.rows] == pytest.approx(
+        [r["speedup"] for r in told.rows])  # the centre is the answer at the assumed τ
+    assert any(u.startswith(f"τ {low:.2f}-{high:.2f} (a per-draft acceptance") for u in loose.band.unstated)
+    for b in (4, 16, 64):  # the band holds the answer at each end of τ's range, and is wider than τ given
+        for tau in (low, high):
+            at = speculation_under_load(LoadSettings(**point, accept_len=tau, accept_lens=(tau,) * 4)).rows
+            s = next(r["speedup"] for r in at if r["concurrency"] == b)
+            assert loose.band.low[b] - 1e-9 <= s <= loose.band.high[b] + 1e-9
+        assert loose.band.high[b] - loose.band.low[b] > told.band.high[b] - told.band.low[b] - 1e-9
+    assert main(["perf", "--concurrency", "1", "8", "--baseline-tps", "82", "--spec-tps", "164"]) == 0
+    assert f"τ not given: the table is at τ {mid:.2f}" in capsys.readouterr().out
+
+
+def test_a_papers_speedup_alone_is_a_measured_point(capsys):
+    """#55 item 5: a paper's table gives only the ratio; --speedup calibrates the cycle against the datasheet's plain
+    step, and a speedup above k + 1 (a tok/s, most likely) is refused by name."""
+    from eaglelab.jobs.load import LoadSettings, speculation_under_load
+
+    report = speculation_under_load(LoadSettings(speedup=1.8, accept_len=3.0, at_concurrency=2, concurrency=(2, 8, 32)))
+    assert next(r["speedup"] for r in report.rows if r["concurrency"] == 2) == pytest.approx(1.8, rel=1e-3)
+    assert report.calibration.calibrated
+    for argv, says in ((["--speedup", "30"], "--speedup: 30x is more than k + 1"),
+                       (["--speedup", "1.5", "--spec-tps", "90"], "not --spec-tps and --speedup"),
+                       (["--baseline-tps", "80"], "a measured point needs --baseline-tps and its cycle")):
+        assert main(["perf", "--concurrency", "1", "8", "--accept-len", "2", *argv]) == 2
+        assert says in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- the answer's band (#55 item 1)

@@ -119,6 +119,25 @@ def test_the_published_sweeps_are_predicted_from_one_point_as_recorded_in_measur
     assert kimi.published_crossover == 64 and kimi.crossover_within_one_step
 
 
+def test_the_published_sweeps_on_the_users_path_as_recorded_in_measured_md():
+    """#55 item 5: each sweep given to perf with only what its source states (no τ; the context only where stated),
+    the answer's band against every published point, as docs/MEASURED.md records it."""
+    from eaglelab.jobs.sweeps_user import STATED_FIELDS, user_path_all
+
+    users = {u.sweep.name: u for u in user_path_all()}
+    assert len(users) >= 9 and not any(isinstance(u, tuple) for u in users.values())
+    for u in users.values():  # nothing chosen to fit: τ never given, a context only where the source states one
+        assert set(u.sweep.stated) <= set(STATED_FIELDS) and "accept_len" not in u.settings
+        assert ("context" in u.settings) == ("context" in u.sweep.stated)
+        assert any(w.startswith("τ ") and "per-draft acceptance" in w for w in u.unstated)
+    scored = [u for u in users.values() if u.sweep.scored]
+    inside = sum(r.inside for u in scored for r in u.held_out)
+    assert inside >= 47 and sum(len(u.held_out) for u in scored) == 58  # 81% of the published points
+    assert sum(u.budget_met() for u in scored) >= 2
+    rtx = users["eagle3-paper-vllm-rtx3090-llama31-8b-eagle3"]  # the default context fills a 24 GB card's KV from
+    assert rtx.published_crossover == 56 and rtx.crossover_inside  # 24 requests: the range still reaches 56
+
+
 # --------------------------------------------------------------------------- the cost table's reader
 
 

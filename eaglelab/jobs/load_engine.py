@@ -10,7 +10,8 @@ from typing import Any
 
 from eaglelab.engines.vllm import engine_status
 from eaglelab.engines.vllm_load import LoadRun, measure_costs_in_engine, measure_load_in_engine
-from eaglelab.jobs.load import LoadReport, LoadSettings, cost_points, load_model_for, speculation_under_load
+from eaglelab.jobs.load import LoadSettings, cost_points, load_model_for, speculation_under_load
+from eaglelab.jobs.load_report import LoadReport
 from eaglelab.serving.cost_table import CostTable, write_cost_table
 from eaglelab.serving.load import CPU, LoadModel
 from eaglelab.serving.load_checks import residuals

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.errors import ParameterError
-from eaglelab.jobs.load import LoadReport, LoadSettings, speculation_under_load, tps_cell
+from eaglelab.jobs.load import LoadSettings, speculation_under_load
+from eaglelab.jobs.load_report import LoadReport, tps_cell
 from eaglelab.outputs import strict_json_text, table
 from eaglelab.serving.logs import ParsedLog, log_by_concurrency, parse_log
 from eaglelab.serving.perf import MAX_TPS, MIN_TPS, TPS_MISTAKE, diagnose

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from eaglelab.errors import ParameterError
-from eaglelab.jobs.load import LoadSettings, MachineSettings, load_model_for
+from eaglelab.jobs.load import load_model_for
+from eaglelab.jobs.load_settings import LoadSettings, MachineSettings
 from eaglelab.planning.decision_table import FOUNDING_CASE, Plan, Scenario, plan
 from eaglelab.planning.render import plan_lines, plan_markdown
 from eaglelab.serving.cost_table import MAX_CONCURRENCY

@@ -56,6 +56,7 @@ class Sweep:
     kv_dtype: str = "bf16"
     verify_kv: str = "once"
     why_not_scored: str = ""
+    stated: dict[str, Any] | None = None
 
 
 def read_sweep(path: str | Path) -> Sweep:
@@ -77,7 +78,7 @@ def read_sweep(path: str | Path) -> Sweep:
                       int(hw["gpus"]), int(spec["k"]), spec.get("draft_tokens"), points, float(assumed["accept_len"]),
                       int(assumed["context"]), bool(assumed.get("scored", True)),
                       why_not_scored=assumed.get("why_not_scored", ""), kv_dtype=str(assumed.get("kv_dtype", "bf16")),
-                      verify_kv=str(assumed.get("verify_kv", "once")))
+                      verify_kv=str(assumed.get("verify_kv", "once")), stated=dict(d.get("stated", {})))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(where, f"not a load-sweep fixture: {exc!r}") from None
     if len(sweep.points) < 2:
