@@ -269,7 +269,7 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL
 # %%
 from eaglelab.jobs.load import LoadSettings, speculation_under_load
 from eaglelab.jobs.load_engine import engine_load_check
-from eaglelab.serving.load import load_curve
+from eaglelab.serving.load_tables import load_curve
 
 load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
                                            accept_len=scenario.accept_len, at_concurrency=AT_CONCURRENCY, k=K))

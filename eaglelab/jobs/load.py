@@ -28,12 +28,12 @@ from eaglelab.serving.load import (
     MEMORY_FRACTION,
     STEP_KINDS,
     LoadModel,
-    by_concurrency,
     machine,
 )
 from eaglelab.serving.load_band import ALPHA_ASSUMED, band_contexts, load_band, unstated_taus
 from eaglelab.serving.load_checks import calibration_of, dtype_bits, residuals, stated_bits
 from eaglelab.serving.load_fit import Point, calibrate
+from eaglelab.serving.load_tables import by_concurrency
 from eaglelab.serving.logs import log_by_concurrency, parse_log, parse_plain_log
 from eaglelab.serving.perf import (
     require_reachable,
@@ -77,15 +77,21 @@ def load_model_for(settings: LoadSettings) -> tuple[LoadModel, str]:
         gpus = None
     shape = shape_from_config(config, weight_bits=s.weight_bits, kv_dtype=s.kv_dtype, where=where)
     what = f"{what}, {weights_words(shape, config, s.weight_bits, where)}"
+    deployment = dict(context=s.context_tokens, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv, dcp=s.dcp)
     if gpu == "cpu":  # the workbook's own engine runs: vLLM's CPU build on this machine
-        model = LoadModel(shape, CPU, context=s.context_tokens, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv)
-        return model, f"the serving-cost model of {what} on this machine's CPU"
+        if s.dcp > 1:
+            raise ParameterError("--dcp", "decode context parallelism splits the KV cache over GPUs; --gpu cpu has none")
+        return LoadModel(shape, CPU, **deployment), f"the serving-cost model of {what} on this machine's CPU"
     gpus = s.gpus or gpus or _gpus_for(shape, gpu)
+    if gpus % s.dcp:
+        raise ParameterError("--dcp", f"{s.dcp} must divide the {gpus} GPUs of the tensor-parallel group (--gpus), as "
+                                      "vLLM requires")
     m = machine(gpu, gpus, link=s.link, graphs=graphs, link_bytes_s=None if s.link_gbps is None else s.link_gbps * 1e9)
     assumed = [] if s.gpu else [f"--gpu {gpu} [assumed]"]
     assumed += [] if s.gpus else [f"--gpus {gpus} [{'assumed' if s.target_config is None else 'the fewest that hold it'}]"]
-    source = f"the serving-cost model of {what} on {m.name}" + (f" ({', '.join(assumed)})" if assumed else "")
-    return LoadModel(shape, m, context=s.context_tokens, topk=s.topk, draft_tokens=s.draft_tokens, verify_kv=s.verify_kv), source
+    dcp = f", the KV cache split {s.dcp} ways by decode context parallelism" if s.dcp > 1 else ""
+    source = f"the serving-cost model of {what} on {m.name}{dcp}" + (f" ({', '.join(assumed)})" if assumed else "")
+    return LoadModel(shape, m, **deployment), source
 
 
 #: A measured plain step this many times shorter than reading the weights at the datasheet bandwidth is refused.

@@ -11,9 +11,10 @@ from typing import Any
 
 from eaglelab.jobs.load_settings import LoadSettings
 from eaglelab.outputs import table
-from eaglelab.serving.load import CONCURRENCY_GRID, LoadModel, scales_table
+from eaglelab.serving.load import CONCURRENCY_GRID, LoadModel
 from eaglelab.serving.load_band import LoadBand
 from eaglelab.serving.load_checks import Calibration
+from eaglelab.serving.load_tables import scales_table
 
 
 @dataclass
@@ -21,7 +22,7 @@ class LoadReport:
     """The answer per concurrency: the model's rows, the measurements' rows, and up to which concurrency it pays.
 
     Attributes:
-        rows: the calibrated model at each concurrency (:func:`eaglelab.serving.load.by_concurrency`).
+        rows: the calibrated model at each concurrency (:func:`eaglelab.serving.load_tables.by_concurrency`).
         log_rows: the speculative log grouped by concurrency (:func:`eaglelab.serving.logs.log_by_concurrency`).
         tau: the τ the model's rows use (the entered one, else the logs' median).
         pays_up_to: from ``at_concurrency`` up, the largest concurrency (then powers of two to 1024) up to

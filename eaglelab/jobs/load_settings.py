@@ -69,6 +69,10 @@ class MachineSettings:
         weight_bits: bits per weight, scales included, every weight at them, when the config does not say how the
             served weights are stored (None: the config's quantization, ModelOpt's hf_quant_config.json beside it,
             else its dtype; the output says which).
+        dcp: decode context parallelism, as vLLM's --decode-context-parallel-size: the KV cache and its reads split over
+            this many of the tensor-parallel GPUs (it must divide --gpus), each layer's attention merging its parts over
+            them. Data-parallel attention and expert parallelism are not modelled: give the tensor-parallel group
+            that serves one request.
     """
 
     target_config: str | None = None
@@ -82,6 +86,7 @@ class MachineSettings:
     verify_kv: str = option("once", choices=VERIFY_KV)
     context: int | None = option(None, min=0, max=MAX_WHOLE)
     weight_bits: float | None = option(None, min=1.0, max=32.0)
+    dcp: int = option(1, min=1, max=64)
 
     def __post_init__(self):
         if self.cuda_graphs == ():  # the bare flag: every step kind

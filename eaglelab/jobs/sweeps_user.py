@@ -25,7 +25,7 @@ from eaglelab.jobs.load import LoadSettings, speculation_under_load
 from eaglelab.serving.sweeps import SWEEPS, Sweep, read_sweep
 
 #: The fields a fixture's ``stated`` may name: the flags a user would give from what the source says.
-STATED_FIELDS = ("gpu", "gpus", "context", "kv_dtype", "verify_kv", "weight_bits", "accept_len")
+STATED_FIELDS = ("gpu", "gpus", "context", "kv_dtype", "verify_kv", "weight_bits", "dcp", "accept_len")
 #: The budget on the user's path (issue #55): points inside the band, the centre's median error.
 MIN_COVERAGE = 0.8
 MAX_CENTRE_ERROR = 0.10

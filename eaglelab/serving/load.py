@@ -46,14 +46,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.serving.gpus import LINK_SOURCES, LINKS, link_key
 from eaglelab.serving.gpus import gpu as gpu_named
-from eaglelab.serving.perf import BREAK_EVEN_OLD_KEY, accept_len_constant_rate, rate_for_accept_len
+from eaglelab.serving.perf import accept_len_constant_rate, rate_for_accept_len
 from eaglelab.serving.target_shape import KERNELS_PER_LAYER, TargetShape, shape_from_config
 
 #: Concurrencies scanned for "up to which concurrency does it pay" (the answer is the largest that pays).
@@ -245,6 +245,8 @@ class LoadModel:
             verified token as a query of its own do: vLLM 0.32's Triton MLA backend (``triton_mla.py``: "forward_mqa
             flattens a uniform multi-token block to one decode row per query token"), the published Kimi-on-PCIe
             sweep's.
+        dcp: decode context parallelism (vLLM's ``--decode-context-parallel-size``): the KV cache and its reads split
+            over this many of the GPUs, and each layer's attention merging its parts over them (one more exchange).
         scales: each term's multiplier (:class:`Scales`), set by :func:`calibrate` or :func:`fit`.
     """
 
@@ -254,10 +256,16 @@ class LoadModel:
     topk: int = 1
     draft_tokens: int | None = None
     verify_kv: str = "once"
+    dcp: int = 1
     scales: Scales = field(default_factory=Scales)
 
     def __post_init__(self):
         require_verify_kv(self.verify_kv)
+
+    @property
+    def kv_ways(self) -> int:
+        """How many ways the KV cache is split over the GPUs: its heads under tensor parallelism, times ``dcp``."""
+        return max(1, min(self.machine.gpus, self.target.kv_ways * self.dcp))
 
     # ---- one forward
 
@@ -265,8 +273,7 @@ class LoadModel:
         """The target's forward over ``tokens`` tokens of ``requests`` requests, term by term (seconds, scaled)."""
         t, b = np.asarray(tokens, dtype=float), np.asarray(requests, dtype=float)
         m, x, s = self.machine, self.target, self.scales
-        g = m.gpus
-        kv_ways = max(1, min(g, x.kv_ways))
+        g, kv_ways = m.gpus, self.kv_ways
         routed = b + (t - b) * EXPERT_NOVELTY  # a request's later tokens route much like its first
         kv_reads = t if kind == "verify" and self.verify_kv == "per-token" else b  # each query its own read, or one each
         memory = (x.weight_bytes(routed) / g + kv_reads * x.kv_read_bytes(self.context) / kv_ways) / m.bandwidth_bytes_s
@@ -275,7 +282,8 @@ class LoadModel:
             memory, compute = np.maximum(memory, compute), np.zeros_like(compute)
         comm = np.zeros_like(t)
         if g > 1:
-            comm = comm + 2 * x.layers * (m.link_latency_s + t * x.hidden_size * 2.0 * 2 * (g - 1) / g / m.link_bytes_s)
+            comm = comm + (2 + (self.dcp > 1)) * x.layers * m.link_latency_s \
+                + 2 * x.layers * t * x.hidden_size * 2.0 * 2 * (g - 1) / g / m.link_bytes_s
         launch = np.zeros_like(t) + (0.0 if kind in m.graphs else x.kernels * m.launch_s)
         overhead = m.step_overhead_s + b * m.request_overhead_s
         parts = np.broadcast_arrays(s.overhead * overhead, s.launch * launch, s.memory * memory, s.compute * compute,
@@ -340,14 +348,13 @@ class LoadModel:
 
     def kv_capacity_tokens(self) -> float:
         """Context tokens the KV cache holds beside the weights, at this context's bytes a token (inf: unknown)."""
-        x, ways = self.target, max(1, min(self.machine.gpus, self.target.kv_ways))
-        per_token = float(x.kv_read_bytes(max(self.context, 1))) / max(self.context, 1) / ways
+        per_token = float(self.target.kv_read_bytes(max(self.context, 1))) / max(self.context, 1) / self.kv_ways
         return self.kv_room_bytes() / per_token if per_token else math.inf
 
     def kv_fits(self, concurrency, k: int = 0) -> np.ndarray:
         """Whether ``concurrency`` requests' KV caches (context plus a cycle's tokens) fit beside the weights."""
-        b, ways = np.asarray(concurrency, dtype=float), max(1, min(self.machine.gpus, self.target.kv_ways))
-        return b * self.target.kv_read_bytes(self.context + self.verify_tokens(k)) / ways <= self.kv_room_bytes()
+        b = np.asarray(concurrency, dtype=float)
+        return b * self.target.kv_read_bytes(self.context + self.verify_tokens(k)) / self.kv_ways <= self.kv_room_bytes()
 
     def weights_fit(self) -> bool:
         m = self.machine
@@ -475,46 +482,3 @@ def kimi_k25_on_pcie(gpus: int = FOUNDING_GPUS, context: int = 2048, graphs: Seq
     """The founding case: Kimi-K2.5 on ``gpus`` PCIe GPUs, CUDA graphs for decode and draft but not the verify."""
     shape = shape_from_config(KIMI_K25_CONFIG, where="Kimi-K2.5")
     return LoadModel(shape, machine(gpu, gpus, graphs=graphs), context=context)
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, taus: Sequence[float] | None = None) -> list[dict]:
-    """The model's table: at each concurrency the steps, the speedup and break-even τ, the KV fit and the best k.
-
-    Args:
-        tau: the τ for every concurrency, unless ``taus`` gives one per concurrency.
-
-    Returns:
-        rows with ``concurrency``, ``accept_len``, ``decode_ms``, ``verify_ms``, ``cycle_ms``, ``speedup``,
-        ``break_even_tau``, ``kv_fits``, ``pays`` (speedup >= 1 and the KV fits), ``best_k`` and
-        ``best_speedup``.
-    """
-    rows = []
-    taus = list(taus) if taus is not None else [tau] * len(concurrency)
-    for b, t in zip(concurrency, taus):
-        if not is_whole(b):
-            raise ParameterError("--concurrency", f"must be whole numbers >= 1, got {b!r}")
-        speedup = float(model.speedup(b, k, t))
-        fits = bool(model.kv_fits(b, k))
-        kk, best = model.best_k(b, t, k)
-        rows.append({"concurrency": b, "accept_len": t, "decode_ms": 1e3 * float(model.decode_s(b)),
-                     "verify_ms": 1e3 * float(model.verify_s(b, k)), "cycle_ms": 1e3 * float(model.cycle_s(b, k)),
-                     "speedup": speedup, "break_even_tau": float(model.break_even_tau(b, k)),
-                     BREAK_EVEN_OLD_KEY: float(model.break_even_tau(b, k)),
-                     "kv_fits": fits, "pays": fits and speedup >= 1.0, "best_k": kk, "best_speedup": best})
-    return rows
-
-
-def load_curve(model: LoadModel, k: int, tau: float, grid: Sequence[float] | None = None) -> dict[str, np.ndarray]:
-    """The model's speedup and break-even τ over a dense grid of concurrencies (for a figure)."""
-    b = np.asarray(grid if grid is not None else np.geomspace(1, 1024, 64))
-    return {"concurrency": b, "speedup": model.speedup(b, k, tau), "break_even_tau": model.break_even_tau(b, k),
-            "kv_fits": model.kv_fits(b, k)}
-
-
-def scales_table(model: LoadModel) -> list[dict]:
-    """Each term's multiplier with what it is (1: the datasheet's value)."""
-    return [{"term": f.name, "multiplier": getattr(model.scales, f.name), "what": TERM_MEANING[f.name]}
-            for f in fields(Scales)]

@@ -90,7 +90,8 @@ def model_for(sweep: Sweep) -> LoadModel:
     """The uncalibrated model of the sweep's target on its GPUs."""
     shape = shape_from_config(sweep.config, weight_bits=sweep.weight_bits, kv_dtype=sweep.kv_dtype, where=sweep.name)
     return LoadModel(shape, machine(sweep.gpu, sweep.gpus), context=sweep.context, verify_kv=sweep.verify_kv,
-                     draft_tokens=sweep.draft_tokens if sweep.draft_tokens not in (None, sweep.k + 1) else None)
+                     draft_tokens=sweep.draft_tokens if sweep.draft_tokens not in (None, sweep.k + 1) else None,
+                     dcp=int((sweep.stated or {}).get("dcp", 1)))
 
 
 def calibration_point(sweep: Sweep, model: LoadModel, tau: float, at: int = 0) -> Point:
