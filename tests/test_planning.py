@@ -346,3 +346,10 @@ def test_pays_up_to_spans_the_options_tau_band_and_the_unstated_context():
         assert widen[0] <= widen[2] and widen[1] >= widen[3]  # the context withheld: never narrower
     text = "\n".join(plan_options(PlanSettings()).lines())
     assert "(never-256)" in text or any(r.pays_range != (r.pays_up_to, r.pays_up_to) for r in loose.rows)
+    for answer, withheld in ((loose, True), (given, False)):  # the decision's own words carry the chosen row's range
+        chosen = next(r for r in answer.rows if r.option == answer.action)
+        lo, hi = ("nowhere" if p is None else str(p) for p in chosen.pays_range)
+        assert f"Under load it pays up to {chosen.pays_up_to} requests in flight" in answer.text
+        if chosen.pays_range != (chosen.pays_up_to, chosen.pays_up_to):
+            assert f"({lo} to {hi} over its τ band" in answer.text
+        assert ("the contexts not given, 512-8192 tokens" in answer.text) == (withheld and lo != hi)

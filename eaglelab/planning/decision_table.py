@@ -22,7 +22,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import LawBand, assumed_band
 from eaglelab.serving import perf
 from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
-from eaglelab.serving.load_band import band_contexts, pays_range
+from eaglelab.serving.load_band import CONTEXT_RANGE, band_contexts, pays_range
 from eaglelab.serving.load_checks import calibration_of
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.settings import DEFAULT_K
@@ -364,8 +364,25 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
     rows = [replace(r, pays_up_to=model.pays_up_to(s.k, r.tau, start=s.at_concurrency),
                     pays_range=pays_range([m.pays_up_to(s.k, t, start=s.at_concurrency) for m in corners
                                             for t in (r.tau_lo, r.tau, r.tau_hi)])) for r in rows]
+    chosen = next((r for r in rows if r.option == action), None)
+    text += _load_words(chosen, s.at_concurrency, context_given) if chosen is not None else ""
     return Plan(s, rows, needs, action, text, cycle_needed, lever, bands,
                 {"source": source, "at_concurrency": s.at_concurrency, "model": model.to_json()})
+
+
+def _load_words(r: Row, at: int, context_given: bool) -> str:
+    """The decision's load sentence: up to which concurrency the chosen option pays, and its range over what was not
+    given (the option's τ band, and the context where none was), as the table's last column says it."""
+    def words(c):
+        return "nowhere" if c is None else "every load up to 1024" if c >= 1024 else str(c)
+
+    over = "its τ band" + ("" if context_given else f" and the contexts not given, {CONTEXT_RANGE[0]}-{CONTEXT_RANGE[1]} tokens")
+    spread = "" if r.pays_range is None or r.pays_range == (r.pays_up_to, r.pays_up_to) else \
+        f" ({words(r.pays_range[0])} to {words(r.pays_range[1])} over {over})"
+    if r.pays_up_to is None:
+        return f" Under load, per the load model measured at {at} in flight, it does not pay there{spread}."
+    return f" Under load it pays up to {words(r.pays_up_to)} requests in flight{spread}: eaglelab perf --concurrency " \
+           "gives the table."
 
 
 def _other_contexts(s: Scenario, load, source: str | None, context: int) -> list:
