@@ -258,10 +258,10 @@ bullets = [
     f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
     f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
     f"b = {b[0]:.3f} ({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} warm-started; "
-    f"fit error {fit.residual_rms['from scratch']:.3f} / {fit.residual_rms['warm start']:.3f} τ. At τ {top['tau']:.2f} scratch "
-    f"needs {top['scratch'][0]:.0f} sequences and the warm start {top['warm start'][0]:.1f}"
-    + (f" (below its smallest budget, {min(BUDGETS)}: extrapolated)" if top['warm start'][0] < min(BUDGETS) else "")
-    + f": {fit.ratio_text(top['tau'])}.",
+    f"fit error {fit.residual_rms['from scratch']:.3f} / {fit.residual_rms['warm start']:.3f} τ. "
+    + fit.needs_text(top["tau"], "the highest τ scratch reached") + f"; {fit.ratio_text(top['tau'])}."
+    + (" " + fit.needs_text(lines[f"τ for {GOAL_TPS:g} tok/s"], f"your goal's, {GOAL_TPS:g} tok/s") + "."
+       if EVIDENCE == pv.YOURS else ""),
     f"- **Fine-tune or plug in? {TAG}** {fit.plugin_text()}",
     (f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline) [derived]: "
      + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.YOURS else

@@ -16,7 +16,7 @@ from eaglelab.errors import ParameterError
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, default_budgets, plan
 from eaglelab.planning.render import plan_markdown
-from eaglelab.planning.scaling import DataLaw, ScalingFit, assumed_band, fit_scaling
+from eaglelab.planning.scaling import DataLaw, ScalingFit, assumed_band, fit_scaling, sample_count
 
 # --------------------------------------------------------------------------- the law
 
@@ -288,6 +288,23 @@ def test_plugin_text_covers_its_three_cases():
     assert "beyond the 64 measured" in fit_scaling(scratch, [(0, high + 0.05)] + rising, 3, n_boot=50).plugin_text()
 
 
+def test_the_data_each_start_needs_for_the_tau_asked_carries_its_band():
+    """#56 item 2: the decision-maker's number is the data each start needs for the τ asked, with its band, not a
+    ratio; a τ a law never reaches, or one the warm start already has, is said in words."""
+    scratch = [(n, float(DataLaw(0.9, 0.3, 3).tau(n))) for n in (8, 16, 32, 64)]
+    warm = [(n, float(DataLaw(0.6, 0.3, 3).tau(n))) for n in (8, 16, 32, 64)]
+    fit = fit_scaling(scratch, [(0, 1.5)] + warm, 3, n_boot=50)
+    tau = float(DataLaw(0.9, 0.3, 3).tau(48))
+    text = fit.needs_text(tau, "the goal's τ")
+    for label, band in (("warm start", fit.warm), ("scratch run", fit.scratch)):
+        c, lo, hi = band.samples_for(tau)
+        assert lo <= c <= hi and f"the {label} at least **{sample_count(c)}** ({sample_count(lo)} to " in text
+    assert f"For τ {tau:.2f} (the goal's τ)" in text and "bootstrap 90%" in text and "inf" not in text
+    assert "extrapolated" in fit.needs_text(float(DataLaw(0.9, 0.3, 3).tau(5000)), "far")
+    assert "never reaches it with any corpus" in fit.needs_text(3.999, "all but every draft")
+    assert "the warm start needs no new data" in fit.needs_text(1.01, "a τ it has")
+
+
 class _Ratio(ScalingFit):
     """A fit whose data ratio is given: the wording alone under test."""
 
@@ -315,10 +332,11 @@ def test_the_data_ratio_is_told_by_its_band_and_never_as_infinity(ratio, says):
 @given(n=st.floats(min_value=0, allow_nan=False), hours=st.floats(min_value=0, allow_nan=False))
 def test_a_plan_prints_no_count_beyond_any_corpus_and_no_time_beyond_a_millennium(n, hours):
     """#54 item 2: "6.72e+150B samples" and a 150-digit number of years were printed into a game plan."""
-    from eaglelab.planning.decision_table import CORPUS_LIMIT, DURATION_LIMIT_H, _count, _duration
+    from eaglelab.planning.decision_table import DURATION_LIMIT_H, _duration
+    from eaglelab.planning.scaling import CORPUS_LIMIT
 
-    assert [_count(x) for x in (999_999, 999.9, 37_000, 1_400_000)] == ["1M", "1k", "37k", "1.4M"]
-    count, took = _count(n), _duration(hours)
+    assert [sample_count(x) for x in (999_999, 999.9, 37_000, 1_400_000)] == ["1M", "1k", "37k", "1.4M"]
+    count, took = sample_count(n), _duration(hours)
     assert "e+" not in count and "inf" not in count and "e+" not in took and "inf" not in took
     if n > CORPUS_LIMIT:
         assert count == "> 10B (beyond any corpus)"

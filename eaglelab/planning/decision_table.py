@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from eaglelab.decisions import Option
 from eaglelab.errors import ParameterError, is_whole, require_whole
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.scaling import LawBand, assumed_band
+from eaglelab.planning.scaling import LawBand, assumed_band, sample_count
 from eaglelab.serving import perf
 from eaglelab.serving.load import FOUNDING_DEPLOYMENT, kimi_k25_on_pcie
 from eaglelab.serving.load_band import CONTEXT_RANGE, band_contexts, pays_range
@@ -40,9 +40,6 @@ MAX_EXPONENT = 5.0
 MIN_FITTED_EXPONENT = 0.05
 #: Most samples a scenario counts (a thousand trillion: beyond any dataset, and the law stays finite below it).
 MAX_SAMPLES = 1e15
-#: Most samples a plan prints as a number: ten billion samples (about 5e12 tokens at 512 a sample) is past any
-#: fine-tuning corpus by two orders of magnitude; a law asking for more is said to ask for what no data can give.
-CORPUS_LIMIT = 1e10
 #: Longest time a plan prints as a number (a thousand years): past it, the time is said to be out of reach.
 DURATION_LIMIT_H = 1000 * 24 * 365
 #: Tokens per generated training sample when the user gives none: an assumption.
@@ -301,7 +298,7 @@ def warm_band(s: Scenario, scratch: LawBand) -> tuple[LawBand | None, str]:
     if s.old_samples is not None:
         lo, hi = sorted(s.transfer_fraction)
         band = assumed_band(s.samples, s.accept_len, s.k, s.exponents, (lo * s.old_samples, hi * s.old_samples))
-        return band, (f"{100 * lo:.0f}-{100 * hi:.0f}% of the old drafter's {_count(s.old_samples)} samples carried "
+        return band, (f"{100 * lo:.0f}-{100 * hi:.0f}% of the old drafter's {sample_count(s.old_samples)} samples carried "
                       f"over [{s.tag('transfer_fraction')}]")
     return None, "no plug-in τ and no sample count of the old drafter: give one to project the warm start"
 
@@ -326,7 +323,7 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
         raise ParameterError("budgets", f"need sample budgets in (0, {MAX_SAMPLES:.0e}], got {budgets}")
     scratch = scratch_band(s)
     warm, warm_from = warm_band(s, scratch)
-    law_from = (f"{_whose(s, 'accept_len', 'samples')} τ {s.accept_len:.2f} at {_count(s.samples)} samples "
+    law_from = (f"{_whose(s, 'accept_len', 'samples')} τ {s.accept_len:.2f} at {sample_count(s.samples)} samples "
                 f"[{s.tag('accept_len')}], "
                 f"exponent {s.exponents[0]:g}-{s.exponents[1]:g} [{s.tag('exponents')}]")
 
@@ -340,12 +337,12 @@ def plan(s: Scenario, budgets: Sequence[float] | None = None, lever: str | None 
         rows.append(row("plug in the old drafter", "plug in", None, (s.plugin_tau,) * 3, f"[{s.tag('plugin_tau')}]"))
     if warm is not None:  # the warm start on the data the team already has: nothing to generate
         # the samples the served drafter was trained on, labelled by whose number that is (entered, default...)
-        rows.append(row(f"warm start, {_count(s.samples)} samples ({s.tag('samples')})", "warm start", s.samples,
+        rows.append(row(f"warm start, {sample_count(s.samples)} samples ({s.tag('samples')})", "warm start", s.samples,
                         warm.tau(s.samples), f"{law_from}; {warm_from}"))
     for n in budgets:
         if warm is not None:
-            rows.append(row(f"warm start, {_count(n)} samples", "warm start", n, warm.tau(n), f"{law_from}; {warm_from}"))
-        rows.append(row(f"from scratch, {_count(n)} samples", "from scratch", n, scratch.tau(n), law_from))
+            rows.append(row(f"warm start, {sample_count(n)} samples", "warm start", n, warm.tau(n), f"{law_from}; {warm_from}"))
+        rows.append(row(f"from scratch, {sample_count(n)} samples", "from scratch", n, scratch.tau(n), law_from))
 
     needs = []
     for start, band in (("warm start", warm), ("from scratch", scratch)):
@@ -469,18 +466,7 @@ def _tau_text(r: Row) -> str:
 def _gen_text(s: Scenario, r: Row) -> str:
     if r.to_generate <= 0:
         return "no new data to generate"
-    return f"{_count(r.to_generate)} new samples to generate, {_duration(r.generation_h)} at {s.gen_tps:g} tok/s"
-
-
-def _count(n: float) -> str:
-    """1,400,000 -> '1.4M'; 37,000 -> '37k'; past :data:`CORPUS_LIMIT` (or never) '> 10B (beyond any corpus)'."""
-    if not math.isfinite(n) or n > CORPUS_LIMIT:
-        return f"> {CORPUS_LIMIT / 1e9:.0f}B (beyond any corpus)"
-    n = float(f"{n:.3g}")  # rounded first: 999,999 is '1M', not '1e+03k'
-    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{suffix}"
-    return f"{n:.0f}"
+    return f"{sample_count(r.to_generate)} new samples to generate, {_duration(r.generation_h)} at {s.gen_tps:g} tok/s"
 
 
 def _duration(hours: float) -> str:

@@ -6,7 +6,8 @@ import math
 
 from eaglelab.outputs import table
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.decision_table import ASSUMPTIONS, FOUNDING_CASE, Plan, Scenario, _count, _duration
+from eaglelab.planning.decision_table import ASSUMPTIONS, FOUNDING_CASE, Plan, Scenario, _duration
+from eaglelab.planning.scaling import sample_count
 
 _SCENARIO_FIELDS = (
     ("baseline_tps", "plain decoding", "{:g} tok/s"),
@@ -59,7 +60,7 @@ def scenario_lines(p: Plan) -> list[tuple[str, str, str]]:
         v = getattr(s, name)
         if v is None:
             continue
-        out.append((label, _count(v) if fmt is None else fmt.format(v), s.tag(name)))
+        out.append((label, sample_count(v) if fmt is None else fmt.format(v), s.tag(name)))
     out.append(("data exponent b (miss rate ∝ N^-b)", f"{s.exponents[0]:g}-{s.exponents[1]:g}", s.tag("exponents")))
     if s.plugin_tau is None and s.old_samples is not None:
         lo, hi = s.transfer_fraction
@@ -82,7 +83,7 @@ def row_cells(p: Plan) -> list[list[str]]:
                       f"{r.tau:.2f}" + (f" [{r.tau_lo:.2f}-{r.tau_hi:.2f}]" if band else ""),
                       f"{r.tps:.0f}" + (f" [{r.tps_lo:.0f}-{r.tps_hi:.0f}]" if band else ""),
                       f"{r.tps / s.baseline_tps:.2f}×",
-                      _count(r.to_generate) if r.to_generate else "0",
+                      sample_count(r.to_generate) if r.to_generate else "0",
                       _duration(r.generation_h) if r.to_generate else "-",
                       "yes" if r.tau >= s.break_even_tau else "no",
                       "yes" if r.tau >= s.goal_tau else "no",
@@ -114,7 +115,7 @@ def need_cells(p: Plan) -> list[list[str]]:
         if math.isinf(lo):
             out.append([n.start, f"{n.goal} (τ {n.tau:.2f})", "unreachable", "never"])
             continue
-        out.append([n.start, f"{n.goal} (τ {n.tau:.2f})", f"{_count(c)} [{_count(lo)}-{_count(hi)}]",
+        out.append([n.start, f"{n.goal} (τ {n.tau:.2f})", f"{sample_count(c)} [{sample_count(lo)}-{sample_count(hi)}]",
                     f"{_duration(gc)} [{_duration(glo)}-{_duration(ghi)}]"])
     return out
 

@@ -116,6 +116,22 @@ def _fmt_bound(x: float) -> str:
     return f"{x:.0f}" if math.isfinite(x) else "∞"
 
 
+#: Most samples a plan prints as a number: ten billion samples (about 5e12 tokens at 512 a sample) is past any
+#: fine-tuning corpus by two orders of magnitude; a law asking for more is said to ask for what no data can give.
+CORPUS_LIMIT = 1e10
+
+
+def sample_count(n: float) -> str:
+    """1,400,000 -> '1.4M'; 37,000 -> '37k'; past :data:`CORPUS_LIMIT` (or never) '> 10B (beyond any corpus)'."""
+    if not math.isfinite(n) or n > CORPUS_LIMIT:
+        return f"> {CORPUS_LIMIT / 1e9:.0f}B (beyond any corpus)"
+    n = float(f"{n:.3g}")  # rounded first: 999,999 is '1M', not '1e+03k'
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
 #: A data ratio's band wider than this (high over low) pins no number: the finding says so instead of a centre.
 RATIO_SPAN = 10.0
 
@@ -217,6 +233,27 @@ class ScalingFit:
             return (f"scratch needs {lo:.1f}-{hi:.0f}× the warm start's data at τ {tau:.2f} (central {c:.1f}×): a band "
                     f"of {hi / lo:.0f}x pins no number; more budgets, seeds or your own data would narrow it")
         return f"**scratch needs {c:.1f}× ({lo:.1f}-{hi:.1f}) the warm start's data** at τ {tau:.2f}"
+
+    def needs_text(self, tau: float, why: str) -> str:
+        """The decision-maker's number: the new-target samples each start needs for ``tau``, each with its band.
+
+        Args:
+            tau: the τ asked (a goal's, break-even's, or the highest the sweep reached).
+            why: what ``tau`` is, in words (``the goal's τ for 150 tok/s``).
+        """
+        measured = max(n for pts in self.points.values() for n, _ in pts)
+
+        def need(label: str, band: LawBand) -> str:
+            c, lo, hi = band.samples_for(tau)
+            if c < 1:  # under one sample: it is there already
+                return f"the {label} needs no new data (it is there already)"
+            if not math.isfinite(c) or c > CORPUS_LIMIT:
+                return f"the {label} never reaches it with any corpus under its fitted law ({sample_count(c)})"
+            far = " (extrapolated beyond the data measured)" if c > measured else ""
+            return f"the {label} at least **{sample_count(c)}** ({sample_count(lo)} to {sample_count(hi)}){far}"
+
+        return (f"For τ {tau:.2f} ({why}): {need('warm start', self.warm)} and {need('scratch run', self.scratch)} "
+                f"new-target samples ({self.warm.kind}; the law saturates below k + 1, so these are lower bounds)")
 
     def plugin_text(self) -> str:
         """Fine-tune or plug in, in words: from how many samples the warm start beats the old drafter as is."""
