@@ -6,7 +6,7 @@ VENV := .venv/bin
 export HF_HUB_OFFLINE ?= 1
 CHECK_TIERS := not (world or notebook or engine or browser or slow)
 
-.PHONY: setup test check workbook smoke world report lint engine
+.PHONY: setup test check workbook smoke world report showroom lint engine
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,10 @@ check: setup
 workbook: setup world
 	$(VENV)/eaglelab run --out runs/workbook
 	$(VENV)/eaglelab report --figures figures
+
+# the showroom (docs/example): a whole workbook run's game plan, figures and notebooks, stamped with the commit
+showroom: workbook
+	$(VENV)/eaglelab showroom --commit "$$(git rev-parse HEAD)" --force
 
 smoke: setup
 	$(VENV)/eaglelab run --smoke --out runs/smoke

@@ -26,8 +26,8 @@ def test_environment_yml_lists_the_same_packages():
     assert listed == wanted
 
 
-SUBCOMMANDS = [["run"], ["inspect"], ["compare"], ["perf"], ["drafter", "init"], ["drafter", "export"],
-               ["speculate"], ["probe"], ["finetune"], ["plan"], ["predict"], ["report"], ["recipe"], ["demo", "build"]]
+SUBCOMMANDS = [["run"], ["inspect"], ["compare"], ["perf"], ["drafter", "init"], ["drafter", "export"], ["speculate"],
+               ["probe"], ["finetune"], ["plan"], ["predict"], ["report"], ["showroom"], ["recipe"], ["demo", "build"]]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)

@@ -44,6 +44,7 @@ from eaglelab.settings import (
 from eaglelab.train.training import read_metrics
 from eaglelab.workbook.commands import ReportSettings, RunSettings
 from eaglelab.workbook.runner import notebook_parameters
+from eaglelab.workbook.showroom import ShowroomSettings
 from eaglelab.worlds.build import WorldSettings
 
 from .conftest import REPO
@@ -58,7 +59,7 @@ SETTINGS_COMMANDS = {"probe": (ProbeSettings, ()), "dump": (DumpSettings, ()), "
                      "drafter export": (ExportSettings, ()), "engine measure": (EngineMeasureSettings, ()),
                      "perf": (PerfSettings, ()), "plan": (PlanSettings, ()), "recipe": (RecipeJobSettings, ()),
                      "inspect": (InspectSettings, ()), "report": (ReportSettings, ()), "run": (RunSettings, ()),
-                     "demo build": (WorldSettings, ()),
+                     "demo build": (WorldSettings, ()), "showroom": (ShowroomSettings, ()),
                      "finetune": (FinetuneSettings, ("measure_prompts", "measure_tokens"))}  # notebook 04's only
 #: Commands with no settings: ``engine status`` takes no flag.
 HAND_DECLARED = {"engine status"}

@@ -1,4 +1,4 @@
-"""Subcommands that read files and numbers only (``run``, ``perf``, ``plan``, ``predict``, ``report``, ``recipe``;
+"""Subcommands that read files and numbers only (``run``, ``perf``, ``plan``, ``predict``, ``report``, ``showroom``, ``recipe``;
 the checkpoints' own, ``inspect``, ``compare`` and ``compare-targets``, are in :mod:`eaglelab.cli.checkpoints`).
 
 None of them imports torch or transformers: they start in a fraction of a second.
@@ -12,6 +12,7 @@ from eaglelab.jobs.plan import PlanSettings, founding_help, plan_options
 from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
 from eaglelab.jobs.recipe import RecipeJobSettings, job_defaults_help, write_recipe
 from eaglelab.workbook.commands import ReportSettings, RunSettings, run_notebooks, write_report
+from eaglelab.workbook.showroom import ShowroomSettings, build_showroom
 
 COMMANDS = (
     Command("run", RunSettings, run_notebooks, "execute the numbered notebooks (papermill)",
@@ -34,6 +35,11 @@ COMMANDS = (
             "eaglelab/engines/logprob_files.py). Prints τ with its band and the projected tok/s."),
     Command("report", ReportSettings, write_report, "write the game-plan markdown from the exported findings",
             "Assemble GAME_PLAN.md from the notebooks' findings and figures.", json=None),
+    Command("showroom", ShowroomSettings, build_showroom,
+            "copy a whole workbook run's game plan, figures and notebooks into the showroom, stamped",
+            "Copy the game plan, its figures and findings (FIGURES) and the executed notebooks (RUNS) of a whole "
+            "`make workbook` run into OUT (docs/example), with STAMP.json: the commit and date they were made from and "
+            "the headline numbers. `make showroom` runs the workbook and this.", json=None),
     Command("recipe", RecipeJobSettings, write_recipe,
             "scripts for the cluster: the warm start (SpecForge / speculators), the probe's hidden-state dumps, or the "
             "serving engine's cost table",
