@@ -476,3 +476,18 @@ def test_stack_batch_over_reused_buffers_equals_a_fresh_stack(world_states):
             x, y = getattr(reused, name), getattr(fresh, name)
             assert x.dtype == y.dtype and torch.equal(x, y), name
         assert reused.aux.dtype == dtype and not bool((reused.aux == 7.0).any())
+
+
+def test_the_dump_layouts_are_declared_once_for_the_settings():
+    """#57 item 4: DumpSettings checked its layout in __post_init__ against LAYOUTS beside the option's own choices;
+    the option is the one check now, and it names the layouts the reader knows."""
+    from dataclasses import fields
+
+    from eaglelab.data.dumps import LAYOUTS
+    from eaglelab.errors import ParameterError
+    from eaglelab.jobs.probe import DumpSettings
+
+    layout = next(f for f in fields(DumpSettings) if f.name == "layout")
+    assert tuple(layout.metadata["choices"]) == LAYOUTS
+    with pytest.raises(ParameterError, match="--layout: must be one of specforge, vllm"):
+        DumpSettings("t", "d", "o", layout="sglang")

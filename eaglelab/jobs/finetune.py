@@ -19,11 +19,11 @@ from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
 from eaglelab.decisions import Option
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
-from eaglelab.errors import ParameterError, require_whole
+from eaglelab.errors import ParameterError
 from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
 from eaglelab.recommendation import Recommendation, recommend
-from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, option
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
@@ -77,7 +77,7 @@ class FinetuneSettings:
     eval_sequences: int = option(32, min=1)
     steps: int = option(60, min=1)
     batch_size: int = option(4, min=1)
-    lr: float = option(2e-3, above=0)
+    lr: float = option(2e-3, above=0, max=1.0)
     ttt_length: int = option(3, min=1, old=("--ttt-steps",))
     k: int = option(DEFAULT_K, min=1)
     loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS)
@@ -90,15 +90,7 @@ class FinetuneSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        for name in ("seq_len", "train_sequences", "eval_sequences", "steps", "batch_size", "ttt_length", "k",
-                     "measure_tokens"):
-            require_whole(name, getattr(self, name))
-        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not 0 < self.lr < 1:
-            raise ParameterError("lr", f"must be a number in (0, 1), got {self.lr!r}")
-        if self.loss_convention not in LOSS_CONVENTIONS:
-            raise ParameterError("loss_convention", f"must be one of {', '.join(LOSS_CONVENTIONS)}")
-        if self.dtype not in DTYPES:
-            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        check_ranges(self)  # each field's declared range and choices: flags, notebook parameters and the API alike
 
     def train_config(self, **changes):
         """The :class:`~eaglelab.train.training.TrainConfig` of one run (``changes``: the cadence, a sweep's steps)."""

@@ -15,11 +15,11 @@ from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
 from eaglelab.checkpoints.targets.config import target_layer_count
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
-from eaglelab.errors import ParameterError, SourceError, require_whole
+from eaglelab.errors import ParameterError, SourceError
 from eaglelab.inputs import printable, renamed_fields
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
-from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, option
+from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -82,11 +82,7 @@ class ProbeSettings:
         return self.old_states is not None or self.new_states is not None
 
     def __post_init__(self):
-        for name in ("sequences", "seq_len", "k", "batch_size", "measure_tokens"):
-            require_whole(name, getattr(self, name))
-        require_whole("measure_prompts", self.measure_prompts, low=0)
-        if self.dtype not in DTYPES:
-            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        check_ranges(self)  # each field's declared range and choices: flags, notebook parameters and the API alike
         if (self.old_states is None) != (self.new_states is None):
             raise ParameterError("--old-states / --new-states",
                                  "give both dump folders (the old target's and the new's), or neither")
@@ -363,14 +359,7 @@ class DumpSettings:
     trust_remote_code: bool = False
 
     def __post_init__(self):
-        from eaglelab.data.dumps import LAYOUTS
-
-        for name in ("sequences", "seq_len", "batch_size"):
-            require_whole(name, getattr(self, name))
-        if self.layout not in LAYOUTS:
-            raise ParameterError("--layout", f"must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        if self.dtype not in DTYPES:
-            raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        check_ranges(self)  # each field's declared range and choices (the layouts: data.dumps.LAYOUTS)
         if self.compress and self.layout != "specforge":
             raise ParameterError("--compress", "only SpecForge's layout is compressed (.ckpt.gz)")
 
