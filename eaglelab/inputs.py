@@ -18,14 +18,12 @@ Only the standard library is imported, so metadata commands start fast.
 from __future__ import annotations
 
 import errno
-import functools
 import json
 import math
 import os
 import re
 import stat
 import unicodedata
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -386,41 +384,3 @@ def field_number(obj: dict[str, Any], key: str, where: str, error: type[Eaglelab
         bound = f"({low:g}" if low_open else f"[{low:g}"
         raise error(where, f"field {key!r} must be a number in {bound}, {high:g}], got {shown(value)}")
     return float(value)
-
-
-def renamed_fields(renames: dict[str, str]):
-    """A settings dataclass whose fields had other names (``target_a`` -> ``old_target``): for one release the old
-    keyword is still taken, and the old attribute still read, each with a :class:`DeprecationWarning`.
-
-    Args:
-        renames: old name -> the field's name now.
-    """
-    def note(cls_name: str, old: str, new: str) -> None:
-        warnings.warn(f"{cls_name}.{old} is now {new}; the old name goes in the next release", DeprecationWarning,
-                      stacklevel=3)
-
-    def wrap(cls):
-        init = cls.__init__
-
-        @functools.wraps(init)
-        def __init__(self, *args, **kwargs):
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{cls.__name__}: give {new} or its old name {old}, not both")
-                    note(cls.__name__, old, new)
-                    kwargs[new] = kwargs.pop(old)
-            init(self, *args, **kwargs)
-
-        def reader(old: str, new: str):
-            def read(self):
-                note(cls.__name__, old, new)
-                return getattr(self, new)
-            return property(read, doc=f"Deprecated: :attr:`{new}`.")
-
-        cls.__init__ = __init__
-        for old, new in renames.items():
-            setattr(cls, old, reader(old, new))
-        return cls
-
-    return wrap

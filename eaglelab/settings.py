@@ -27,7 +27,7 @@ DEFAULT_MEASURE_TOKENS = 48
 
 def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, min: float | None = None,
            above: float | None = None, max: float | None = None, choices: tuple | None = None, flag: str | None = None,
-           old: tuple[str, ...] = (), help: str | None = None, cli: bool = True, positional: bool = False,
+           help: str | None = None, cli: bool = True, positional: bool = False,
            comma: bool = False, count: int | str | None = None, short: str | None = None, repeat: bool = False,
            mistake: str | None = None) -> Any:
     """A dataclass field with its command-line face.
@@ -37,7 +37,6 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
         min, above, max: the range of a number (``min`` and ``max`` inclusive, ``above`` exclusive).
         choices: the values a string may take.
         flag: the flag's name when it is not the field's (``sequences`` for ``train_sequences``).
-        old: the flag's earlier spellings (``--target-a``): still taken for one release, with a note.
         help: the flag's help when the class docstring's entry for the field is not it.
         cli: False keeps the field off the command line (set by code, not by the user).
         positional: the command takes it as an argument, not a flag (``compare OLD_DRAFTER NEW_DRAFTER``).
@@ -49,7 +48,7 @@ def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MIS
             over the requests``): a range that is a physical bound says what its breach usually means.
     """
     meta = {"min": min, "above": above, "max": max, "choices": tuple(choices) if choices else None, "flag": flag,
-            "old": tuple(old) or None, "help": help, "cli": None if cli else False,
+            "help": help, "cli": None if cli else False,
             "positional": positional or None, "comma": comma or None,
             "count": count, "short": short, "repeat": repeat or None, "mistake": mistake}
     return dataclasses.field(default=default, default_factory=factory,

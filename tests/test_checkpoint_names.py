@@ -1,6 +1,7 @@
 """One name for each checkpoint (issue #38): the same word in every notebook's parameters, on every command's flags
-and in every settings class; the old spellings still accepted, with a note, for one release; and parameters that two
-notebooks share of one type, so one ``eaglelab run -p`` line reaches every notebook."""
+and in every settings class; the names used before them refused like any unknown name (issue #57: no release carried
+them, so no shim keeps them); and parameters that two notebooks share of one type, so one ``eaglelab run -p`` line
+reaches every notebook."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import dataclasses
 import io
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from eaglelab.cli import build_parser, main
 from eaglelab.cli.arguments import CHECKPOINT_FLAGS
@@ -23,13 +22,7 @@ from eaglelab.jobs.finetune import FinetuneSettings
 from eaglelab.jobs.probe import ProbeSettings
 from eaglelab.jobs.targets import TargetCompareSettings
 from eaglelab.workbook.case import checkpoint_case
-from eaglelab.workbook.runner import (
-    CHECKPOINT_PARAMETERS,
-    DEPRECATED_PARAMETERS,
-    check_parameters,
-    notebook_parameters,
-    renamed_parameters,
-)
+from eaglelab.workbook.runner import CHECKPOINT_PARAMETERS, check_parameters, notebook_parameters
 
 from .conftest import REPO
 
@@ -43,6 +36,9 @@ VAGUE = {"target", "drafter", "target_a", "target_b", "drafter_a", "drafter_b", 
 #: Commands that take *a* target or drafter, whichever it is (inspect, dump either target, run any pair, convert):
 #: their ``--target`` / ``--drafter`` mean "any", and they are the only ones that keep those words.
 GENERIC = {"inspect", "dump", "speculate", "drafter init", "drafter export", "engine measure"}
+#: The notebook parameters' names before one name per checkpoint (and notebook 01's goal), gone since #57.
+OLD_PARAMETERS = ("TARGET_A", "TARGET_B", "TARGET", "DRAFTER", "DRAFTER_A", "DRAFTER_B", "STATES_A", "STATES_B",
+                  "PLAN_GOAL_TPS")
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -65,7 +61,7 @@ def test_every_notebook_takes_its_checkpoints_by_the_one_name():
     checked = 0
     for nb in NOTEBOOKS:
         params = set(notebook_parameters(nb))
-        old = params & set(DEPRECATED_PARAMETERS)
+        old = params & set(OLD_PARAMETERS)
         assert not old, f"{nb.stem} still takes {old}"
         taken = params & set(CHECKPOINT_PARAMETERS)
         checked += len(taken)
@@ -110,59 +106,30 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("old", [
-    ["probe", "--target-a", "A", "--target-b", "B", "--drafter", "D"],
-    ["finetune", "--target", "B", "--init", "D", "--out", "o"],
-    ["recipe", "--engine", "specforge", "--init", "D", "--target", "B", "--target-a", "A", "--out", "o"],
+    ["probe", "--target-a", "A", "--new-target", "B", "--old-drafter", "D"],
+    ["finetune", "--new-target", "B", "--init", "D", "--out", "o"],
+    ["recipe", "--engine", "specforge", "--old-drafter", "D", "--new-target", "B", "--target-a", "A", "--out", "o"],
     ["compare-targets", "A", "B", "--drafter", "D"],
     ["compare", "D", "E", "--target", "B"],
+    ["perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--target-tps", "150", "200"],
+    ["probe", "--old-target", "A", "--new-target", "B", "--old-drafter", "D", "--steps", "3"],
 ])
-def test_old_spellings_still_parse_into_the_one_name_with_a_note(old):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        args = build_parser().parse_args(old)
-    got = {k: getattr(args, k) for k in ("old_target", "new_target", "old_drafter") if hasattr(args, k)}
-    assert {v for v in got.values() if v is not None} == {"A", "B", "D"} & set(old), got
-    if any(w in ("--target-a", "--target-b", "--drafter", "--init", "--target") for w in old):
-        assert "is now --" in err.getvalue()
+def test_a_name_used_before_the_one_name_is_refused_in_one_line(old, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(old)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "unrecognized arguments" in err, err
 
 
-def test_a_required_checkpoint_missing_in_every_spelling_is_one_line():
+def test_a_required_checkpoint_missing_is_one_line():
     code, err = run_cli("probe", "--new-target", "B", "--old-drafter", "D")
     assert code == 2 and err.count("\n") == 1 and "--old-target is required" in err, err
-    code, err = run_cli("probe", "--target-b", "B", "--drafter", "D")
-    assert code == 2 and "--old-target is required" in err.splitlines()[-1]
 
 
-def test_notebook_parameters_old_names_are_renamed_with_a_note():
-    given_, notes = renamed_parameters({"TARGET_A": "a", "TARGET_B": "b", "DRAFTER": "d", "STATES_A": "x",
-                                        "DRAFTER_B": "e", "PLAN_GOAL_TPS": 150.0, "K": 3})
-    assert given_ == {"OLD_TARGET": "a", "NEW_TARGET": "b", "OLD_DRAFTER": "d", "OLD_STATES": "x", "NEW_DRAFTER": "e",
-                      "GOAL_TPS": 150.0, "K": 3}
-    assert len(notes) == 6 and all("is now -p" in n for n in notes)
-    assert renamed_parameters({"GOAL_TPS": [100, 150]})[0] == {"CHART_GOALS_TPS": [100, 150]}  # notebook 01's old list
-    with pytest.raises(ParameterError, match="old name of OLD_TARGET"):
-        renamed_parameters({"TARGET_A": "a", "OLD_TARGET": "other"})
-    assert renamed_parameters({"TARGET_A": "a", "OLD_TARGET": "a"})[0] == {"OLD_TARGET": "a"}
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from([*DEPRECATED_PARAMETERS, *CHECKPOINT_PARAMETERS, "K", "GOAL_TPS"]),
-                       st.one_of(st.none(), st.text(max_size=8), st.integers(), st.lists(st.integers(), max_size=3)),
-                       max_size=8))
-def test_renaming_never_loses_or_invents_a_value(parameters):
-    try:
-        out, notes = renamed_parameters(parameters)
-    except ParameterError as exc:  # an old and a new name with different values: refused, naming one of them
-        assert str(exc).startswith("-p ")
-        return
-    assert not set(out) & set(DEPRECATED_PARAMETERS)
-    for name, value in parameters.items():  # every value arrives under its current name, unchanged
-        current = "CHART_GOALS_TPS" if name == "GOAL_TPS" and isinstance(value, list) else \
-            DEPRECATED_PARAMETERS.get(name, name)
-        assert out[current] == value
-    assert all(any(v == w for w in parameters.values()) for v in out.values())
-    assert len(notes) == sum(1 for n, v in parameters.items()
-                             if n in DEPRECATED_PARAMETERS or n == "GOAL_TPS" and isinstance(v, list))
+@pytest.mark.parametrize("name", OLD_PARAMETERS)
+def test_a_notebook_parameter_used_before_the_one_name_is_refused(name):
+    with pytest.raises(ParameterError, match=f"^-p {name}: "):
+        check_parameters(NOTEBOOKS, {name: "x"})
 
 
 def test_parameters_two_notebooks_share_have_one_type():
@@ -191,22 +158,13 @@ def test_a_case_is_the_users_whole_or_the_worlds_whole():
 
 
 @pytest.mark.parametrize("cls, old, args", [
-    (ProbeSettings, {"target_a": "A", "target_b": "B", "drafter": "D"}, ()),
-    (CompareSettings, {"drafter_a": "D", "drafter_b": "E", "target": "B"}, ()),
-    (TargetCompareSettings, {"target_a": "A", "target_b": "B", "drafter": "D"}, ()),
+    (ProbeSettings, {"target_a": "A", "new_target": "B", "old_drafter": "D"}, ()),
+    (CompareSettings, {"drafter_a": "D", "new_drafter": "E"}, ()),
+    (TargetCompareSettings, {"target_a": "A", "new_target": "B"}, ()),
     (FinetuneSettings, {"target": "B"}, ()),
-    (RecipeSettings, {"init": "D", "target": "B"}, ("specforge",)),
-    (ProbeRecipeSettings, {"init": "D", "target_a": "A", "target": "B"}, ("specforge",)),
+    (RecipeSettings, {"init": "D", "new_target": "B"}, ("specforge",)),
+    (ProbeRecipeSettings, {"init": "D", "old_target": "A", "new_target": "B"}, ("specforge",)),
 ])
-def test_settings_take_their_old_keywords_for_one_release(cls, old, args):
-    now = {"target_a": "old_target", "target_b": "new_target", "drafter_a": "old_drafter", "drafter_b": "new_drafter",
-           "init": "old_drafter", "drafter": "old_drafter", "target": "new_target"}
-    with pytest.warns(DeprecationWarning, match="the old name goes in the next release"):
-        settings = cls(*args, **old)
-    for name, value in old.items():
-        assert getattr(settings, now[name]) == value
-        with pytest.warns(DeprecationWarning):
-            assert getattr(settings, name) == value  # read under the old name too, with the note
-    name, value = next(iter(old.items()))
-    with pytest.raises(TypeError, match="not both"):
-        cls(*args, **old, **{now[name]: value})
+def test_settings_take_no_keyword_used_before_the_one_name(cls, old, args):
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        cls(*args, **old)

@@ -328,7 +328,7 @@ def test_real_compressed_samples_read_back_within_the_cap(tmp_path_factory, s, h
 # --------------------------------------------------------------------------- item 12: two folders, every sample
 
 def test_one_folder_as_both_targets_is_refused(world, tmp_path, capsys):
-    """#37 item 12: --states-a D --states-b D gave a normal-looking verdict with cosine 1.0000."""
+    """#37 item 12: --old-states D --new-states D (then spelt --states-a, --states-b) gave a normal-looking verdict."""
     w = world
     a = w["root"] / "a"
     assert "are the same folder" in one_line_exit_2(probe_argv(w, a, a), capsys)

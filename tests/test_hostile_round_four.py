@@ -33,7 +33,6 @@ from eaglelab.markdown import md_bullets, md_line
 from eaglelab.serving import cost_table
 from eaglelab.serving.load import kimi_k25_on_pcie
 from eaglelab.workbook.case import notebook_case
-from eaglelab.workbook.runner import renamed_parameters
 from tests import fuzzing as fz
 from tests.test_dumps import dump_probe, world_states  # noqa: F401 (a fixture)
 from tests.test_hostile_load import refused, run
@@ -358,21 +357,18 @@ def test_10_a_concurrency_the_cost_table_would_refuse_is_never_written(tmp_path)
 # --------------------------------------------------------------------------- 11. old spellings
 
 
-def test_11_old_and_new_spellings_together_are_each_taken_at_their_full_arity(tmp_path):
+def test_11_old_spellings_are_gone_and_the_one_name_takes_its_full_arity(tmp_path):
     """Before: -p GOAL_TPS=[60, 100] -p PLAN_GOAL_TPS=100 was refused as a conflict; perf --target-tps 150 ended in a
-    TypeError traceback and --target-tps 150 200 was refused."""
-    given, _ = renamed_parameters({"GOAL_TPS": [60, 100], "PLAN_GOAL_TPS": 100})
-    assert given == {"CHART_GOALS_TPS": [60, 100], "GOAL_TPS": 100}
-    with pytest.raises(ParameterError, match="another value"):
-        renamed_parameters({"GOAL_TPS": 90, "PLAN_GOAL_TPS": 100})
-    rc, out, err = run("run", "--only", "01", "--prepare-only", "--out", str(tmp_path / "run"), "-p", "GOAL_TPS=[60, 100]",
-                       "-p", "PLAN_GOAL_TPS=100")
+    TypeError traceback and --target-tps 150 200 was refused. No release carried the old names (#57): they are
+    refused like any unknown name, and the one name takes its whole arity."""
+    rc, out, err = run("run", "--only", "01", "--prepare-only", "--out", str(tmp_path / "run"), "-p", "PLAN_GOAL_TPS=100")
+    assert rc == 2 and "PLAN_GOAL_TPS" in err and len(err.strip().splitlines()) == 1, err
+    rc, out, err = run("run", "--only", "01", "--prepare-only", "--out", str(tmp_path / "run"), "-p", "GOAL_TPS=100")
     assert rc == 0, err
     for goals in (["150"], ["150", "200"]):
-        rc, out, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--target-tps", *goals,
+        rc, out, err = run("perf", "--baseline-tps", "82", "--cycle-ms", "30", "--accept-len", "2", "--goal-tps", *goals,
                            "--json")
-        assert rc == 0 and "is now --goal-tps" in err, err
-        assert sorted(json.loads(out)["required_accept_len"]) == goals
+        assert rc == 0 and sorted(json.loads(out)["required_accept_len"]) == goals, err
 
 
 # --------------------------------------------------------------------------- 12. absurd rates

@@ -134,7 +134,7 @@ def test_a_command_with_no_flags_is_its_settings_defaults(command):
     extra = ["--out", "/some/out"] if command == "finetune" else []
     args = parser.parse_args(_argv(cls, values) + extra)
     assert settings_from(args, cls) == cls(**values)
-    dests = {a.dest: a for a in parser._actions if a.help != argparse.SUPPRESS}  # not the old spellings
+    dests = {a.dest: a for a in parser._actions if a.help != argparse.SUPPRESS}
     for f in settings_fields(cls):
         if f.name in skipped:
             assert f.name not in dests
@@ -177,23 +177,6 @@ def test_finetunes_run_flags_are_its_run_settings():
     assert settings_from(args, TrainRunSettings) == TrainRunSettings(out="/o", scratch=True)
     helps = {a.dest: a.help for a in parser._actions}
     assert all(helps[f.name] for f in settings_fields(TrainRunSettings)), helps
-
-
-@pytest.mark.parametrize("command", sorted(SETTINGS_COMMANDS))
-def test_every_old_spelling_still_lands_in_its_field(command, capsys):
-    cls, skipped = SETTINGS_COMMANDS[command]
-    parser = subcommands()[command]
-    for f in settings_fields(cls):
-        for old in f.metadata.get("old", ()):
-            values = _required_values(cls)
-            number = "int" in str(f.type) or "float" in str(f.type)
-            given = "7" if number else "/the/old/spelling"
-            argv = [a for a in _argv(cls, {n: v for n, v in values.items() if n != f.name})] + [old, given]
-            args = parser.parse_args(argv + (["--out", "/o"] if command == "finetune" else []))
-            got = getattr(args, f.name)
-            got = got[0] if isinstance(got, list) and len(got) == 1 else got
-            assert (float(got) == 7 if number else str(got) == given), (command, old, got)
-            assert f"{old} is now --{flag_name(f)}" in capsys.readouterr().err
 
 
 def cli_json(*args: str) -> dict:

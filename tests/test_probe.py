@@ -47,9 +47,8 @@ def test_b_moved_and_the_old_drafter_loses_acceptance(models):
 def test_cli_probe_json(tiny_world):
     proc = subprocess.run([sys.executable, "-m", "eaglelab", "probe", "--old-target", str(tiny_world.target_a),
                            "--new-target", str(tiny_world.target_b), "--old-drafter", str(tiny_world.drafter_a),
-                           "--sequences", "8", "--seq-len", "32", "--steps", "3", "--measure-prompts", "0", "--json"],
+                           "--sequences", "8", "--seq-len", "32", "--k", "3", "--measure-prompts", "0", "--json"],
                           capture_output=True, text=True, check=True)
-    assert "--steps is now --k" in proc.stderr  # the old spelling still works, for one release, and says so
     d = json.loads(proc.stdout)
     assert d["k"] == 3 and d["checkpoints"]["old_drafter"] == str(tiny_world.drafter_a)
     assert len(d["layers"]) == 4 and {"layer", "cosine_mean", "rel_l2", "cka"} <= set(d["layers"][0])

@@ -37,8 +37,8 @@ class Knobs:
     """
 
     name: str = option(positional=True)
-    old_target: str | None = option(None, old=("--target-a",))
-    steps: int = option(10, min=1, old=("--iters",))
+    old_target: str | None = None
+    steps: int = option(10, min=1)
     batch: int = option(4, min=1)
     seed: int = option(0, min=0)
     lr: float = option(1e-3, above=0)
@@ -78,12 +78,6 @@ def test_the_help_is_the_docstring_entry_and_says_the_default():
     assert "an acceptance length, k + 1 at most (eaglelab.decisions.plan) (default: 2.0)" in " ".join(text.split())
     assert "said here, not in the docstring" in text and "--internal" not in text and "--iters" not in text
     assert "whole numbers of at least one (default: 10)" in " ".join(text.split())
-
-
-def test_an_old_spelling_still_works_and_says_so(capsys):
-    args = parser().parse_args(["x", "--iters", "5", "--target-a", "A"])
-    assert (args.steps, args.old_target) == (5, "A")
-    assert "--iters is now --steps" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["x", "--steps", "0"], ["x", "--seed", "-1"], ["x", "--lr", "0"],

@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import math
 import re
-import sys
 
 from eaglelab.inputs import is_ascii_digits
 from eaglelab.settings import default_of, field_help, flag_name, range_problem, settings_fields
@@ -73,54 +72,30 @@ def count0(text: str) -> int:
     return _integer(text, 0)
 
 
-class DeprecatedAlias(argparse.Action):
-    """An old spelling of a flag: stores into the new flag's destination and says, once, what it is now called.
-
-    For one release after a rename (``--steps`` → ``--k`` on ``probe``, ``--target-tps`` → ``--goal-tps``):
-    the note goes to stderr and the command runs as with the new spelling.
-    """
-
-    def __init__(self, option_strings, dest, new: str, **kwargs):
-        self.new = new
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"note: {option_string} is now {self.new}; the old spelling goes in the next release", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
-    """Register ``old`` as a deprecated spelling of ``new`` (same ``dest`` and type), hidden from ``--help``."""
-    parser.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS, **kwargs)
-
-
 #: What each checkpoint is called on every command (its flag; the settings field is the same word with ``_``).
 #: Notebook parameters use the same words in capitals (:data:`eaglelab.workbook.runner.CHECKPOINT_PARAMETERS`).
 CHECKPOINT_FLAGS = ("old-target", "new-target", "old-drafter", "new-drafter", "old-states", "new-states")
 
 
-def checkpoint(parser, name: str, help: str, required: bool = False, old: tuple[str, ...] = ()) -> None:
-    """Add the flag of one checkpoint (``--old-target``, ...) with its deprecated spellings.
+def checkpoint(parser, name: str, help: str, required: bool = False) -> None:
+    """Add the flag of one checkpoint (``--old-target``, ...).
 
     Args:
         parser: the subcommand's parser (or a mutually exclusive group of it).
         name: one of :data:`CHECKPOINT_FLAGS`.
         help: what the flag takes on this command.
-        required: the command refuses to run without it; checked after parsing (:func:`missing_required`),
-            so that an old spelling satisfies it too.
-        old: the spellings this command took before (deprecated aliases for one release).
+        required: the command refuses to run without it; checked after parsing (:func:`missing_required`), so the
+            refusal names every checkpoint missing at once.
     """
     dest = name.replace("-", "_")
     parser.add_argument(f"--{name}", dest=dest, help=help + (" (required)" if required else ""))
-    for spelling in old:
-        alias(parser, spelling, f"--{name}", dest)
     if required:
         parser.set_defaults(required_checkpoints=(*(parser.get_default("required_checkpoints") or ()), f"--{name}"))
 
 
 def missing_required(args) -> str | None:
-    """The first required flag with deprecated spellings (a checkpoint's, ``predict``'s logprobs) that was given in
-    no spelling, or None. argparse's own ``required`` would refuse an old spelling."""
+    """The first required checkpoint flag that was not given, or None (checked after parsing, so one line names
+    it as the command's other refusals do)."""
     for flag in getattr(args, "required_checkpoints", None) or ():
         if getattr(args, flag[2:].replace("-", "_"), None) is None:
             return flag
@@ -215,12 +190,9 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
             where.add_argument(f.name, metavar=f.name.upper(), help=text, **extra)
             continue
         if name in CHECKPOINT_FLAGS:
-            checkpoint(where, name, text, required=required, old=meta.get("old", ()))
+            checkpoint(where, name, text, required=required)
             continue
         base, many = _annotation(f.type)
-        if required and meta.get("old"):  # argparse's own check would refuse the old spelling: checked after parsing
-            parser.set_defaults(required_checkpoints=(*(parser.get_default("required_checkpoints") or ()), f"--{name}"))
-            text, required = text + " (required)", False
         kw: dict = {"dest": f.name, "help": text}
         if not isinstance(default, bool) and not meta.get("choices"):
             kw["metavar"] = name.upper().replace("-", "_") + (",..." if meta.get("comma") else "")
@@ -242,9 +214,6 @@ def add_settings(parser, cls, skip: tuple[str, ...] = (), helps: dict[str, str] 
                 kw["default"] = (None if default is dataclasses.MISSING or meta.get("repeat") else
                                  list(default) if many and default is not None else default)
         where.add_argument(*([f"-{meta['short']}"] if meta.get("short") else []), f"--{name}", **kw)
-        for spelling in meta.get("old", ()):  # the old spelling takes what the new one takes: type, arity, choices
-            alias(where, spelling, f"--{name}", f.name, **{k: kw[k] for k in ("type", "nargs", "choices", "metavar")
-                                                            if kw.get(k) is not None})
 
 
 def settings_from(args, cls, **given):

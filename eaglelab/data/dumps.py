@@ -476,7 +476,7 @@ def same_dumps(a: DumpFolder, b: DumpFolder, common: list[int]) -> str | None:
     """Why A and B are one target's dumps twice, or None: the same folder (resolved), the same files (device and
     inode) or byte-identical files for the first :data:`SAME_CHECKED` paired samples (every one checked)."""
     if a.root.resolve() == b.root.resolve():
-        return "--states-a and --states-b are the same folder"
+        return "--old-states and --new-states are the same folder"
     first = common[:SAME_CHECKED]
     if not first:
         return None

@@ -31,10 +31,8 @@ from eaglelab.engines.recipes import ENGINE_VERSIONS, TRAINING_ENGINES, Recipe, 
 from eaglelab.engines.scripts import Here, Step, Var, comment_line, flag_value, script_text, script_value
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
-from eaglelab.inputs import renamed_fields
 
 
-@renamed_fields({"init": "old_drafter", "target_a": "old_target", "target": "new_target"})
 @dataclass(frozen=True)
 class ProbeRecipeSettings:
     """What the dump-and-probe script needs.

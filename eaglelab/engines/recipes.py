@@ -42,7 +42,7 @@ from eaglelab.engines.scripts import (
 )
 from eaglelab.engines.template_names import chat_template_for
 from eaglelab.errors import ConfigError, ParameterError
-from eaglelab.inputs import field_int, printable, read_json_object, renamed_fields
+from eaglelab.inputs import field_int, printable, read_json_object
 from eaglelab.settings import DEFAULT_K
 
 #: Training engines a recipe is written for (the serving engines eaglelab drives: vllm.SERVING_ENGINES).
@@ -56,7 +56,6 @@ ENGINE_DEFAULTS = {
 }
 
 
-@renamed_fields({"init": "old_drafter", "target": "new_target"})
 @dataclass(frozen=True)
 class RecipeSettings:
     """What a warm-start recipe needs.

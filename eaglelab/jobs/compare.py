@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.checkpoints.drafters.inspection import Comparison, Inspection, compare_checkpoints, inspect_checkpoint
-from eaglelab.inputs import quoted, renamed_fields
+from eaglelab.inputs import quoted
 from eaglelab.outputs import table
 from eaglelab.settings import option
 
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
 
 
-@renamed_fields({"drafter_a": "old_drafter", "drafter_b": "new_drafter", "target": "new_target"})
 @dataclass(frozen=True)
 class CompareSettings:
     """Which drafters to compare, and against which target.
@@ -32,7 +31,7 @@ class CompareSettings:
 
     old_drafter: str = option(positional=True)
     new_drafter: str = option(positional=True)
-    new_target: str | None = option(None, old=("--target",))
+    new_target: str | None = None
 
 
 @dataclass

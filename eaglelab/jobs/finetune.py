@@ -20,7 +20,6 @@ from eaglelab.data.world import World
 from eaglelab.decisions import Option
 from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_recipe
 from eaglelab.errors import ParameterError
-from eaglelab.inputs import renamed_fields
 from eaglelab.progress import progress as progress_bar
 from eaglelab.recommendation import Recommendation, recommend
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
@@ -38,7 +37,6 @@ DTYPES = ("float32", "bfloat16", "float16")
 STARTS = (Option.WARM_START, Option.FROM_SCRATCH)
 
 
-@renamed_fields({"target": "new_target"})
 @dataclass(frozen=True)
 class FinetuneSettings:
     """What a fine-tune trains on and how.
@@ -68,17 +66,17 @@ class FinetuneSettings:
         trust_remote_code: allow the target's own code (off unless asked).
     """
 
-    new_target: str = option(old=("--target",))
-    old_drafter: str | None = option(None, old=("--init",))
+    new_target: str
+    old_drafter: str | None = None
     data: str | None = None
-    world_dir: str | None = option(None, old=("--world",))
+    world_dir: str | None = None
     seq_len: int = option(64, min=1)
     train_sequences: int = option(128, min=1, flag="sequences")
     eval_sequences: int = option(32, min=1)
     steps: int = option(60, min=1)
     batch_size: int = option(4, min=1)
     lr: float = option(2e-3, above=0, max=1.0)
-    ttt_length: int = option(3, min=1, old=("--ttt-steps",))
+    ttt_length: int = option(3, min=1)
     k: int = option(DEFAULT_K, min=1)
     loss_convention: str = option(DEFAULT_CONVENTION, choices=LOSS_CONVENTIONS)
     seed: int = option(0, min=0)

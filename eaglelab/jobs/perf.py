@@ -36,8 +36,7 @@ class PerfSettings(LoadSettings):
         goal_tps: throughputs wanted: the τ each needs.
     """
 
-    goal_tps: tuple[float, ...] | None = option(None, min=MIN_TPS, max=MAX_TPS, old=("--target-tps",),
-                                                mistake=TPS_MISTAKE)
+    goal_tps: tuple[float, ...] | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
 
     def __post_init__(self):
         if self.point_given and all(isinstance(v, (int, float)) and v > 0 for v in (self.baseline_tps, self.cycle_ms)):

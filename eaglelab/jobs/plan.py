@@ -58,7 +58,7 @@ class PlanSettings(MachineSettings):
     cycle_ms: float | None = option(None, min=1e3 * MIN_STEP_S, max=1e3 * MAX_STEP_S, mistake=CYCLE_MISTAKE)
     accept_len: float | None = option(None, min=1)
     log: str | None = None
-    goal_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, old=("--target-tps",), mistake=TPS_MISTAKE)
+    goal_tps: float | None = option(None, min=MIN_TPS, max=MAX_TPS, mistake=TPS_MISTAKE)
     samples: float | None = option(None, above=0, max=MAX_SAMPLES)
     gen_tps: float | None = option(None, above=0, max=1e9, mistake="tokens per second over all generation streams")
     tokens_per_sample: float | None = option(None, above=0, max=1e8)

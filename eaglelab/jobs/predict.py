@@ -37,8 +37,8 @@ class PredictSettings:
         baseline_tps: plain decoding tok/s, for the break-even τ.
     """
 
-    old_logprobs: str = option(old=("--old",))
-    new_logprobs: str = option(old=("--new",))
+    old_logprobs: str
+    new_logprobs: str
     log: str | None = None
     chain: tuple[float, ...] | None = option(None, min=0, max=1, comma=True)
     accept_len: float | None = option(None, min=1)

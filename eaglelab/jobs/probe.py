@@ -16,7 +16,7 @@ from eaglelab.checkpoints.targets.config import target_layer_count
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
 from eaglelab.errors import ParameterError, SourceError
-from eaglelab.inputs import printable, renamed_fields
+from eaglelab.inputs import printable
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # the types only: the metadata commands import this module wi
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-@renamed_fields({"target_a": "old_target", "target_b": "new_target", "drafter": "old_drafter",
-                 "states_a": "old_states", "states_b": "new_states"})
 @dataclass(frozen=True)
 class ProbeSettings:
     """What the probe runs on and how.
@@ -59,14 +57,14 @@ class ProbeSettings:
             their heads and embeddings; ``sequences`` caps the sample pairs probed.
     """
 
-    old_target: str = option(old=("--target-a",))
-    new_target: str = option(old=("--target-b",))
-    old_drafter: str = option(old=("--drafter",))
+    old_target: str
+    new_target: str
+    old_drafter: str
     data: str | None = None
-    world_dir: str | None = option(None, old=("--world",))
+    world_dir: str | None = None
     sequences: int = option(24, min=1)
     seq_len: int = option(64, min=1)
-    k: int = option(DEFAULT_K, min=1, old=("--steps",))
+    k: int = option(DEFAULT_K, min=1)
     batch_size: int = option(8, min=1)
     measure_prompts: int = option(DEFAULT_MEASURE_PROMPTS, min=0)
     measure_tokens: int = option(DEFAULT_MEASURE_TOKENS, min=1)
@@ -74,8 +72,8 @@ class ProbeSettings:
     device: str | None = None
     device_map: str | None = option(None, choices=("auto",))
     trust_remote_code: bool = option(False)
-    old_states: str | None = option(None, old=("--states-a",))
-    new_states: str | None = option(None, old=("--states-b",))
+    old_states: str | None = None
+    new_states: str | None = None
 
     @property
     def from_dumps(self) -> bool:

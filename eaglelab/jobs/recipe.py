@@ -68,11 +68,11 @@ class RecipeJobSettings:
     """
 
     engine: str = option(choices=("specforge", "speculators", "sglang", "vllm"))
-    old_drafter: str = option(old=("--init",))
-    new_target: str = option(old=("--target",))
-    out: str = option()
+    old_drafter: str
+    new_target: str
+    out: str
     job: str = option("warm-start", choices=tuple(JOBS))
-    old_target: str | None = option(None, old=("--target-a",))
+    old_target: str | None = None
     force: bool = False
     data: str | None = None
     workdir: str | None = None

@@ -27,12 +27,11 @@ from eaglelab.checkpoints.targets.config import Quantization, TargetWeights, qua
 from eaglelab.checkpoints.targets.reading import load_target_config, read_target_weights
 from eaglelab.checkpoints.targets.tokenizer_files import Tokenizer, read_target_files, read_tokenizer
 from eaglelab.errors import CheckpointMismatchError, ConfigError
-from eaglelab.inputs import quoted, renamed_fields
+from eaglelab.inputs import quoted
 from eaglelab.outputs import table
 from eaglelab.settings import option
 
 
-@renamed_fields({"target_a": "old_target", "target_b": "new_target", "drafter": "old_drafter"})
 @dataclass(frozen=True)
 class TargetCompareSettings:
     """Which targets to compare, and (optionally) which drafter's ids to check.
@@ -46,7 +45,7 @@ class TargetCompareSettings:
 
     old_target: str = option(positional=True)
     new_target: str = option(positional=True)
-    old_drafter: str | None = option(None, old=("--drafter",))
+    old_drafter: str | None = None
     revision: str | None = None
 
 

@@ -38,7 +38,7 @@ class TrainRunSettings:
         stop_after: stop as if interrupted after N steps (a test hook).
     """
 
-    out: str = option()
+    out: str
     scratch: bool = False
     resume: bool = False
     force: bool = False

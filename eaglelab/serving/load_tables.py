@@ -12,7 +12,6 @@ import numpy as np
 
 from eaglelab.errors import ParameterError, is_whole
 from eaglelab.serving.load import TERM_MEANING, LoadModel, Scales
-from eaglelab.serving.perf import BREAK_EVEN_OLD_KEY
 
 
 def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, taus: Sequence[float] | None = None) -> list[dict]:
@@ -37,7 +36,6 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, ta
         rows.append({"concurrency": b, "accept_len": t, "decode_ms": 1e3 * float(model.decode_s(b)),
                      "verify_ms": 1e3 * float(model.verify_s(b, k)), "cycle_ms": 1e3 * float(model.cycle_s(b, k)),
                      "speedup": speedup, "break_even_tau": float(model.break_even_tau(b, k)),
-                     BREAK_EVEN_OLD_KEY: float(model.break_even_tau(b, k)),
                      "kv_fits": fits, "pays": fits and speedup >= 1.0, "best_k": kk, "best_speedup": best})
     return rows
 

@@ -39,8 +39,6 @@ def effective_tps(accept_len, cycle_s):
     return np.asarray(accept_len, dtype=float) / np.asarray(cycle_s, dtype=float)
 
 
-#: perf's earlier spelling of the ``break_even_tau`` key (plan and predict always wrote ``break_even_tau``):
-#: still written beside it, with the same value, for one release, then dropped.
 #: Physical bounds on what a user measures and enters (``perf``, ``plan``, ``predict``, cost tables): a decode step of
 #: one request takes at least 10 µs (a forward launches tens of kernels of several µs each, and reads its weights),
 #: at most an hour; a cycle likewise. Out of range is a mix-up, refused with the likely one (:func:`option`'s
@@ -56,7 +54,6 @@ TPS_MISTAKE = ("per request: a step faster than 10 µs is faster than any forwar
                "requests in flight is divided by them first")
 #: The likely mix-up behind a cycle out of range.
 CYCLE_MISTAKE = "milliseconds: a cycle takes from 0.01 ms to an hour"
-BREAK_EVEN_OLD_KEY = "break_even_accept_len"
 
 
 def break_even_tau(cycle_s, baseline_tps):
@@ -270,7 +267,6 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         "effective_tps": eff,
         "speedup": eff / baseline_tps,
         "break_even_tau": be,
-        BREAK_EVEN_OLD_KEY: be,
         "max_cycle_ms_for_break_even": 1000.0 * accept_len / baseline_tps,
         "required_accept_len": required,
         "verdict": verdict,

@@ -305,9 +305,7 @@ def check_source(kind: str, value: str, target: str | None = None, world_dir: st
 
 
 #: Notebook parameters that name a local folder or file (never a hub id): checked before a world is built.
-#: STATES_A / STATES_B: OLD_STATES / NEW_STATES's old spellings, still accepted for one release.
-LOCAL_PATHS = {"OLD_STATES": "folder", "NEW_STATES": "folder", "STATES_A": "folder", "STATES_B": "folder",
-               "DATA": "file"}
+LOCAL_PATHS = {"OLD_STATES": "folder", "NEW_STATES": "folder", "DATA": "file"}
 
 
 def check_local_paths(values: dict[str, Any], also_in: Path | None = None, prefix: str = "") -> None:

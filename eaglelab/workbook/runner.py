@@ -201,38 +201,6 @@ def notebook_parameters(notebook: Path) -> dict[str, Any]:
 #: as the command line's flags, :data:`eaglelab.cli.arguments.CHECKPOINT_FLAGS`, and the settings' fields).
 CHECKPOINT_PARAMETERS = ("OLD_TARGET", "NEW_TARGET", "OLD_DRAFTER", "NEW_DRAFTER", "OLD_STATES", "NEW_STATES")
 
-#: Spellings the notebooks took before one name per checkpoint, and what each is now (kept for one release).
-DEPRECATED_PARAMETERS = {
-    "TARGET_A": "OLD_TARGET", "TARGET_B": "NEW_TARGET", "TARGET": "NEW_TARGET",
-    "DRAFTER": "OLD_DRAFTER", "DRAFTER_A": "OLD_DRAFTER", "DRAFTER_B": "NEW_DRAFTER",
-    "STATES_A": "OLD_STATES", "STATES_B": "NEW_STATES", "PLAN_GOAL_TPS": "GOAL_TPS",
-}
-
-
-def renamed_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``parameters`` with deprecated names replaced by their current ones, and one note per rename.
-
-    Notebook 01's old ``GOAL_TPS`` list (the goals its chart marks) is now ``CHART_GOALS_TPS``; ``GOAL_TPS`` is one
-    number, your goal, in every notebook.
-
-    Raises:
-        ParameterError: an old and a new name given together with different values.
-    """
-    out: dict[str, Any] = {}
-    given_as: dict[str, str] = {}
-    notes: list[str] = []
-    for name, value in parameters.items():
-        new = "CHART_GOALS_TPS" if name == "GOAL_TPS" and isinstance(value, list) else DEPRECATED_PARAMETERS.get(name)
-        current = new or name
-        if current in out and out[current] != value:  # compared under the names they now have, each spelling once
-            other = given_as[current]
-            said = f"-p {other}" if other == current else f"-p {other} (the old name of {current})"
-            raise ParameterError(f"-p {name}", f"names {current}, which {said} gives another value")
-        out[current], given_as[current] = value, name
-        if new is not None:
-            notes.append(f"-p {name} is now -p {new}; the old name goes in the next release")
-    return out, notes
-
 
 def optional_parameters(notebook: Path) -> set[str]:
     """The parameters whose line in the parameters cell says what None means (``# None: skip``): they take None."""
@@ -435,9 +403,7 @@ def run_workbook(
     params: dict[str, Any] = {}
     if smoke:
         params.update(SMOKE=True, FIGURES_DIR=str(out_dir / "figures"))
-    given, notes = renamed_parameters(parameters or {})
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+    given = dict(parameters or {})
     params.update(given)
     runs = []
     notebooks = discover_notebooks(notebooks_dir, only)
@@ -476,7 +442,7 @@ def run_figures_dir(out_dir: str | Path, smoke: bool, parameters: dict[str, Any]
     """Where a run's notebooks write their figures, findings and game plan: ``-p FIGURES_DIR`` as given, else
     ``OUT/figures`` in a smoke run, else the notebooks' default (``figures/`` beside them)."""
     notebooks_dir = notebooks_dir or find_notebooks_dir()
-    given, _ = renamed_parameters(parameters or {})
+    given = parameters or {}
     if "FIGURES_DIR" not in given and smoke:
         return resolved(output_path(out_dir)) / "figures"
     return figures_dir(notebooks_dir, given)
