@@ -24,7 +24,7 @@ workbook: setup world
 
 # the showroom (docs/example): a whole workbook run's game plan, figures and notebooks, stamped with the commit
 showroom: workbook
-	$(VENV)/eaglelab showroom --commit "$$(git rev-parse HEAD)" --force
+	$(VENV)/eaglelab showroom --commit "$$(git rev-parse HEAD)" --root "$$(pwd)" --force
 
 smoke: setup
 	$(VENV)/eaglelab run --smoke --out runs/smoke

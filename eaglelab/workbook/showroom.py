@@ -27,6 +27,8 @@ KINDS = ("*.png", "*_findings.json", GAME_PLAN)
 #: The most a showroom copies: files, and bytes of each (an executed notebook with its figures is a few MB).
 MAX_FILES = 200
 MAX_FILE_BYTES = 20_000_000
+#: The files whose text names the checkout's path (written relative to it in the showroom).
+TEXTS = (".md", ".json", ".ipynb")
 _IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -39,6 +41,8 @@ class ShowroomSettings:
         runs: the run's executed notebooks.
         out: the showroom's folder.
         commit: the commit the run was made from (git rev-parse HEAD), stamped.
+        root: the checkout the run was made in: its absolute path in the texts copied is written ``.`` (the
+            showroom is read from the repository, not from the machine that made it).
         force: replace a showroom eaglelab wrote there before.
     """
 
@@ -46,6 +50,7 @@ class ShowroomSettings:
     runs: str = "runs/workbook"
     out: str = "docs/example"
     commit: str = "unknown"
+    root: str = "."
     force: bool = False
 
 
@@ -111,14 +116,17 @@ def build_showroom(settings: ShowroomSettings) -> Showroom:
         raise ConfigError(str(figures), f"{len(sources)} files to copy, more than a showroom holds ({MAX_FILES})")
     stamp = {"commit": settings.commit, "made": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
              "command": "make workbook, then eaglelab showroom", "headline": headline(figures)}
-    written = []
+    written, root = [], str(Path(settings.root).resolve())
     with open_output_folder(settings.out, "showroom", force=settings.force) as out:
         for src in sources:
             if src.stat().st_size > MAX_FILE_BYTES:
                 raise ConfigError(str(src), f"is {src.stat().st_size / 1e6:.0f} MB, more than a showroom copies")
             rel = ("notebooks/" if src.suffix == ".ipynb" else "") + src.name
-            with out.writing(rel) as tmp:
-                shutil.copyfile(src, tmp)
+            if src.suffix in TEXTS:
+                out.write_text(rel, src.read_text(encoding="utf-8").replace(root, "."))
+            else:
+                with out.writing(rel) as tmp:
+                    shutil.copyfile(src, tmp)
             written.append(rel)
         out.write_json(STAMP, stamp)
     return Showroom(Path(settings.out), stamp, [*written, STAMP])
