@@ -530,7 +530,8 @@ def test_a_papers_speedup_alone_is_a_measured_point(capsys):
     report = speculation_under_load(LoadSettings(speedup=1.8, accept_len=3.0, at_concurrency=2, concurrency=(2, 8, 32)))
     assert next(r["speedup"] for r in report.rows if r["concurrency"] == 2) == pytest.approx(1.8, rel=1e-3)
     assert report.calibration.calibrated
-    for argv, says in ((["--speedup", "30"], "--speedup: 30x is more than k + 1"),
+    for argv, says in ((["--speedup", "30"], "--speedup: a 30x speedup is more than the k + 1"),
+                       (["--baseline-tps", "20", "--spec-tps", "100"], "--spec-tps: a 5x speedup is more than the k + 1"),
                        (["--speedup", "1.5", "--spec-tps", "90"], "not --spec-tps and --speedup"),
                        (["--baseline-tps", "80"], "a measured point needs --baseline-tps and its cycle")):
         assert main(["perf", "--concurrency", "1", "8", "--accept-len", "2", *argv]) == 2

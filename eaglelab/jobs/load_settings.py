@@ -159,9 +159,13 @@ class LoadSettings(MachineSettings):
         if len(given) > 1:
             raise ParameterError(given[1], f"give one of --cycle-ms, --spec-tps and --speedup, not {' and '.join(given)}: "
                                            "each says what the cycle costs")
-        if self.speedup is not None and self.speedup > self.k + 1:
-            raise ParameterError("--speedup", f"{self.speedup:g}x is more than k + 1 = {self.k + 1} tokens a cycle can "
-                                              "give: is it tok/s, or a speedup over another baseline?")
+        measured = self.speedup if self.speedup is not None else \
+            self.spec_tps / self.baseline_tps if None not in (self.spec_tps, self.baseline_tps) else None
+        if measured is not None and measured > self.k + 1:
+            flag = "--speedup" if self.speedup is not None else "--spec-tps"
+            raise ParameterError(flag, f"a {measured:g}x speedup is more than the k + 1 = {self.k + 1} tokens a cycle can "
+                                       "give: is it tok/s, or a speedup over another baseline (or all requests' tok/s "
+                                       "against one's)?")
         if self.spec_tps is not None and self.accept_len is not None:
             object.__setattr__(self, "cycle_ms", 1e3 * self.accept_len / self.spec_tps)
             check_ranges(self)
