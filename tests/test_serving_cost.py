@@ -140,7 +140,8 @@ def test_the_published_sweeps_are_predicted_from_one_point_as_recorded_in_measur
 def test_the_published_sweeps_on_the_users_path_as_recorded_in_measured_md():
     """#55 item 5: each sweep given to perf with only what its source states (no τ; the context only where stated),
     the answer's band against every published point, as docs/MEASURED.md records it."""
-    from eaglelab.jobs.sweeps_user import STATED_FIELDS, user_path_all
+    from eaglelab.jobs.sweeps_user import user_path_all
+    from eaglelab.serving.sweeps import STATED_FIELDS
 
     users = {u.sweep.name: u for u in user_path_all()}
     assert len(users) >= 9 and not any(isinstance(u, tuple) for u in users.values())
@@ -154,6 +155,19 @@ def test_the_published_sweeps_on_the_users_path_as_recorded_in_measured_md():
     assert sum(u.budget_met() for u in scored) >= 2
     rtx = users["eagle3-paper-vllm-rtx3090-llama31-8b-eagle3"]  # the default context fills a 24 GB card's KV from
     assert rtx.published_crossover == 56 and rtx.crossover_inside  # 24 requests: the range still reaches 56
+
+
+def test_a_fixture_stating_a_flag_perf_does_not_take_is_refused_naming_the_file(tmp_path):
+    import json
+
+    from eaglelab.errors import ConfigError
+    from eaglelab.serving.sweeps import SWEEPS, read_sweep
+
+    d = json.loads((SWEEPS / "eagle3-paper-sglang-h100-llama31-8b-eagle3.json").read_text())
+    d["stated"] = {"gpus": 1, "tau": 2.5}  # τ is --accept-len; a misspelt field would silently be no input at all
+    (tmp_path / "x.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match=r"x\.json.*'stated' names tau, not among gpu"):
+        read_sweep(tmp_path / "x.json")
 
 
 # --------------------------------------------------------------------------- the cost table's reader

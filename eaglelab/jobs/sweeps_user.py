@@ -22,10 +22,8 @@ import numpy as np
 
 from eaglelab.errors import EaglelabError
 from eaglelab.jobs.load import LoadSettings, speculation_under_load
-from eaglelab.serving.sweeps import SWEEPS, Sweep, read_sweep
+from eaglelab.serving.sweeps import SWEEPS, Sweep, crossover, read_sweep
 
-#: The fields a fixture's ``stated`` may name: the flags a user would give from what the source says.
-STATED_FIELDS = ("gpu", "gpus", "context", "kv_dtype", "verify_kv", "weight_bits", "dcp", "accept_len")
 #: The budget on the user's path (issue #55): points inside the band, the centre's median error.
 MIN_COVERAGE = 0.8
 MAX_CENTRE_ERROR = 0.10
@@ -94,26 +92,10 @@ class UserPathCheck:
                 "scored": self.sweep.scored, "budget_met": self.budget_met()}
 
 
-def _crossover(concurrencies: list[int], speedups: list[float]) -> int | None:
-    """The largest concurrency up to which every speedup is at least 1 (None: the first is not)."""
-    best = None
-    for c, s in zip(concurrencies, speedups):
-        if s < 1.0:
-            break
-        best = c
-    return best
-
-
 def user_settings(sweep: Sweep, config_dir: str) -> dict[str, Any]:
-    """The settings a user gives ``perf`` for ``sweep``: its stated flags, its config, k, its loads and first point.
-
-    Raises:
-        ValueError: a ``stated`` field that is not one of :data:`STATED_FIELDS`.
-    """
+    """The settings a user gives ``perf`` for ``sweep``: its stated flags (:func:`~eaglelab.serving.sweeps.read_sweep`
+    checked their names), its config, k, its loads and first point."""
     stated = dict(sweep.stated or {})
-    unknown = sorted(set(stated) - set(STATED_FIELDS))
-    if unknown:
-        raise ValueError(f"{sweep.name}: 'stated' names {unknown}, not among {STATED_FIELDS}")
     first = sweep.points[0]
     c = int(first["concurrency"])
     if first.get("baseline_tok_s") and first.get("spec_tok_s"):  # aggregate tok/s: per request, as perf takes them
@@ -137,10 +119,10 @@ def drive_as_user(sweep: Sweep) -> UserPathCheck:
     high = band.high if band is not None else centre
     rows = tuple(UserPathRow(c, float(p["speedup"]), centre[c], low[c], high[c], held_out=i > 0)
                  for i, (c, p) in enumerate(zip(conc, sweep.points)))
-    crossover = (_crossover(conc, [low[c] for c in conc]), _crossover(conc, [high[c] for c in conc]))
+    reach = (crossover(conc, [low[c] for c in conc]), crossover(conc, [high[c] for c in conc]))
     shown = {k: v for k, v in given.items() if k not in ("target_config", "concurrency")}
     return UserPathCheck(sweep, shown, band.unstated if band is not None else (), rows,
-                         _crossover(conc, [float(p["speedup"]) for p in sweep.points]), crossover)
+                         crossover(conc, [float(p["speedup"]) for p in sweep.points]), reach)
 
 
 def user_path_all(folder: str | Path = SWEEPS) -> list[UserPathCheck | tuple[Sweep, str]]:

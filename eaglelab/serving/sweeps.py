@@ -31,6 +31,8 @@ from eaglelab.serving.target_shape import shape_from_config
 
 #: Bits per weight by a fixture's ``weights`` when its config holds no quantization_config (scales included).
 WEIGHT_BITS = {"bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int4": 4.5, "awq": 4.5, "nvfp4": 4.5, "mxfp4": 4.25}
+#: The fields a fixture's ``stated`` may name: the ``perf`` flags a user gives from what the source says.
+STATED_FIELDS = ("gpu", "gpus", "context", "kv_dtype", "verify_kv", "weight_bits", "dcp", "accept_len")
 #: The τ offsets the sensitivity is taken over.
 TAU_SPREAD = (-0.3, 0.0, 0.3)
 #: The default fixtures' folder.
@@ -83,6 +85,9 @@ def read_sweep(path: str | Path) -> Sweep:
         raise ConfigError(where, f"not a load-sweep fixture: {exc!r}") from None
     if len(sweep.points) < 2:
         raise ConfigError(where, "a sweep needs at least two points")
+    unknown = sorted(set(sweep.stated) - set(STATED_FIELDS))
+    if unknown:
+        raise ConfigError(where, f"'stated' names {', '.join(unknown)}, not among {', '.join(STATED_FIELDS)}")
     return sweep
 
 
@@ -125,7 +130,7 @@ class SweepCheck:
                 "scored": self.sweep.scored}
 
 
-def _crossover(concurrency: list[int], speedups: list[float]) -> int | None:
+def crossover(concurrency: list[int], speedups: list[float]) -> int | None:
     """The largest concurrency up to which every point pays (None: the first does not)."""
     best = None
     for c, s in zip(concurrency, speedups):
@@ -152,7 +157,7 @@ def hold_against(sweep: Sweep) -> SweepCheck:
             for i, (c, pub, pred) in enumerate(zip(conc, published, predicted))]
     held = [abs(r["error"]) for r in rows if r["held_out"]]
     spread = [max(abs(o / p - 1.0) for o, p in zip(other[1:], published[1:])) for other, _ in by_tau.values()]
-    pub_x, pred_x = _crossover(conc, published), _crossover(conc, predicted)
+    pub_x, pred_x = crossover(conc, published), crossover(conc, predicted)
     index = {c: i for i, c in enumerate(conc)}
     near = (pub_x == pred_x) or (pub_x is not None and pred_x is not None and abs(index[pub_x] - index[pred_x]) <= 1)
     return SweepCheck(sweep, rows, float(np.median(held)), max(held), pub_x, pred_x, max(spread), near)
