@@ -98,3 +98,28 @@ def test_compatible_inputs_pass_the_checks(targets):
     assert spec.target_hidden_size == cfg_a["hidden_size"] == 64
     check_target_pair(str(targets / "a"), cfg_a, str(targets / "b"), json.loads((targets / "b" / "config.json")
                                                                                .read_text()))
+
+
+def test_the_fine_tune_opens_the_old_drafter_once(tiny_world, monkeypatch):
+    """#57 item 3: `finetune --old-drafter` parsed the drafter's config and headers in the pre-flight check, again in
+    load_inputs' own check, and again in load_drafter; the check now hands what it opened to the loader."""
+    import eaglelab.checkpoints.drafters.preflight as preflight
+    import eaglelab.jobs.finetune as finetune
+    import eaglelab.model.drafter_files as drafter_files
+    from eaglelab.checkpoints.files.sources import load_checkpoint
+
+    opened = []
+
+    def counting(source, *args, **kwargs):
+        opened.append(str(source))
+        return load_checkpoint(source, *args, **kwargs)
+
+    for module in (preflight, finetune, drafter_files):
+        monkeypatch.setattr(module, "load_checkpoint", counting)
+    drafter = str(tiny_world.drafter_a)
+    settings = finetune.FinetuneSettings(str(tiny_world.target_b), old_drafter=drafter, seq_len=32, train_sequences=4,
+                                         eval_sequences=2, world_dir=str(tiny_world.root))
+    checked = finetune.check_finetune(settings)  # what `eaglelab finetune` runs first, before the process group
+    inputs = finetune.load_inputs(settings, progress=False, checked=checked)
+    assert opened.count(drafter) == 1, opened
+    assert inputs.old is not None and inputs.old.spec == preflight.check_drafter(drafter)[0]

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from eaglelab.checkpoints.drafters.export import export_drafter
 from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
-from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter, check_target
+from eaglelab.checkpoints.drafters.preflight import check_context, check_opened_drafter, check_target
 from eaglelab.checkpoints.drafters.spec import drafter_spec_from_config
+from eaglelab.checkpoints.files.sources import Checkpoint, load_checkpoint
 from eaglelab.data.probe_data import world_for_data
 from eaglelab.data.world import World
 from eaglelab.decisions import Option
@@ -117,29 +118,46 @@ class FinetuneInputs:
         return measure_prompts(self.tokenizer, n, self.world)
 
 
-def check_finetune(settings: FinetuneSettings) -> dict:
-    """Every checkpoint checked from configs and headers before anything loads; the target's config returned."""
-    if settings.old_drafter:
-        _, tcfg = check_drafter(settings.old_drafter, settings.new_target)
+@dataclass(frozen=True)
+class FinetuneCheck:
+    """What the pre-flight check read, handed to the loader so nothing is parsed twice.
+
+    Attributes:
+        target_config: the new target's config.
+        old_drafter: the old drafter's checkpoint as opened (config and headers), or None for scratch.
+    """
+
+    target_config: dict
+    old_drafter: Checkpoint | None
+
+
+def check_finetune(settings: FinetuneSettings) -> FinetuneCheck:
+    """Every checkpoint checked from configs and headers before anything loads; what was opened returned."""
+    opened = load_checkpoint(settings.old_drafter) if settings.old_drafter else None
+    if opened is not None:
+        _, tcfg = check_opened_drafter(opened, settings.old_drafter, settings.new_target)
     else:
         tcfg = check_target(settings.new_target)
     check_context(settings.seq_len, "--seq-len", (settings.new_target, tcfg))
-    return tcfg
+    return FinetuneCheck(tcfg, opened)
 
 
-def load_inputs(settings: FinetuneSettings, device: str | None = None, progress: bool = True, bar=None) -> FinetuneInputs:
+def load_inputs(settings: FinetuneSettings, device: str | None = None, progress: bool = True, bar=None,
+                checked: FinetuneCheck | None = None) -> FinetuneInputs:
     """Check, load the target (and the old drafter), and capture the new target's training and held-out states.
 
-    The layers captured are those the old drafter reads, or a fresh drafter's defaults for the target.
+    The layers captured are those the old drafter reads, or a fresh drafter's defaults for the target. ``checked``:
+    the pre-flight's result when the caller ran it already (:func:`check_finetune`): the drafter it opened is loaded
+    from it, not opened again.
     """
     from eaglelab.data.sets import finetune_set
     from eaglelab.model.drafter_files import load_drafter
     from eaglelab.model.targets import load_target
 
-    check_finetune(settings)
+    checked = checked or check_finetune(settings)
     model, tok = load_target(settings.new_target, dtype=settings.dtype, device=device or settings.device,
                              trust_remote_code=settings.trust_remote_code, need_tokenizer=True)
-    old = load_drafter(settings.old_drafter) if settings.old_drafter else None
+    old = load_drafter(checked.old_drafter) if checked.old_drafter is not None else None
     if bar is not None:
         bar.set_postfix_str("capturing the new target's data")
         bar.update()

@@ -89,10 +89,10 @@ def train_run(settings: FinetuneSettings, run: TrainRunSettings, progress: bool 
 
     if bool(settings.old_drafter) == bool(run.scratch):
         raise ParameterError("finetune", "give exactly one of --old-drafter DRAFTER (warm start) or --scratch")
-    check_finetune(settings)
+    checked = check_finetune(settings)  # before the process group: a bad input is one line, on every rank
     dist = init_distributed()
     device = settings.device or (f"cuda:{dist.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
-    inputs = load_inputs(settings, device=device, progress=progress and dist.main)
+    inputs = load_inputs(settings, device=device, progress=progress and dist.main, checked=checked)
     result = train_one(settings, inputs, Option.WARM_START if settings.old_drafter else Option.FROM_SCRATCH, run.out,
                        resume=run.resume, force=run.force, rebuild_vocab=run.rebuild_vocab,
                        progress=progress and dist.main, stop_after=run.stop_after, log_every=run.log_every,

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from eaglelab.checkpoints.drafters.tensor_table import check_vocab_maps
 from eaglelab.checkpoints.files.headers import TensorInfo
-from eaglelab.checkpoints.files.sources import load_checkpoint, read_tensor_into
+from eaglelab.checkpoints.files.sources import Checkpoint, load_checkpoint, read_tensor_into
 from eaglelab.errors import CheckpointMismatchError, ConfigError, SourceError
 from eaglelab.inputs import printable
 from eaglelab.model.drafter import Eagle3Drafter
@@ -156,7 +156,7 @@ def read_tensor(info: TensorInfo) -> torch.Tensor:
     return out
 
 
-def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+def load_drafter(source: str | Path | Checkpoint, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                  embedding: bool = True) -> Eagle3Drafter:
     """Load a drafter folder (SpecForge / SGLang layout, or speculators) into :class:`Eagle3Drafter`.
 
@@ -168,7 +168,8 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device:
     :meth:`Eagle3Drafter.set_embedding`, or lend it with :meth:`Eagle3Drafter.serving_embedding`.
 
     Args:
-        source: folder, safetensors file, shard index or hub id.
+        source: folder, safetensors file, shard index or hub id; or the checkpoint a pre-flight check already opened
+            (:func:`~eaglelab.checkpoints.drafters.preflight.check_opened_drafter`), read, not opened again.
         dtype: the floating-point weights' dtype (the vocabulary maps stay integer / boolean).
         device: where the weights go.
         embedding: False leaves the file's ``embed_tokens`` unread (a placeholder, :meth:`Eagle3Drafter.holds`):
@@ -179,7 +180,8 @@ def load_drafter(source: str | Path, dtype: torch.dtype = torch.float32, device:
         SourceError / ConfigError: unreadable folder or config.
         CheckpointMismatchError: missing, unexpected or wrong-shaped tensors, or bad d2t / t2d.
     """
-    ck = load_checkpoint(str(source))
+    ck = source if isinstance(source, Checkpoint) else load_checkpoint(str(source))
+    source = ck.source if isinstance(source, Checkpoint) else source
     if ck.kind == "hub" and ck.hub is not None:  # the weights at the commit whose headers were just checked
         ck = load_checkpoint(ck.hub.snapshot(("*.json", "*.safetensors")))
     if ck.config is None:

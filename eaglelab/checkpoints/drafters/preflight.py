@@ -17,7 +17,7 @@ from eaglelab.checkpoints.drafters.spec import DrafterSpec, drafter_spec_from_co
 from eaglelab.checkpoints.drafters.tensor_table import check_tensors_against_spec
 from eaglelab.checkpoints.drafters.variants import Family, check_computed, drafter_family
 from eaglelab.checkpoints.drafters.verdicts import drafter_vs_target
-from eaglelab.checkpoints.files.sources import is_hub_id, load_checkpoint
+from eaglelab.checkpoints.files.sources import Checkpoint, is_hub_id, load_checkpoint
 from eaglelab.checkpoints.targets.config import target_field, target_layer_count, text_config
 from eaglelab.checkpoints.targets.reading import load_target_config, read_target_weights
 from eaglelab.errors import CheckpointMismatchError, ConfigError, ParameterError, UnsupportedDrafterError
@@ -68,7 +68,15 @@ def check_target(source: str) -> dict[str, Any]:
 
 
 def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, dict[str, Any] | None]:
-    """A drafter's config and tensor table, then (when given) the target and the drafter's fit to it.
+    """A drafter's config and tensor table, then (when given) the target and the drafter's fit to it
+    (:func:`check_opened_drafter` on the checkpoint it opens)."""
+    return check_opened_drafter(load_checkpoint(source), source, target)
+
+
+def check_opened_drafter(ck: Checkpoint, source: str, target: str | None = None) \
+        -> tuple[DrafterSpec, dict[str, Any] | None]:
+    """A drafter's config and tensor table, then (when given) the target and the drafter's fit to it: the opened
+    checkpoint ``ck`` of ``source`` is read, not opened again, so the loader can take it on (one parse per run).
 
     The drafter is checked first, so a drafter eaglelab does not compute is refused before any
     target is even looked up.
@@ -83,7 +91,6 @@ def check_drafter(source: str, target: str | None = None) -> tuple[DrafterSpec, 
             run on the target (hidden size, vocabulary, aux layers outside it).
         SourceError, HeaderError: the target's files (see :func:`check_target`).
     """
-    ck = load_checkpoint(source)
     if ck.config is None:
         raise ConfigError(source, "no config.json beside the drafter's weights")
     where = str(ck.config_path or source)
