@@ -140,13 +140,6 @@ def _why(model: LoadModel, b: int, k: int) -> list[str]:
                                               for p in parts[:2])]
 
 
-def measured_speedup(s: LoadSettings, start: LoadModel) -> float:
-    """The speedup the measured point states (1.0 when it states none): ``speedup``, or spec over plain tok/s."""
-    if s.speedup is not None:
-        return s.speedup
-    return s.spec_tps / s.baseline_tps if s.spec_tps is not None and s.baseline_tps is not None else 1.0
-
-
 def _measured_point(s: LoadSettings, start: LoadModel, tau: float) -> list[Point]:
     """The point measured at ``at_concurrency`` at τ (the cycle of tok/s or a speedup depends on it), or none."""
     if s.baseline_tps is None and s.speedup is None:
@@ -198,7 +191,7 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     start, source = load_model_for(s)
     corners = [tau]  # τ at the measured load: as given, or its range's ends and middle
     if tau is None and s.cycle_ms is None and measured:  # tok/s or a speedup without τ: τ spans its range
-        low, tau, high = unstated_taus(s.k, floor=measured_speedup(s, start))
+        low, tau, high = unstated_taus(s.k, floor=s.measured_speedup or 1.0)
         corners = [low, tau, high]
         notes.append(f"τ not given: the table is at τ {tau:.2f} (a per-draft acceptance of {ALPHA_ASSUMED} over k = {s.k} "
                      f"drafts), the band spans τ {low:.2f}-{high:.2f}; give --accept-len as your server logs it")

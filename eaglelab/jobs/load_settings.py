@@ -159,8 +159,7 @@ class LoadSettings(MachineSettings):
         if len(given) > 1:
             raise ParameterError(given[1], f"give one of --cycle-ms, --spec-tps and --speedup, not {' and '.join(given)}: "
                                            "each says what the cycle costs")
-        measured = self.speedup if self.speedup is not None else \
-            self.spec_tps / self.baseline_tps if None not in (self.spec_tps, self.baseline_tps) else None
+        measured = self.measured_speedup
         if measured is not None and measured > self.k + 1:
             flag = "--speedup" if self.speedup is not None else "--spec-tps"
             raise ParameterError(flag, f"a {measured:g}x speedup is more than the k + 1 = {self.k + 1} tokens a cycle can "
@@ -190,6 +189,13 @@ class LoadSettings(MachineSettings):
         require_tree(self.k, self.topk, self.draft_tokens)
         if self.baseline_tps is not None and self.cycle_ms is not None:  # as plain perf and plan refuse it
             require_one_setup(self.cycle_ms, self.baseline_tps)
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """The speedup the measured point states: ``speedup``, or the speculative over the plain tok/s (None: neither)."""
+        if self.speedup is not None:
+            return self.speedup
+        return self.spec_tps / self.baseline_tps if None not in (self.spec_tps, self.baseline_tps) else None
 
     @property
     def concurrencies(self) -> tuple[int, ...]:

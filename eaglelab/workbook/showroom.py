@@ -71,22 +71,20 @@ class Showroom:
                 f"headline: {heads}"]
 
 
-def headline(figures: Path) -> dict[str, Any]:
-    """The numbers a visitor reads first, from the findings: 03's verdict and τ on both targets, 04's choice.
+def headline(figures: Path, probe: dict[str, Any], finetune: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a visitor reads first: 03's verdict and τ on both targets (``probe``, its findings' numbers), 04's
+    choice (``finetune``'s).
 
     Raises:
-        ConfigError: a findings file missing or without those numbers (not a whole run).
+        ConfigError: naming ``figures``, findings without those numbers (not a whole run).
     """
-    out: dict[str, Any] = {}
     try:
-        probe = read_findings(figures / "03_findings.json")["numbers"]
-        out["03 verdict"] = probe["verdict"]["level"]
-        out["03 τ on A"] = round(float(probe["plugin"]["accept_len_on_a"]), 2)
-        out["03 τ on B"] = round(float(probe["plugin"]["accept_len_on_b"]), 2)
-        out["04 recommendation"] = str(read_findings(figures / "04_findings.json")["numbers"]["chosen"])
+        return {"03 verdict": probe["verdict"]["level"],
+                "03 τ on A": round(float(probe["plugin"]["accept_len_on_a"]), 2),
+                "03 τ on B": round(float(probe["plugin"]["accept_len_on_b"]), 2),
+                "04 recommendation": str(finetune["chosen"])}
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(str(figures), f"its findings are not a whole workbook run's ({type(exc).__name__}: {exc})") from None
-    return out
 
 
 def linked_images(game_plan: str) -> list[str]:
@@ -105,7 +103,8 @@ def build_showroom(settings: ShowroomSettings) -> Showroom:
     figures, runs = Path(settings.figures), Path(settings.runs)
     if path_kind(figures / GAME_PLAN, ConfigError) != "file":
         raise ConfigError(str(figures), f"no {GAME_PLAN}: run the whole workbook first (make workbook)")
-    if read_findings(figures / "04_findings.json")["numbers"].get("smoke", False):
+    probe, finetune = (read_findings(figures / f"{nb}_findings.json")["numbers"] for nb in ("03", "04"))
+    if finetune.get("smoke", False):
         raise ConfigError(str(figures), "holds a smoke run's findings: the showroom shows a whole run (make workbook)")
     plan = (figures / GAME_PLAN).read_text(encoding="utf-8")
     missing = [p for p in linked_images(plan) if path_kind(figures / p, ConfigError) != "file"]
@@ -115,7 +114,7 @@ def build_showroom(settings: ShowroomSettings) -> Showroom:
     if len(sources) > MAX_FILES:
         raise ConfigError(str(figures), f"{len(sources)} files to copy, more than a showroom holds ({MAX_FILES})")
     stamp = {"commit": settings.commit, "made": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-             "command": "make workbook, then eaglelab showroom", "headline": headline(figures)}
+             "command": "make workbook, then eaglelab showroom", "headline": headline(figures, probe, finetune)}
     written, root = [], str(Path(settings.root).resolve())
     with open_output_folder(settings.out, "showroom", force=settings.force) as out:
         for src in sources:
