@@ -95,7 +95,7 @@ class UserPathCheck:
 def user_settings(sweep: Sweep, config_dir: str) -> dict[str, Any]:
     """The settings a user gives ``perf`` for ``sweep``: its stated flags (:func:`~eaglelab.serving.sweeps.read_sweep`
     checked their names), its config, k, its loads and first point."""
-    stated = dict(sweep.stated or {})
+    stated = dict(sweep.stated)
     first = sweep.points[0]
     c = int(first["concurrency"])
     if first.get("baseline_tok_s") and first.get("spec_tok_s"):  # aggregate tok/s: per request, as perf takes them

@@ -17,7 +17,7 @@ error is reported at that τ, and its sensitivity over ``τ ± 0.3``. Numbers on
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class Sweep:
     kv_dtype: str = "bf16"
     verify_kv: str = "once"
     why_not_scored: str = ""
-    stated: dict[str, Any] | None = None
+    stated: dict[str, Any] = field(default_factory=dict)
 
 
 def read_sweep(path: str | Path) -> Sweep:
@@ -96,7 +96,7 @@ def model_for(sweep: Sweep) -> LoadModel:
     shape = shape_from_config(sweep.config, weight_bits=sweep.weight_bits, kv_dtype=sweep.kv_dtype, where=sweep.name)
     return LoadModel(shape, machine(sweep.gpu, sweep.gpus), context=sweep.context, verify_kv=sweep.verify_kv,
                      draft_tokens=sweep.draft_tokens if sweep.draft_tokens not in (None, sweep.k + 1) else None,
-                     dcp=int((sweep.stated or {}).get("dcp", 1)))
+                     dcp=int(sweep.stated.get("dcp", 1)))
 
 
 def calibration_point(sweep: Sweep, model: LoadModel, tau: float, at: int = 0) -> Point:
