@@ -53,21 +53,15 @@ def main() -> int:
     seconds = time.perf_counter() - t0
     print(f"{args.world} world, drafter-a on target A, k = {args.k}, {args.tokens} tokens per request, "
           f"{args.repeats} runs per concurrency and side; {check.status}; {seconds:.0f} s in all")
-    print(f"{'requests':>8} {'τ':>5} {'alone tok/s':>11} {'drafter tok/s':>13} {'measured':>8} {'runs range':>11} "
-          f"{'model':>6} {'error':>6}")
-    for r in check.rows:
-        note = " held out" + (", inside the noise" if r["within_noise"] else "") if r["held_out"] else " calibrated"
-        print(f"{r['concurrency']:>8} {r['tau']:>5.2f} {r['alone_tps']:>11.1f} {r['drafter_tps']:>13.1f} "
-              f"{r['measured']:>7.3f}x {r['measured_low']:>5.2f}-{r['measured_high']:<5.2f} {r['model']:>5.3f}x "
-              f"{100 * r['error']:>+5.1f}%{note}")
+    print(check.view().text())
     if check.worst_held_out is not None:
         print(f"worst held-out error: {100 * check.worst_held_out:.1f}%")
         # The fairest rival on the same points: a step that costs the larger of memory and compute (a GPU's overlap).
         points = check.run.points()
         overlapped = calibrate(LoadModel(check.model.target, replace(CPU, overlap=True), context=check.model.context),
                                [points[0], points[-1]])
-        errors = [float(overlapped.speedup(p.concurrency, args.k, t)) / r["measured"] - 1
-                  for p, t, r in zip(points, check.run.tau, check.rows) if r["held_out"]]
+        errors = [float(overlapped.speedup(p.concurrency, args.k, t)) / r.measured - 1
+                  for p, t, r in zip(points, check.run.tau, check.rows) if r.held_out]
         print("the same ends, a step of the larger of memory and compute: held-out errors "
               + ", ".join(f"{100 * e:+.1f}%" for e in errors))
     return 0

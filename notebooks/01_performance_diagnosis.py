@@ -109,14 +109,14 @@ demo = notebook_case("01", {"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER
 # %%
 diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS)
 requirements = pd.DataFrame(perf.requirement_table(GOALS, CYCLE_MS / 1e3, k=K))
-display(pd.Series({k: v for k, v in diag.items() if k != "required_accept_len"}, name="value").to_frame())
+display(pd.Series({k: v for k, v in diag.to_json().items() if k != "required_accept_len"}, name="value").to_frame())
 display(requirements.round(3))
 
 # %%
 accept_grid = np.linspace(1.0, 7.0, 121)
 curves = {f"cycle {ms:g} ms": perf.effective_tps(accept_grid, ms / 1e3) for ms in (CYCLE_MS / 2, CYCLE_MS, CYCLE_MS * 1.5)}
 fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
-                                   points=[(ACCEPT_LEN, diag["effective_tps"], "measured")], goals=GOALS)
+                                   points=[(ACCEPT_LEN, diag.effective_tps, "measured")], goals=GOALS)
 plots.savefig(fig, "01_tps_vs_accept_len", FIGURES_DIR, figure_params)
 
 # %%
@@ -268,13 +268,12 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL
 
 # %%
 from eaglelab.jobs.load import LoadSettings, speculation_under_load
-from eaglelab.jobs.load_engine import engine_load_check
+from eaglelab.jobs.load_engine import EngineCostFit, EngineLoadCheck, engine_load_check
 from eaglelab.serving.load_tables import load_curve
 
 load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
                                            accept_len=scenario.accept_len, at_concurrency=AT_CONCURRENCY, k=K))
-band_cells = [load.band.cell(r["concurrency"]) for r in load.rows] if load.band else None
-display(pd.DataFrame(load.rows).set_index("concurrency").round(3).assign(band=band_cells))
+display(load.table())
 print("\n".join([load.crossover(), *(load.band.lines() if load.band else [])]))
 log_load = [speculation_under_load(LoadSettings(accept_len=scenario.accept_len, k=K, log=f, plain_log=PLAIN_LOG,
                                                 baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
@@ -297,25 +296,24 @@ plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurre
 # Skipped, with the reason, where vLLM's environment is absent.
 
 # %%
-here = None
+here = EngineLoadCheck.skipped("the old target does not load here")
 if loop is not None:
     here_prompts = measure_prompts(tokenizer, max(LOAD_BATCHES), world_of(OLD_TARGET))
     here = engine_load_check(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES,
                              model_a.config.to_dict(), engine=SERVING_ENGINE)
-if here is not None and here.rows:
-    display(pd.DataFrame(here.rows).set_index("concurrency").round(3))
-    fig = plots.plot_concurrency({"model at the runs' mean τ, calibrated at the ends": load_curve(here.model, K, float(np.mean(here.run.tau)),
+if here.rows:
+    display(here.table().round(3))
+    held = [r.concurrency for r in here.rows]
+    fig = plots.plot_concurrency({"model at the runs' mean τ, calibrated at the ends": load_curve(here.model, K, here.mean_tau,
                                                                            np.geomspace(1, max(LOAD_BATCHES), 48))},
-                                 float(np.mean(here.run.tau)),
-                                 {f"measured in vLLM {LOOP_TAG}": ([r["concurrency"] for r in here.rows],
-                                                              [r["measured"] for r in here.rows],
-                                                              [(r["measured_low"], r["measured_high"]) for r in here.rows]),
-                                  "model at each point's own τ": ([r["concurrency"] for r in here.rows],
-                                                                  [r["model"] for r in here.rows])},
+                                 here.mean_tau,
+                                 {f"measured in vLLM {LOOP_TAG}": (held, [r.measured for r in here.rows],
+                                                              [(r.measured_low, r.measured_high) for r in here.rows]),
+                                  "model at each point's own τ": (held, [r.model for r in here.rows])},
                                  title=f"{Path(OLD_TARGET).name} in {here.status}")
     plots.savefig(fig, "01_concurrency_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "tokens": LOAD_TOKENS, "k": K})
 else:
-    print(f"vLLM measurement skipped: {here.status if here is not None else 'the old target is not loaded here'}")
+    print(f"vLLM measurement skipped: {here.status}")
 
 # %% [markdown]
 # ### Measured here: the cost of a cycle at forced τ, and the model fitted to it
@@ -328,15 +326,15 @@ else:
 # %%
 from eaglelab.jobs.load_engine import engine_cost_fit
 
-costs = None
+costs = EngineCostFit.skipped("the old target does not load here")
 if loop is not None:
     costs = engine_cost_fit(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES, LOAD_FORCED_TAUS,
                             str(Path(FIGURES_DIR) / "01_costs.csv"), engine=SERVING_ENGINE)
-if costs is not None and costs.report is not None:
+if costs.report is not None:
     fitted = costs.report.model
-    display(pd.DataFrame(costs.report.residuals).round(3))
+    display(costs.table().round(3))
     grid = np.geomspace(min(LOAD_BATCHES), max(LOAD_BATCHES), 32)
-    steps = {"plain step": [r for r in costs.table.rows if r.plain], "cycle": [r for r in costs.table.rows if not r.plain]}
+    steps = {"plain step": [r for r in costs.measured.rows if r.plain], "cycle": [r for r in costs.measured.rows if not r.plain]}
     fig = plots.plot_cost_fit(
         {f"{name} measured {LOOP_TAG}": ([r.concurrency for r in rows], [1e3 * r.step_s for r in rows])
          for name, rows in steps.items()},
@@ -344,7 +342,7 @@ if costs is not None and costs.report is not None:
         title=f"{Path(OLD_TARGET).name} in {costs.status}: τ forced to {', '.join(map(str, LOAD_FORCED_TAUS))}")
     plots.savefig(fig, "01_cost_fit_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "taus": LOAD_FORCED_TAUS, "k": K})
 else:
-    print(f"cost table not measured: {costs.status if costs is not None else 'the old target is not loaded here'}")
+    print(f"cost table not measured: {costs.status}")
 
 # %% [markdown]
 # ## 8 · Explore
@@ -361,17 +359,11 @@ perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS, accept_grid, k=K)
 # ## Findings
 
 # %%
-req = diag["required_accept_len"]
 logs_tag = pv.tag(logs_source)
-findings = f"""
-- **Speculation {'pays' if diag['speedup'] > 1 else 'loses'} here:** τ = {ACCEPT_LEN:g} {T['accept_len']} over a {CYCLE_MS:g} ms
-  {T['cycle_ms']} cycle gives **{diag['effective_tps']:.1f} tok/s**, {diag['speedup']:.2f}× the {BASELINE_TPS:g} tok/s
-  {T['baseline_tps']} of plain decoding [derived].
-- **Break-even** is τ = **{diag['break_even_tau']:.2f}** [derived]; at τ = {ACCEPT_LEN:g} the cycle would have to
-  shrink to {diag['max_cycle_ms_for_break_even']:.1f} ms [derived].
-- **Goals:** {', '.join(f'{t} tok/s needs τ = {v:.2f}' for t, v in req.items())} [derived]. With k = {K_CHAIN} that is a
-  per-position acceptance of {', '.join(f'{v:.2f}' if v else 'unreachable' for v in rate_needed.values())}; a measured
-  {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {K}.
+said = {**diag.findings(T), **load.findings(T["cycle_ms"]), **here.findings(LOOP_TAG), **costs.findings(LOOP_TAG)}
+findings = "".join(f"- {said[name]}\n" for name in ("pays", "break_even", "goals"))
+findings += f"""- **Per-position acceptance:** with k = {K_CHAIN} the goals need {', '.join(f'{v:.2f}' if v else 'unreachable'
+  for v in rate_needed.values())}; a measured {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {K}.
 - **Cycle cost** (the serving-cost model of Kimi-K2.5 on {moe.machine.gpus} PCIe GPUs [assumed], calibrated at your
   point {T['cycle_ms']}): a {K + 1}-token verify at {verify_ms:.1f} ms without CUDA graphs ({verify_graphs_ms:.1f} ms
   with them; the verify measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}) and a graph-captured decode step at
@@ -381,27 +373,8 @@ findings = f"""
   ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
   median τ {np.median(log_table['accept_len']):.2f}.
 - **Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
-- **Under load** ({load.source}, calibrated at your point, {AT_CONCURRENCY} request(s) in flight
-  {T['cycle_ms']}): {load.crossover()}; {', '.join(f"{r['concurrency']} requests {r['speedup']:.2f}× (break-even τ "
-  f"{r['break_even_tau']:.2f}, best k {r['best_k']})" for r in load.rows)} [derived]{'; ' + load.why[0] if load.why else ''}.
-  {' '.join(line[0].upper() + line[1:] + '.' for line in load.band.lines()) if load.band else ''}
-- **Measured in vLLM at {', '.join(map(str, LOAD_BATCHES))} concurrent requests {LOOP_TAG}:** {
-  '; '.join(f"{r['concurrency']}: τ {r['tau']:.2f}, {r['measured']:.2f}× measured ({r['measured_low']:.2f}-"
-            f"{r['measured_high']:.2f} over the runs) vs {r['model']:.2f}× modelled"
-            + (' (held out' + (', inside the noise)' if r['within_noise'] else ')') if r['held_out'] else '')
-            for r in here.rows) + (
-  f"; the model, calibrated on the ends, is {100 * here.worst_held_out:.0f}% off where held out"
-  if here.worst_held_out is not None else '') if here is not None and here.rows else
-  'not run (' + (here.status if here is not None else 'the old target does not load here') + ')'}.
-- **Cost table here {LOOP_TAG}:** {(
-  f"{len(costs.table.rows)} steps measured in {costs.status} at forced τ {', '.join(map(str, LOAD_FORCED_TAUS))} "
-  f"(`{Path(costs.path).name}`); the model fitted to all of them is within "
-  f"{100 * max(abs(r['error']) for r in costs.report.residuals):.0f}% of every one; fitted to the smallest and largest "
-  f"batch alone, it is {100 * costs.worst_held_out:.0f}% off at the ones between"
-  if costs.worst_held_out is not None else f"{len(costs.table.rows)} steps measured")
-  if costs is not None and costs.report is not None else
-  'not measured (' + (costs.status if costs is not None else 'the old target does not load here') + ')'}.
 """
+findings += "".join(f"- {said[name]}\n" for name in ("load", "band", "engine_load", "engine_costs") if said[name])
 if loop is None:
     findings += f"- **Closed loop {LOOP_TAG}:** not run: {fit.line}.\n"
 else:
@@ -422,7 +395,6 @@ findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for 
 display(Markdown(findings_markdown(findings)))
 save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
                                              logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
-                     "diagnosis": diag, "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
-                     "load": load.to_json(), "engine_load": here.to_json() if here is not None else None,
-                     "engine_costs": costs.to_json() if costs is not None else None},
+                     "diagnosis": diag.to_json(), "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
+                     "load": load.to_json(), "engine_load": here.to_json(), "engine_costs": costs.to_json()},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -135,14 +135,14 @@ def test_notebook_01_explorer_prints_its_numbers_live(tiny_world, tmp_path):
     # the explorer reads the notebook's numbers; vLLM's sections are the smoke run's (test_workbook.py)
     with _ran(tmp_path, "01", "01-explorer", parameters={"SERVING_ENGINE": None}) as (page, out):
         at_start = explorer_numbers(82.0, 30.0, 2.0, [100, 150, 200])
-        wait_for_widget_text(page, f"{at_start['effective_tps']:.1f} tok/s · {at_start['speedup']:.2f}× plain")
+        wait_for_widget_text(page, f"{at_start.effective_tps:.1f} tok/s · {at_start.speedup:.2f}× plain")
         first = _numbers(page)
-        assert f"break-even τ {at_start['break_even_tau']:.2f}" in first and "150 tok/s → τ 4.50" in first
+        assert f"break-even τ {at_start.break_even_tau:.2f}" in first and "150 tok/s → τ 4.50" in first
         screenshot(page, out, "1-explorer")
 
         move_slider(page, "accept len τ", +20)  # one action: τ 2.0 -> 3.0 with the keyboard
         moved = explorer_numbers(82.0, 30.0, 3.0, [100, 150, 200])
-        wait_for_widget_text(page, f"{moved['effective_tps']:.1f} tok/s · {moved['speedup']:.2f}× plain")
+        wait_for_widget_text(page, f"{moved.effective_tps:.1f} tok/s · {moved.speedup:.2f}× plain")
         assert slider_value(page, "accept len τ") == 3.0
         screenshot(page, out, "2-moved")
 

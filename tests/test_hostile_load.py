@@ -103,8 +103,8 @@ def test_a_table_called_calibrated_reproduces_its_point(tmp_path_factory, tps, r
         return
     assert report.calibration.calibrated
     row = report.rows[0]
-    assert row["decode_ms"] == pytest.approx(1e3 / tps, rel=TOLERANCE)
-    assert row["cycle_ms"] == pytest.approx(cycle_ms, rel=TOLERANCE)
+    assert row.decode_ms == pytest.approx(1e3 / tps, rel=TOLERANCE)
+    assert row.cycle_ms == pytest.approx(cycle_ms, rel=TOLERANCE)
 
 
 SGLANG = ("[2026-01-01 10:00:00 TP0] Decode batch[ 40], #running-req: {b}, #token: 900, token usage: 0.02, "

@@ -172,7 +172,7 @@ def test_3_no_hint_names_the_k_already_served():
     s = LoadSettings(baseline_tps=82, cycle_ms=30, accept_len=2.0, concurrency=(1, 8, 64), gpu="l4", gpus=1, k=3)
     report = speculation_under_load(s)
     assert not any(line.startswith("with k = 3 instead") for line in report.lines())
-    assert all(not r["kv_fits"] for r in report.rows) and report.k_hint() == []
+    assert all(not r.kv_fits for r in report.rows) and report.k_hint() == []
 
 
 # --------------------------------------------------------------------------- 4. the recipes' chat template

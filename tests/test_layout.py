@@ -65,7 +65,8 @@ def test_no_import_circles_in_the_package():
 #: The layers, bottom first: a module imports its own layer and the ones below, never one above
 #: (docs/ARCHITECTURE.md draws them). engines/vllm_worker.py runs in vLLM's environment and imports none.
 LAYERS = [
-    {"errors", "inputs", "atomic", "outputs", "markdown", "progress", "decisions", "recommendation", "settings"},  # the base
+    {"errors", "inputs", "atomic", "outputs", "markdown", "progress", "decisions", "recommendation", "settings",
+     "views"},  # the base
     {"checkpoints"},  # files, headers, configs: no torch
     {"serving"},  # the throughput model and serving logs: arithmetic
     {"engines"},  # what the engines read and write: exports, recipes, logprob files, the vLLM driver
@@ -142,7 +143,7 @@ def test_sub_packages_group_the_modules():
                     "train", "workbook", "worlds"]
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert loose == ["__init__", "__main__", "atomic", "decisions", "errors", "inputs", "markdown", "outputs", "progress",
-                     "recommendation", "settings"]
+                     "recommendation", "settings", "views"]
 
 
 def test_nothing_tracked_points_outside_the_repository():

@@ -509,13 +509,13 @@ def test_tok_s_without_tau_answer_over_the_range_published_chains_accept(capsys)
     point = dict(concurrency=(1, 4, 16, 64), baseline_tps=82, spec_tps=164, context=2048)
     loose = speculation_under_load(LoadSettings(**point))
     told = speculation_under_load(LoadSettings(**point, accept_len=mid))
-    assert loose.tau == pytest.approx(mid) and [r["speedup"] for r in loose.rows] == pytest.approx(
-        [r["speedup"] for r in told.rows])  # the centre is the answer at the assumed τ
+    assert loose.tau == pytest.approx(mid) and [r.speedup for r in loose.rows] == pytest.approx(
+        [r.speedup for r in told.rows])  # the centre is the answer at the assumed τ
     assert any(u.startswith(f"τ {low:.2f}-{high:.2f} (a per-draft acceptance") for u in loose.band.unstated)
     for b in (4, 16, 64):  # the band holds the answer at each end of τ's range, and is wider than τ given
         for tau in (low, high):
             at = speculation_under_load(LoadSettings(**point, accept_len=tau, accept_lens=(tau,) * 4)).rows
-            s = next(r["speedup"] for r in at if r["concurrency"] == b)
+            s = next(r.speedup for r in at if r.concurrency == b)
             assert loose.band.low[b] - 1e-9 <= s <= loose.band.high[b] + 1e-9
         assert loose.band.high[b] - loose.band.low[b] > told.band.high[b] - told.band.low[b] - 1e-9
     assert main(["perf", "--concurrency", "1", "8", "--baseline-tps", "82", "--spec-tps", "164"]) == 0
@@ -528,7 +528,7 @@ def test_a_papers_speedup_alone_is_a_measured_point(capsys):
     from eaglelab.jobs.load import LoadSettings, speculation_under_load
 
     report = speculation_under_load(LoadSettings(speedup=1.8, accept_len=3.0, at_concurrency=2, concurrency=(2, 8, 32)))
-    assert next(r["speedup"] for r in report.rows if r["concurrency"] == 2) == pytest.approx(1.8, rel=1e-3)
+    assert next(r.speedup for r in report.rows if r.concurrency == 2) == pytest.approx(1.8, rel=1e-3)
     assert report.calibration.calibrated
     for argv, says in ((["--speedup", "30"], "--speedup: a 30x speedup is more than the k + 1"),
                        (["--baseline-tps", "20", "--spec-tps", "100"], "--spec-tps: a 5x speedup is more than the k + 1"),
@@ -551,10 +551,10 @@ def test_the_answer_carries_the_band_of_what_was_not_given(capsys):
     given = speculation_under_load(LoadSettings(**point, context=2048, accept_lens=(2.5, 2.5, 2.5, 2.5)))
     assert given.band is None and "band" not in "\n".join(given.lines()).split("\n")[0]
     band = loose.band
-    assert [r["speedup"] for r in loose.rows] == [r["speedup"] for r in given.rows]  # the centre is the point's answer
+    assert [r.speedup for r in loose.rows] == [r.speedup for r in given.rows]  # the centre is the point's answer
     for r in loose.rows:
-        b = r["concurrency"]
-        assert band.low[b] <= r["speedup"] + 1e-9 and r["speedup"] <= band.high[b] + 1e-9
+        b = r.concurrency
+        assert band.low[b] <= r.speedup + 1e-9 and r.speedup <= band.high[b] + 1e-9
     assert band.high[1] - band.low[1] < 1e-6  # measured there: no band
     lo, hi = band.pays
     assert (lo or 0) <= loose.pays_up_to <= hi
@@ -580,9 +580,9 @@ def test_every_band_holds_its_centre_and_is_exact_where_measured(tps, ratio, tau
     except EaglelabError:
         return  # a point the model refuses: no table, no band
     for r in report.rows:
-        b = r["concurrency"]
+        b = r.concurrency
         fits = bool(report.model.kv_fits(b, 3))
-        assert report.band.low[b] <= (r["speedup"] if fits else 0.0) + 1e-9 <= report.band.high[b] + 2e-9
+        assert report.band.low[b] <= (r.speedup if fits else 0.0) + 1e-9 <= report.band.high[b] + 2e-9
     if at in report.band.low and report.band.high[at]:  # measured there: each corner's model holds the point
         from eaglelab.serving.load_checks import TOLERANCE
 
@@ -610,10 +610,10 @@ def test_the_crossover_sentence_says_what_the_rows_show(tps, ratio, tau, k, gpus
         return
     text, upto = report.crossover(), report.pays_up_to or 0
     for r in report.rows:
-        if r["concurrency"] <= upto:
-            assert r["pays"], (r, text)
-    beyond = [r for r in report.rows if r["pays"] and r["concurrency"] > upto]
+        if r.concurrency <= upto:
+            assert r.pays, (r, text)
+    beyond = [r for r in report.rows if r.pays and r.concurrency > upto]
     for r in beyond[:4]:
-        assert f"{r['concurrency']} ({r['speedup']:.2f}x)" in text, text
+        assert f"{r.concurrency} ({r.speedup:.2f}x)" in text, text
     if report.pays_up_to is None and not beyond:
         assert "does not pay" in text and "nor at any concurrency of the table" in text

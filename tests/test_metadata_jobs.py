@@ -34,10 +34,10 @@ def printed(argv: list[str]) -> tuple[int, str]:
 def test_perf_answers_in_the_reading_its_settings_ask_for(tmp_path):
     point = diagnose_serving(PerfSettings(baseline_tps=82, cycle_ms=30, accept_len=2.0, goal_tps=(150,)))
     assert point.load is None and point.log is None
-    assert point.point["break_even_tau"] == pytest.approx(82 * 0.030)
+    assert point.point.break_even_tau == pytest.approx(82 * 0.030)
     load = diagnose_serving(PerfSettings(baseline_tps=82, cycle_ms=30, accept_len=2.0, concurrency=(1, 8)))
-    assert [r["concurrency"] for r in load.load.rows] == [1, 8]
-    assert load.to_json()["effective_tps"] == pytest.approx(point.point["effective_tps"])  # the point beside the load
+    assert [r.concurrency for r in load.load.rows] == [1, 8]
+    assert load.to_json()["effective_tps"] == pytest.approx(point.point.effective_tps)  # the point beside the load
     with pytest.raises(ParameterError, match="--log FILE, or all of"):
         diagnose_serving(PerfSettings(baseline_tps=82, cycle_ms=30))
 

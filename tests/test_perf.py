@@ -18,11 +18,11 @@ from eaglelab.serving.target_shape import distinct_experts_touched
 
 def test_seed_figures():
     d = perf.diagnose(82, 30, 2.0, [150, 200])
-    assert round(d["effective_tps"], 1) == 66.7
-    assert round(d["break_even_tau"], 2) == 2.46
-    assert "break_even_accept_len" not in d  # one name for one thing: no old spelling beside it (#57)
-    assert d["required_accept_len"] == {"150": pytest.approx(4.5), "200": pytest.approx(6.0)}
-    assert d["speedup"] < 1 and "loses" in d["verdict"]
+    assert round(d.effective_tps, 1) == 66.7
+    assert round(d.break_even_tau, 2) == 2.46
+    assert "break_even_accept_len" not in d.to_json()  # one name for one thing: no old spelling beside it (#57)
+    assert d.required_accept_len == {"150": pytest.approx(4.5), "200": pytest.approx(6.0)}
+    assert d.speedup < 1 and "loses" in d.verdict
 
 
 def test_chain_sum_equals_closed_form():

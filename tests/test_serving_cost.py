@@ -66,8 +66,8 @@ def test_any_ignore_list_is_read_as_data(entries):
 def test_a_kv_cache_that_does_not_fit_is_never_said_to_pay(b, k, context):
     model = ld.LoadModel(shape_from_config(DENSE), ld.machine("l4", 1), context=context)
     row = by_concurrency(model, [b], k, float(k + 1))[0]
-    assert row["kv_fits"] == (b * (context + k + 1) <= model.kv_capacity_tokens())
-    assert not row["pays"] or row["kv_fits"]
+    assert row.kv_fits == (b * (context + k + 1) <= model.kv_capacity_tokens())
+    assert not row.pays or row.kv_fits
 
 
 def test_decode_context_parallelism_splits_the_kv_cache_and_is_refused_where_it_cannot_be(capsys):

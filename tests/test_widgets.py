@@ -144,8 +144,8 @@ def test_the_explorer_prints_its_numbers_and_resets():
     tau, (reset, numbers) = box.children[0].children[2], box.children[1].children
     first = numbers.value
     expected = explorer_numbers(82.0, 30.0, 2.0, [100, 150])
-    assert f"{expected['effective_tps']:.1f} tok/s" in first and f"{expected['speedup']:.2f}×" in first
-    assert f"break-even τ {expected['break_even_tau']:.2f}" in first
+    assert f"{expected.effective_tps:.1f} tok/s" in first and f"{expected.speedup:.2f}×" in first
+    assert f"break-even τ {expected.break_even_tau:.2f}" in first
     assert "100 tok/s → τ 3.00," in first and "150 tok/s → τ 4.50 (beyond k + 1 = 4)" in first
     tau.value = 3.0
     assert "100.0 tok/s · 1.22×" in numbers.value

@@ -228,7 +228,7 @@ def speculation_under_load(settings: LoadSettings) -> LoadReport:
     pays = model.pays_up_to(s.k, lambda b: taus.get(b, tau), start=s.at_concurrency) if model is not None else None
     why = []
     if model is not None:
-        beyond = next((r["concurrency"] for r in rows if not r["pays"]), None)
+        beyond = next((r.concurrency for r in rows if not r.pays), None)
         if beyond is not None and not bool(model.kv_fits(beyond, s.k)):
             tokens = s.context_tokens + model.verify_tokens(s.k)
             why.append(f"at {beyond} requests the KV cache ({beyond} x {tokens} tokens) does not "

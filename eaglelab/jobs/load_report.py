@@ -14,7 +14,8 @@ from eaglelab.outputs import table
 from eaglelab.serving.load import CONCURRENCY_GRID, LoadModel
 from eaglelab.serving.load_band import LoadBand
 from eaglelab.serving.load_checks import Calibration
-from eaglelab.serving.load_tables import scales_table
+from eaglelab.serving.load_tables import LoadRow, scales_table
+from eaglelab.views import Column, View
 
 
 @dataclass
@@ -36,7 +37,7 @@ class LoadReport:
     """
 
     settings: LoadSettings
-    rows: list[dict]
+    rows: list[LoadRow]
     log_rows: list[dict]
     tau: float | None
     pays_up_to: int | None
@@ -50,7 +51,7 @@ class LoadReport:
     band: LoadBand | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"by_concurrency": self.rows, "log_by_concurrency": self.log_rows, "accept_len": self.tau,
+        return {"by_concurrency": [r.to_json() for r in self.rows], "log_by_concurrency": self.log_rows, "accept_len": self.tau,
                 "k": self.settings.k, "pays_up_to": self.pays_up_to, "source": self.source,
                 "model": self.model.to_json() if self.model is not None else None,
                 "parameters": self.model.parameters() if self.model is not None else [],
@@ -58,21 +59,49 @@ class LoadReport:
                 "calibration": self.calibration.to_json() if self.calibration is not None else None,
                 "band": self.band.to_json() if self.band is not None else None}
 
+    def view(self) -> View:
+        """The model's table, one row per concurrency: what ``table()`` and ``perf --concurrency`` show."""
+        ratio = Column(f"speedup (τ {self.tau:.2f})" if self.tau is not None else "speedup", "{:.2f}x")
+        band = [Column("band")] if self.band is not None else []
+        columns = [Column("concurrency"), Column("decode ms", "{:.1f}"), Column("verify ms", "{:.1f}"),
+                   Column("cycle ms", "{:.1f}"), ratio, *band, Column("break-even τ", "{:.2f}"), Column("best k"),
+                   Column("at best k", "{:.2f}x")]
+        return View.of(columns, [[r.concurrency, r.decode_ms, r.verify_ms, r.cycle_ms, r.speedup,
+                                  *([self.band.cell(r.concurrency)] if self.band is not None else []),
+                                  r.break_even_tau, r.best_k, r.best_speedup] for r in self.rows], index="concurrency")
+
+    def log_view(self) -> View:
+        """The speculative log's groups by concurrency (with the plain log's tok/s and the measured speedup)."""
+        columns = [Column("concurrency"), Column("n (log)"), Column("accept len", "{:.2f}"), Column("tok/s", "{:.1f}"),
+                   Column("plain tok/s", "{:.1f}"), Column("measured", "{:.2f}x")]
+        return View.of(columns, [[r["concurrency"], r["n"], r["accept_len"], r["throughput"], r.get("plain_throughput"),
+                                  r.get("speedup")] for r in self.log_rows], index="concurrency")
+
+    def table(self):
+        """The model's table as a DataFrame (the columns ``perf --concurrency`` prints)."""
+        return self.view().frame()
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """Named sentences (markdown) for a notebook to pick and order: ``load`` (the model's source, the crossover,
+        each row's speedup, break-even τ and best k, the reason at the crossover) and ``band`` (over what was not
+        given; empty without a band). ``tag``: the evidence tag of the measured point (``[entered]``...)."""
+        at = self.settings.at_concurrency
+        t = f" {tag}" if tag else ""
+        rows = ", ".join(f"{r.concurrency} request{'s' if r.concurrency != 1 else ''} {r.speedup:.2f}× (break-even τ "
+                         f"{r.break_even_tau:.2f}, best k {r.best_k})" for r in self.rows)
+        why = f"; {self.why[0]}" if self.why else ""
+        band = " ".join(line[0].upper() + line[1:] + "." for line in self.band.lines()) if self.band else ""
+        return {"load": f"**Under load** ({self.source}, calibrated at {at} request{'s' if at != 1 else ''} in flight"
+                        f"{t}): {self.crossover()}; {rows} [derived]{why}.",
+                "band": band}
+
     def lines(self) -> list[str]:
         """What ``eaglelab perf --concurrency`` prints: the logs' groups, the model's table, its residuals, the crossover."""
         out = []
         if self.log_rows:
-            out += table([[r["concurrency"], r["n"], f"{r['accept_len']:.2f}", tps_cell(r["throughput"]),
-                           tps_cell(r.get("plain_throughput")), "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x"]
-                          for r in self.log_rows],
-                         ["concurrency", "n (log)", "accept len", "tok/s", "plain tok/s", "measured"]).splitlines() + [""]
+            out += self.log_view().text().splitlines() + [""]
         if self.rows:
-            band = [] if self.band is None else ["band"]
-            out += table([[r["concurrency"], f"{r['decode_ms']:.1f}", f"{r['verify_ms']:.1f}", f"{r['cycle_ms']:.1f}",
-                           f"{r['speedup']:.2f}x", *([self.band.cell(r["concurrency"])] if self.band else []),
-                           f"{r['break_even_tau']:.2f}", r["best_k"], f"{r['best_speedup']:.2f}x"] for r in self.rows],
-                         ["concurrency", "decode ms", "verify ms", "cycle ms", f"speedup (τ {self.tau:.2f})", *band,
-                          "break-even τ", "best k", "at best k"]).splitlines()
+            out += self.view().text().splitlines()
             out.append(f"({self.source}" + (f", {self.calibration.line()})" if self.calibration is not None else ")"))
         if len(self.residuals) > 2 and self.model is not None:
             out += [""] + table([[r["concurrency"], r["what"], r["k"] or "-", "-" if r["context"] is None else r["context"],
@@ -87,10 +116,10 @@ class LoadReport:
         """At most one line: the first concurrency of the table where speculation does not pay at ``k`` but would at
         another k whose KV cache fits there (the table's own ``best_k`` and ``best_speedup``)."""
         k = self.settings.k
-        other = [r for r in self.rows if not r["pays"] and r["best_k"] != k and r["best_speedup"] >= 1.0
-                 and self.model is not None and bool(self.model.kv_fits(r["concurrency"], r["best_k"]))]
-        return [f"with k = {r['best_k']} instead (the same per-draft acceptance) it would pay at {r['concurrency']} "
-                f"request{'s' if r['concurrency'] != 1 else ''} in flight: {r['best_speedup']:.2f}x" for r in other[:1]]
+        other = [r for r in self.rows if not r.pays and r.best_k != k and r.best_speedup >= 1.0
+                 and self.model is not None and bool(self.model.kv_fits(r.concurrency, r.best_k))]
+        return [f"with k = {r.best_k} instead (the same per-draft acceptance) it would pay at {r.concurrency} "
+                f"request{'s' if r.concurrency != 1 else ''} in flight: {r.best_speedup:.2f}x" for r in other[:1]]
 
     def crossover(self) -> str:
         """One line: up to which concurrency speculation pays, per the model at τ."""
@@ -115,13 +144,13 @@ class LoadReport:
         """What the table's rows add to the crossover: where it pays beyond it (the rows not monotone), or that it
         pays at no concurrency answered."""
         upto = self.pays_up_to or 0
-        again = [r for r in self.rows if r["pays"] and r["concurrency"] > upto]
+        again = [r for r in self.rows if r.pays and r.concurrency > upto]
         if again:
-            where = ", ".join(f"{r['concurrency']} ({r['speedup']:.2f}x)" for r in again[:4])
+            where = ", ".join(f"{r.concurrency} ({r.speedup:.2f}x)" for r in again[:4])
             return (f", yet by the table it pays at {where}: the speedup is not monotone in the load here, so read "
                     "the rows, not one crossover")
         if self.pays_up_to is None and self.rows:
-            return f" nor at any concurrency of the table ({', '.join(str(r['concurrency']) for r in self.rows)})"
+            return f" nor at any concurrency of the table ({', '.join(str(r.concurrency) for r in self.rows)})"
         return ""
 
 

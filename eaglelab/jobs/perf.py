@@ -24,7 +24,7 @@ from eaglelab.jobs.load import LoadSettings, speculation_under_load
 from eaglelab.jobs.load_report import LoadReport, tps_cell
 from eaglelab.outputs import strict_json_text, table
 from eaglelab.serving.logs import ParsedLog, log_by_concurrency, parse_log
-from eaglelab.serving.perf import MAX_TPS, MIN_TPS, TPS_MISTAKE, diagnose
+from eaglelab.serving.perf import MAX_TPS, MIN_TPS, TPS_MISTAKE, Diagnosis, diagnose
 from eaglelab.settings import option
 
 
@@ -66,16 +66,17 @@ class PerfReport:
     """
 
     settings: PerfSettings
-    point: dict[str, Any] | None = None
+    point: Diagnosis | None = None
     log: ParsedLog | None = None
     load: LoadReport | None = None
 
     def to_json(self) -> dict[str, Any]:
+        point = self.point.to_json() if self.point is not None else {}
         if self.load is not None:
-            return {**(self.point or {}), **self.load.to_json()}
+            return {**point, **self.load.to_json()}
         if self.log is not None:
             return self.log.to_json()
-        return dict(self.point or {})
+        return point
 
     def json_chunks(self) -> Iterator[str]:
         """:meth:`to_json` as strict JSON text in pieces: a log's records one at a time (bounded memory)."""
@@ -89,7 +90,7 @@ class PerfReport:
             return self.load.lines()
         if self.log is not None:
             return _log_lines(self.log)
-        return _point_lines(self.point or {}, self.settings.baseline_tps)
+        return self.point.lines() if self.point is not None else []
 
 
 def _log_lines(parsed: ParsedLog) -> list[str]:
@@ -104,14 +105,6 @@ def _log_lines(parsed: ParsedLog) -> list[str]:
                            ["concurrency", "n", "accept len", "tok/s (all)", "tok/s per request"]).splitlines()
     return out + table([[g["source"], g["n"], f"{g['median_accept_len']:.2f}", g["median_throughput"]]
                         for g in s["by_source"]], ["source", "n", "accept len", "tok/s"]).splitlines()
-
-
-def _point_lines(out: dict[str, Any], baseline_tps: float | None) -> list[str]:
-    return [f"effective tok/s        {out['effective_tps']:.1f}  ({out['speedup']:.2f}x baseline {baseline_tps})",
-            f"break-even τ           {out['break_even_tau']:.2f}",
-            f"max cycle at break-even {out['max_cycle_ms_for_break_even']:.1f} ms",
-            *(f"{tps} tok/s needs accept len {tau:.2f}" for tps, tau in out["required_accept_len"].items()),
-            out["verdict"]]
 
 
 def diagnose_serving(settings: PerfSettings) -> PerfReport:

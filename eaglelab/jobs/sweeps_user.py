@@ -114,7 +114,7 @@ def drive_as_user(sweep: Sweep) -> UserPathCheck:
         given = user_settings(sweep, folder)
         report = speculation_under_load(LoadSettings(**given))
     band, conc = report.band, [int(p["concurrency"]) for p in sweep.points]
-    centre = {r["concurrency"]: float(r["speedup"]) if r["kv_fits"] else 0.0 for r in report.rows}
+    centre = {r.concurrency: float(r.speedup) if r.kv_fits else 0.0 for r in report.rows}
     low = band.low if band is not None else centre
     high = band.high if band is not None else centre
     rows = tuple(UserPathRow(c, float(p["speedup"]), centre[c], low[c], high[c], held_out=i > 0)

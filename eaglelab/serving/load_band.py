@@ -73,8 +73,11 @@ class LoadBand:
 
     def lines(self) -> list[str]:
         """The band's sentences: the crossover's range over what was not given, and where one point cannot decide."""
-        out = [f"over what was not given ({'; '.join(self.unstated)}) it pays up to {self.pays_words()} concurrent "
-               f"requests (the table's band column)"]
+        lo, hi = self.pays
+        reach = ("it pays at no concurrency" if hi is None else
+                 f"it pays up to {hi} concurrent requests at best and nowhere at worst" if lo is None else
+                 f"it pays up to {self.pays_words()} concurrent requests")
+        out = [f"over what was not given ({'; '.join(self.unstated)}) {reach} (the table's band column)"]
         undecided = self.undecided()
         if undecided:
             where = ", ".join(f"{b} ({self.cell(b)})" for b in undecided[:6])

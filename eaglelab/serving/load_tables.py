@@ -6,7 +6,8 @@ Only numpy: ``perf`` and ``plan`` stay metadata commands.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -14,16 +15,36 @@ from eaglelab.errors import ParameterError, is_whole
 from eaglelab.serving.load import TERM_MEANING, LoadModel, Scales
 
 
-def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, taus: Sequence[float] | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class LoadRow:
+    """The model at one concurrency: its steps (ms), the speedup at τ and break-even τ, the KV fit, the best k.
+
+    ``pays``: the speedup is at least 1 and the KV cache fits; ``best_k`` / ``best_speedup``: the k (KV fitting) that
+    speeds up most at the same per-draft acceptance.
+    """
+
+    concurrency: int
+    accept_len: float
+    decode_ms: float
+    verify_ms: float
+    cycle_ms: float
+    speedup: float
+    break_even_tau: float
+    kv_fits: bool
+    pays: bool
+    best_k: int
+    best_speedup: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, taus: Sequence[float] | None = None
+                   ) -> list[LoadRow]:
     """The model's table: at each concurrency the steps, the speedup and break-even τ, the KV fit and the best k.
 
     Args:
         tau: the τ for every concurrency, unless ``taus`` gives one per concurrency.
-
-    Returns:
-        rows with ``concurrency``, ``accept_len``, ``decode_ms``, ``verify_ms``, ``cycle_ms``, ``speedup``,
-        ``break_even_tau``, ``kv_fits``, ``pays`` (speedup >= 1 and the KV fits), ``best_k`` and
-        ``best_speedup``.
     """
     rows = []
     taus = list(taus) if taus is not None else [tau] * len(concurrency)
@@ -33,10 +54,9 @@ def by_concurrency(model: LoadModel, concurrency: Sequence[int], k: int, tau, ta
         speedup = float(model.speedup(b, k, t))
         fits = bool(model.kv_fits(b, k))
         kk, best = model.best_k(b, t, k)
-        rows.append({"concurrency": b, "accept_len": t, "decode_ms": 1e3 * float(model.decode_s(b)),
-                     "verify_ms": 1e3 * float(model.verify_s(b, k)), "cycle_ms": 1e3 * float(model.cycle_s(b, k)),
-                     "speedup": speedup, "break_even_tau": float(model.break_even_tau(b, k)),
-                     "kv_fits": fits, "pays": fits and speedup >= 1.0, "best_k": kk, "best_speedup": best})
+        rows.append(LoadRow(b, t, 1e3 * float(model.decode_s(b)), 1e3 * float(model.verify_s(b, k)),
+                            1e3 * float(model.cycle_s(b, k)), speedup, float(model.break_even_tau(b, k)), fits,
+                            fits and speedup >= 1.0, kk, best))
     return rows
 
 

@@ -13,8 +13,9 @@ constant a). All functions are vectorised over numpy arrays where that is natura
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -223,8 +224,54 @@ def requirement_table(goal_tps: Sequence[float], cycle_s: float, k: int | None =
     return rows
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """A measured point's arithmetic: effective tok/s and speedup, break-even τ, the longest cycle that still breaks
+    even at this τ, the τ each goal needs (by its tok/s, as text), and the verdict in words."""
+
+    baseline_tps: float
+    cycle_ms: float
+    accept_len: float
+    effective_tps: float
+    speedup: float
+    break_even_tau: float
+    max_cycle_ms_for_break_even: float
+    required_accept_len: dict[str, float]
+    verdict: str
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup > 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """What ``eaglelab perf`` prints for a point."""
+        return [f"effective tok/s        {self.effective_tps:.1f}  ({self.speedup:.2f}x baseline {self.baseline_tps})",
+                f"break-even τ           {self.break_even_tau:.2f}",
+                f"max cycle at break-even {self.max_cycle_ms_for_break_even:.1f} ms",
+                *(f"{tps} tok/s needs accept len {tau:.2f}" for tps, tau in self.required_accept_len.items()),
+                self.verdict]
+
+    def findings(self, tags: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Named sentences (markdown): ``pays``, ``break_even``, ``goals``. ``tags``: each input's evidence tag by its
+        name (``baseline_tps``, ``cycle_ms``, ``accept_len``: ``[entered]``, ``[default]``...)."""
+        t = {name: f" {tag}" for name, tag in (tags or {}).items()}
+        goals = ", ".join(f"{g} tok/s needs τ = {v:.2f}" for g, v in self.required_accept_len.items())
+        return {
+            "pays": f"**Speculation {'pays' if self.pays else 'loses'} here:** τ = {self.accept_len:g}"
+                    f"{t.get('accept_len', '')} over a {self.cycle_ms:g} ms{t.get('cycle_ms', '')} cycle gives "
+                    f"**{self.effective_tps:.1f} tok/s**, {self.speedup:.2f}× the {self.baseline_tps:g} tok/s"
+                    f"{t.get('baseline_tps', '')} of plain decoding [derived].",
+            "break_even": f"**Break-even** is τ = **{self.break_even_tau:.2f}** [derived]; at τ = {self.accept_len:g} "
+                          f"the cycle would have to shrink to {self.max_cycle_ms_for_break_even:.1f} ms [derived].",
+            "goals": f"**Goals:** {goals} [derived]." if goals else "",
+        }
+
+
 def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
-             goal_tps: Sequence[float] = (), strict: bool = True, k: int | None = None) -> dict:
+             goal_tps: Sequence[float] = (), strict: bool = True, k: int | None = None) -> Diagnosis:
     """The seed's whole hand calculation as one call (what ``eaglelab perf`` prints).
 
     Args:
@@ -260,17 +307,8 @@ def diagnose(baseline_tps: float, cycle_ms: float, accept_len: float,
         f": {eff:.1f} vs {baseline_tps:.1f} tok/s; break-even at accept length {be:.2f}"
     if short:
         verdict += f" (a {cycle_ms:g} ms cycle is shorter than a plain step of {step_ms:.3g} ms: not one setup's numbers)"
-    return {
-        "baseline_tps": baseline_tps,
-        "cycle_ms": cycle_ms,
-        "accept_len": accept_len,
-        "effective_tps": eff,
-        "speedup": eff / baseline_tps,
-        "break_even_tau": be,
-        "max_cycle_ms_for_break_even": 1000.0 * accept_len / baseline_tps,
-        "required_accept_len": required,
-        "verdict": verdict,
-    }
+    return Diagnosis(baseline_tps, cycle_ms, accept_len, eff, eff / baseline_tps, be, 1000.0 * accept_len / baseline_tps,
+                     required, verdict)
 
 
 def _fmt(x: float):

@@ -242,25 +242,22 @@ def out_of_date_line(choices: Choices, old: dict[str, str], new: dict[str, str],
 
 # --------------------------------------------------------------------------- the performance explorer
 
-def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float]) -> dict[str, Any]:
-    """What the explorer prints for a point: tok/s, speedup, break-even τ and the τ each target needs.
-
-    Returns:
-        ``perf.diagnose``'s dict (``effective_tps``, ``speedup``, ``break_even_tau``,
-        ``required_accept_len`` {target: τ}, ``verdict``, ...).
-    """
+def explorer_numbers(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float]):
+    """What the explorer prints for a point: tok/s, speedup, break-even τ and the τ each target needs
+    (:class:`eaglelab.serving.perf.Diagnosis`)."""
     from eaglelab.serving import perf
 
     return perf.diagnose(baseline_tps, cycle_ms, accept_len, list(goals), strict=False)
 
 
-def explorer_html(numbers: dict[str, Any], k: int | None = None) -> str:
-    """The explorer's numbers as one line of HTML; with ``k``, a τ above k + 1 (no chain of k drafts gives it) is marked."""
+def explorer_html(numbers, k: int | None = None) -> str:
+    """The explorer's numbers (a :class:`~eaglelab.serving.perf.Diagnosis`) as one line of HTML; with ``k``, a τ above
+    k + 1 (no chain of k drafts gives it) is marked."""
     need = ", ".join(f"{t} tok/s → τ {v:.2f}" + (f" (beyond k + 1 = {k + 1})" if k is not None and v > k + 1 else "")
-                     for t, v in numbers["required_accept_len"].items())
-    colour = "#1a7f37" if numbers["speedup"] > 1 else "#cf222e"
-    return (f"<b style='color:{colour}'>{numbers['effective_tps']:.1f} tok/s · {numbers['speedup']:.2f}× plain</b>"
-            f" · break-even τ {numbers['break_even_tau']:.2f} · needed: {need}")
+                     for t, v in numbers.required_accept_len.items())
+    colour = "#1a7f37" if numbers.pays else "#cf222e"
+    return (f"<b style='color:{colour}'>{numbers.effective_tps:.1f} tok/s · {numbers.speedup:.2f}× plain</b>"
+            f" · break-even τ {numbers.break_even_tau:.2f} · needed: {need}")
 
 
 def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, goals: Sequence[float],
@@ -301,7 +298,7 @@ def perf_explorer(baseline_tps: float, cycle_ms: float, accept_len: float, goals
         n = explorer_numbers(b.value, c.value, a.value, goals)
         numbers.value = explorer_html(n, k)  # first: the numbers do not wait for the figure
         fig = plots.plot_tps_vs_accept_len(grid, {f"cycle {c.value:g} ms": perf.effective_tps(grid, c.value / 1e3)},
-                                           b.value, points=[(a.value, n["effective_tps"], n["verdict"].split(":")[0])],
+                                           b.value, points=[(a.value, n.effective_tps, n.verdict.split(":")[0])],
                                            goals=list(goals))
         with out:
             out.clear_output(wait=True)

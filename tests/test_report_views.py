@@ -1,0 +1,134 @@
+"""#57 item 1: each result owns its views. A report's ``table()`` (the notebook's DataFrame) and its command-line text
+carry the same columns, and its ``findings()`` sentences are computed from the report: change a number and the
+sentence changes with it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eaglelab.cli import main
+from eaglelab.jobs.load import LoadSettings, speculation_under_load
+from eaglelab.jobs.load_engine import EngineCostFit, EngineLoadCheck, EngineLoadRow
+from eaglelab.serving import perf
+from eaglelab.serving.cost_table import CostTable, Measurement, write_cost_table
+from eaglelab.views import Column, View
+
+
+def header_cells(text: str) -> list[str]:
+    """A text table's header split on its column gaps (two spaces or more)."""
+    import re
+
+    return re.split(r"\s{2,}", text.splitlines()[0].strip())
+
+
+def test_a_view_prints_and_frames_the_same_columns():
+    view = View.of([Column("concurrency"), Column("speedup", "{:.2f}x"), Column("note")], [[1, 1.234, None], [8, 0.9, "x"]],
+                   index="concurrency")
+    assert header_cells(view.text()) == ["concurrency", "speedup", "note"]
+    assert "1.23x" in view.text() and "-" in view.text().splitlines()[2]  # None prints as a dash
+    frame = view.frame()
+    assert [frame.index.name, *frame.columns] == view.headers and frame.loc[1, "speedup"] == 1.234
+    with pytest.raises(ValueError):
+        View.of([Column("a")], [[1, 2]])
+
+
+def test_the_load_reports_table_is_what_perf_prints(capsys):
+    report = speculation_under_load(LoadSettings(concurrency=(1, 8, 64), baseline_tps=82, cycle_ms=30, accept_len=2.5))
+    frame = report.table()
+    assert [frame.index.name, *frame.columns] == report.view().headers
+    assert "band" in frame.columns and list(frame.index) == [1, 8, 64]
+    assert main(["perf", "--concurrency", "1", "8", "64", "--baseline-tps", "82", "--cycle-ms", "30",
+                 "--accept-len", "2.5"]) == 0
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("concurrency") and "decode ms" in line)
+    assert header_cells(header) == report.view().headers
+    assert frame.loc[8, "speedup (τ 2.50)"] == pytest.approx(next(r.speedup for r in report.rows if r.concurrency == 8))
+
+
+@settings(max_examples=25, deadline=None)
+@given(tps=st.floats(40, 200), ratio=st.floats(1.2, 3.0), tau=st.floats(1.5, 3.9))
+def test_the_load_findings_follow_the_rows(tps, ratio, tau):
+    from eaglelab.errors import EaglelabError
+
+    try:
+        report = speculation_under_load(LoadSettings(concurrency=(1, 16), baseline_tps=tps, cycle_ms=ratio * 1e3 / tps,
+                                                     accept_len=tau, k=3))
+    except EaglelabError:
+        return
+    said = report.findings("[entered]")
+    assert report.crossover() in said["load"] and "[entered]" in said["load"]
+    for r in report.rows:
+        plural = "s" if r.concurrency != 1 else ""
+        assert f"{r.concurrency} request{plural} {r.speedup:.2f}× (break-even τ {r.break_even_tau:.2f}" in said["load"]
+    assert bool(said["band"]) == (report.band is not None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tps=st.floats(10, 500), cycle=st.floats(5, 80), tau=st.floats(1.0, 4.0))
+def test_the_points_findings_are_its_numbers(tps, cycle, tau):
+    d = perf.diagnose(tps, cycle, tau, [150], strict=False)
+    said = d.findings({"accept_len": "[entered]", "cycle_ms": "[default]", "baseline_tps": "[your logs]"})
+    assert f"**{d.effective_tps:.1f} tok/s**, {d.speedup:.2f}×" in said["pays"]
+    assert ("pays" if d.speedup > 1 else "loses") in said["pays"].split(":")[0]
+    assert f"τ = {tau:g} [entered] over a {cycle:g} ms [default] cycle" in said["pays"]
+    assert f"τ = **{d.break_even_tau:.2f}**" in said["break_even"]
+    assert f"150 tok/s needs τ = {d.required_accept_len['150']:.2f}" in said["goals"]
+    assert d.lines()[0].startswith(f"effective tok/s        {d.effective_tps:.1f}")
+
+
+def _engine_row(c: int, measured: float, model: float, held: bool) -> EngineLoadRow:
+    return EngineLoadRow(c, 1.8, 10.0, 10.0 * measured, measured, model, model / measured - 1, measured * 0.95,
+                         measured * 1.05, measured * 0.95 <= model <= measured * 1.05, held)
+
+
+@settings(max_examples=30, deadline=None)
+@given(speedups=st.lists(st.floats(0.5, 2.5), min_size=2, max_size=4), off=st.floats(-0.3, 0.3))
+def test_the_engine_load_findings_follow_the_rows(speedups, off):
+    rows = [_engine_row(2 ** i, s, s * (1 + off), 0 < i < len(speedups) - 1) for i, s in enumerate(speedups)]
+    check = EngineLoadCheck(None, None, rows, "vLLM 0.0 on this machine")
+    said = check.findings("[demo]")["engine_load"]
+    for r in rows:
+        assert r.words() in said and f"{r.measured:.2f}× measured" in said
+    if len(rows) > 2:
+        assert f"{100 * check.worst_held_out:.0f}% off where held out" in said
+    else:
+        assert "held out" not in said
+    frame = check.table()
+    assert [frame.index.name, *frame.columns] == header_cells(check.view().text())
+    assert "not run (no vLLM here)" in EngineLoadCheck.skipped("no vLLM here").findings()["engine_load"]
+
+
+def test_the_engine_cost_fit_findings_are_its_residuals(tmp_path):
+    from eaglelab.jobs.load import load_model_for
+
+    settings_ = LoadSettings(concurrency=(1, 4, 16), accept_len=2.5, k=2, gpu="cpu", context=64)
+    truth, _ = load_model_for(settings_)
+    rows = []
+    for b in (1, 4, 16):
+        rows.append(Measurement(b, 0, 1, 1, 1.0, 64, b / float(truth.decode_s(b))))
+        rows.append(Measurement(b, 2, 3, 1, 2.5, 64, 2.5 * b / float(truth.cycle_s(b, 2))))
+    path = write_cost_table(tmp_path / "costs.csv", rows, ["engine: vllm 0.0"])
+    report = speculation_under_load(replace(settings_, costs=(str(path),)))
+    held = [{"error": 0.07}]
+    fit = EngineCostFit(CostTable(tuple(rows)), report, held, str(path), "vllm 0.0 on this machine", (2.5,))
+    said = fit.findings("[demo]")["engine_costs"]
+    assert "6 steps measured in vllm 0.0 on this machine at forced τ 2.5 (`costs.csv`)" in said
+    assert f"within {100 * fit.worst_fitted:.0f}% of every one" in said and "7% off at the ones between" in said
+    assert header_cells(fit.view().text()) == list(fit.table().columns)
+    assert "not measured (SERVING_ENGINE = None)" in EngineCostFit.skipped("SERVING_ENGINE = None").findings()["engine_costs"]
+
+
+@pytest.mark.parametrize("pays, says", [((None, None), "it pays at no concurrency (the table"),
+                                        ((None, 8), "it pays up to 8 concurrent requests at best and nowhere at worst"),
+                                        ((4, 16), "it pays up to 4-16 concurrent requests (the table"),
+                                        ((16, 16), "it pays up to 16 concurrent requests (the table")])
+def test_the_bands_sentence_reads_at_each_end(pays, says):
+    """The band's crossover was printed as "pays up to nowhere concurrent requests" where no corner paid."""
+    from eaglelab.serving.load_band import LoadBand
+
+    band = LoadBand(("context 512-8192 tokens",), {1: 0.8, 8: 0.9}, {1: 1.1, 8: 1.2}, pays)
+    assert says in band.lines()[0] and "nowhere concurrent" not in band.lines()[0]
