@@ -68,11 +68,11 @@ def main() -> None:
         for k in args.k:
             for kernels in (False, True):
                 b = benchmark_speculation(target, drafter, prompts, args.tokens, k=k, cpu_kernels=kernels)
-                c = b["cycle_s"]
-                print(f"{'small-batch' if kernels else 'default':>11} {k:>3} {b['accept_len']:5.2f} "
-                      f"{b['tokens_per_s']:10.1f} {b['greedy_tokens_per_s']:8.1f} {b['speedup']:6.2f} "
-                      f"{b['draft_s'] / c:6.0%} {b['verify_s'] / c:6.0%} {b['overhead_s'] / c:6.0%} "
-                      f"{b['predicted_tokens_per_s']:8.1f} {b['prediction_error']:+6.1%} {b['matches_greedy']}")
+                c = b.cycle_s
+                print(f"{'small-batch' if kernels else 'default':>11} {k:>3} {b.accept_len:5.2f} "
+                      f"{b.tokens_per_s:10.1f} {b.greedy_tokens_per_s:8.1f} {b.speedup:6.2f} "
+                      f"{b.draft_s / c:6.0%} {b.verify_s / c:6.0%} {b.overhead_s / c:6.0%} "
+                      f"{b.predicted_tokens_per_s:8.1f} {b.prediction_error:+6.1%} {b.matches_greedy}")
         target.close()
 
 

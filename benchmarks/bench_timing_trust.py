@@ -25,16 +25,16 @@ def _spin(stop) -> None:
             x += 1
 
 
-def _measure(target, drafter, prompts, tokens: int, k: int) -> dict:
+def _measure(target, drafter, prompts, tokens: int, k: int):
     from eaglelab.model.decoding import benchmark_speculation
 
     return benchmark_speculation(target, drafter, prompts, tokens, k=k, progress=False)
 
 
-def _line(label: str, m: dict) -> str:
-    t = m["timing"]
+def _line(label: str, m) -> str:
+    t = m.timing
     step, ratio = t["greedy_step_ms"], t["verify_steps"]
-    return (f"{label:<8} τ {m['accept_len']:.2f}  speedup {m['speedup']:.2f}x (per-run {t['speedup_range'][0]:.2f}-"
+    return (f"{label:<8} τ {m.accept_len:.2f}  speedup {m.speedup:.2f}x (per-run {t['speedup_range'][0]:.2f}-"
             f"{t['speedup_range'][2]:.2f})  plain step {step[0]:.2f}/{step[1]:.2f}/{step[2]:.2f} ms  verify in plain "
             f"steps {ratio[0]:.2f}/{ratio[1]:.2f}/{ratio[2]:.2f} (noise {t['noise']:.0%})  bound {t['speedup_bound']:.2f}x"
             f"  -> {'trusted' if t['ok'] else 'NOT trusted: ' + t['note']}")

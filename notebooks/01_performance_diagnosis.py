@@ -222,13 +222,12 @@ if fit.loads:
     target_a = Target.for_drafter(model_a, drafter_a.spec)
     prompt_ids = measure_prompts(tokenizer, MEASURE_PROMPTS, world_of(OLD_TARGET))
     loop = benchmark_speculation(target_a, drafter_a, prompt_ids, MEASURE_TOKENS, k=K)
-    fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"],
-                                 [loop["greedy_tokens_per_s"], loop["tokens_per_s"]],
-                                 [loop["greedy_tokens_per_s"], loop["predicted_tokens_per_s"]])
+    fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"], [loop.greedy_tokens_per_s, loop.tokens_per_s],
+                                 [loop.greedy_tokens_per_s, loop.predicted_tokens_per_s])
     plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": MEASURE_PROMPTS, "target": OLD_TARGET})
-    display(pd.Series({key: v for key, v in loop.items() if key != "timing"}).to_frame("closed loop"))
-    if not loop["timing_ok"]:
-        display(Markdown(f"**⚠ Not a measurement to quote:** {loop['timing_note']}."))
+    display(pd.Series({key: v for key, v in loop.to_json().items() if key != "timing"}).to_frame("closed loop"))
+    if not loop.timing_ok:
+        display(Markdown(f"**⚠ Not a measurement to quote:** {loop.timing_note}."))
 else:
     NOT_DONE.append(f"the closed loop and the vLLM check did not run: {fit.line}; your logs and measured numbers "
                     "(sections 4 and 7) stand in for them")
@@ -378,23 +377,14 @@ findings += "".join(f"- {said[name]}\n" for name in ("load", "band", "engine_loa
 if loop is None:
     findings += f"- **Closed loop {LOOP_TAG}:** not run: {fit.line}.\n"
 else:
-    err = loop["prediction_error"]
-    findings += f"""
-- **Closed loop {LOOP_TAG}** (CPU, `{Path(OLD_DRAFTER).name}` on `{Path(OLD_TARGET).name}`, k = {K}; checks the
-  model on this machine, not your serving numbers): measured
-  τ = {loop['accept_len']:.2f}, {loop['tokens_per_s']:.1f} tok/s vs {loop['greedy_tokens_per_s']:.1f} greedy
-  ({loop['speedup']:.2f}×, outputs identical: {loop['matches_greedy']}; verify {loop['verify_s'] / loop['greedy_step_s']:.2f}× a
-  decode step{' with the small-batch CPU kernels' if loop['cpu_kernels'] else ''}); the model predicts
-  {loop['predicted_tokens_per_s']:.0f} tok/s from τ and the cycle split, {100 * err:+.1f}% off
-  {f'(within {MODEL_TOLERANCE:.0%})' if abs(err) <= MODEL_TOLERANCE else
-   f'(beyond {MODEL_TOLERANCE:.0%}: prefill and the cut last cycle are outside the model)'}.
-  {'Timing: plain decoding varied {:.0%} across {} interleaved runs.'.format(loop['timing']['noise'], loop['runs'])
-   if loop['timing_ok'] else '**These timings are not to be trusted:** ' + loop['timing_note'] + '.'}
-"""
+    ran = loop.findings(MODEL_TOLERANCE)
+    findings += (f"- **Closed loop {LOOP_TAG}** (CPU, `{Path(OLD_DRAFTER).name}` on `{Path(OLD_TARGET).name}`, k = {K}; "
+                 f"checks the model on this machine, not your serving numbers): {ran['measured']}; {ran['model']}. "
+                 f"{ran['timing']}\n")
 findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
 display(Markdown(findings_markdown(findings)))
 save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
                                              logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
-                     "diagnosis": diag.to_json(), "closed_loop": loop, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
+                     "diagnosis": diag.to_json(), "closed_loop": loop.to_json() if loop else None, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
                      "load": load.to_json(), "engine_load": here.to_json(), "engine_costs": costs.to_json()},
               bullets_from_markdown(findings), FIGURES_DIR)

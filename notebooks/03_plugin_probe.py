@@ -69,7 +69,6 @@ from IPython.display import Markdown, display
 
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.probe import ProbeSettings, load_pair, probe_checkpoints
-from eaglelab.model.decoding import timing_warning
 from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka
 from eaglelab.serving import perf
@@ -184,8 +183,7 @@ print(f"verdict: {result.decision.label}; gain kept {result.decision.kept_text()
 # %%
 measured = probe.measured  # None from dumps: decoding needs the targets
 if measured:
-    display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy",
-                                      "timing_note"]])
+    display(measured.table())
 else:
     print("from dumps: nothing decoded for real (the teacher-forced τ above is the evidence; measure in the engine)")
 
@@ -204,7 +202,7 @@ if pair is not None:
     engine = engine_beside_workbook({"A": (OLD_TARGET, OLD_DRAFTER), "B": (NEW_TARGET, OLD_DRAFTER)},
                                     pair.prompts(MEASURE_PROMPTS),
                                     MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
-    display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
+    display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]
 # ## 4 · The engines' dump path gives the live numbers
@@ -256,11 +254,9 @@ scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on t
             "run this notebook on your checkpoints (`OLD_TARGET`, `NEW_TARGET`, `OLD_DRAFTER`) for the number the decision "
             "table needs.")
 if measured:
-    measured_line = (
-        f"**Measured {TAG} (real speculative decoding on {next(pair.model_b.parameters()).device.type}):** τ "
-        f"{measured['A']['accept_len']:.2f} on A and {measured['B']['accept_len']:.2f} on B; {measured['B']['speedup']:.2f}× "
-        f"plain decoding on B (outputs identical to greedy: {measured['B']['matches_greedy']}){timing_warning(measured)}.\n"
-        f"- **Measured in vLLM {TAG}:** {engine.findings()}")
+    device = next(pair.model_b.parameters()).device.type
+    measured_line = (f"{measured.findings(TAG, device, shared=False)['measured']}\n"
+                     f"- **Measured in vLLM {TAG}:** {engine.findings()}")
 else:
     measured_line = "**Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
 worst_gap = max(gaps, key=gaps.get) if not FROM_DUMPS else None
@@ -284,6 +280,6 @@ inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD
                        data_kind=None if FROM_DUMPS else pair.data.source.kind,
                        what={"OLD_TARGET": "heads only", "NEW_TARGET": "heads only"} if FROM_DUMPS else None,
                        not_done=NOT_DONE)
-save_findings("03", {**probe.to_json(), "inputs": inputs, "measured": measured, "engine": engine.rows if engine else None,
+save_findings("03", {**probe.to_json(), "inputs": inputs, "measured": measured.to_json() if measured else None, "engine": engine.rows if engine else None,
                      "evidence": EVIDENCE, "dump_gap": dump_gap},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -87,7 +87,6 @@ from eaglelab.jobs.finetune import (
     measure_starts,
     warm_vs_scratch,
 )
-from eaglelab.model.decoding import timing_warning
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.scaling import ratio_bound
 from eaglelab.serving import perf
@@ -166,7 +165,7 @@ display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["l
 
 # %%
 measured = measure_starts(settings, inputs, finetuned)
-display(pd.DataFrame(measured).T[["accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy", "timing_note"]])
+display(measured.table())
 
 # %% [markdown]
 # ### Measured in vLLM: the same drafters and prompt token ids in the engine you serve with
@@ -179,7 +178,7 @@ folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items
 eos = [inputs.tokenizer.eos_token_id] if inputs.tokenizer.eos_token_id is not None else None
 engine = engine_beside_workbook({n: (NEW_TARGET, f) for n, f in folders.items()}, inputs.prompts(MEASURE_PROMPTS),
                                 MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
-display(pd.DataFrame(engine.rows).T) if engine.ran else print(f"vLLM section skipped: {engine.status}")
+display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]
 # ## 4 · How much new-target data does the warm start save? A data-scaling law
@@ -217,8 +216,8 @@ display(equal.round(2))
 # when plugging in wins, so the recommendation, the export and the game plan name one drafter.
 
 # %%
-decision = recommend({option: m["accept_len"] for option, m in measured.items()}, held_out=finetuned.taus,
-                     counts={option: m["prompt_counts"] for option, m in measured.items()},
+decision = recommend({option: m.accept_len for option, m in measured.items()}, held_out=finetuned.taus,
+                     counts={option: m.prompt_counts for option, m in measured.items()},
                      per_sequence=finetuned.per_sequence)
 best = decision.action
 chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
@@ -242,18 +241,15 @@ print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)"
 # ## Findings
 
 # %%
-warm, scratch, plug = measured[Option.WARM_START], measured[Option.FROM_SCRATCH], measured[Option.PLUG_IN]
 b = fit.exponent
 top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm start's need is the least extrapolated
-proj = {n: float(perf.effective_tps(m["accept_len"], CYCLE_MS / 1e3)) for n, m in measured.items()}
+proj = {n: float(perf.effective_tps(m.accept_len, CYCLE_MS / 1e3)) for n, m in measured.items()}
+device = next(inputs.model.parameters()).device.type
 said = finetuned.findings(TAG)
 bullets = [
     f"- {said['compared']}",
     f"- {said['equal_budget']}",
-    f"- **Measured on the new target {TAG} (k = {K}, real speculative decoding):** τ {plug['accept_len']:.2f} plugged in, "
-    f"{warm['accept_len']:.2f} warm-started, {scratch['accept_len']:.2f} from scratch; {warm['speedup']:.2f}× / {scratch['speedup']:.2f}× "
-    f"plain decoding on this {next(inputs.model.parameters()).device.type} (all outputs equal greedy: "
-    f"{all(m['matches_greedy'] for m in measured.values())}; one plain-decoding baseline, interleaved){timing_warning(measured)}.",
+    f"- {measured.findings(TAG, device, on='the new target')['measured']}",
     f"- **Measured in vLLM {TAG}:** {engine.findings()}",
     f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
     f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
@@ -279,7 +275,7 @@ display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decisio
 NOT_DONE = [] if demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
                             data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)
-save_findings("04", {"inputs": inputs_used, "measured": measured, "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+save_findings("04", {"inputs": inputs_used, "measured": measured.to_json(), "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
                      "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
                      "evidence": EVIDENCE, "smoke": SMOKE,
                      "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},

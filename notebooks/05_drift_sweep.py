@@ -57,7 +57,6 @@ BASELINE_TPS = 82.0
 # %%
 from pathlib import Path
 
-import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.drift import analysis
@@ -111,10 +110,10 @@ print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} poi
 # %%
 sweep = run_sweep(OLD_TARGET, NEW_TARGET, OLD_DRAFTER, points, measured, settings, CACHE_DIR,
                   pair=(pair_world.target_a, pair_world.target_b, pair_world.drafter_a) if pair_world else None)
-table = pd.DataFrame(analysis.table_rows(sweep.records + sweep.pair)).set_index(["family", "point"])
+drift = analysis.analyse(sweep.records, sweep.pair, TOLERANCE)
 print(f"{sweep.computed} points computed, the rest from the cache; {sweep.seconds:.0f} s\nteacher forced on: "
       f"{sweep.records[0].data if sweep.records else 'no point'}")
-display(table.round(3))
+display(drift.table().round(3))
 
 # %% [markdown]
 # ## 2 · How τ falls as the target moves
@@ -140,17 +139,12 @@ plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
 # predictor that wins only on these sequences does not win.
 
 # %%
-choice = analysis.held_out_choice(sweep.records, sweep.pair)
-summary = pd.DataFrame([{**{k: v for k, v in r.items() if k != "per_family"}, **r["per_family"]}
-                        for r in choice.ranked]).set_index("predictor")
-display(summary.round(3))
+choice = drift.choice
+display(drift.predictors_table().round(3))
 calibration = analysis.save_calibration(Path(FIGURES_DIR) / "05_predictor.json", choice,
                                         f"notebook 05 on {OLD_TARGET} -> {NEW_TARGET} ({EVIDENCE})")
-rows = analysis.prediction_rows(sweep.records, sweep.pair, choice.held_out, choice.chosen)
-fig = plots.plot_predicted_vs_measured(rows, TOLERANCE)
+fig = plots.plot_predicted_vs_measured(drift.rows, TOLERANCE)
 plots.savefig(fig, "05_predicted_vs_measured", FIGURES_DIR, {"predictor": choice.chosen});
-measured_rows = [r for r in rows if r["measured"]]
-gaps = {name: [r[name] / r["measured"] - 1 for r in measured_rows] for name in ("teacher_forced", "walk", "walk_own_text")}
 print(f"chosen: {choice.chosen}; engine-computable: {choice.chosen_engine}; calibration -> {calibration}")
 
 # %% [markdown]
@@ -189,37 +183,15 @@ print(f"from files: agreement {engine['measures']['agreement']:.4f} (sweep: {b_p
 # ## Findings
 
 # %%
-chosen, chosen_engine = choice.chosen, choice.chosen_engine
-failing = choice.failing(TOLERANCE)
-gamma, chain = choice.gamma_all[chosen_engine], sweep.on_a.chain
-fits = analysis.law_errors(sweep.records)
-ranges = analysis.family_ranges(sweep.records)
-reading = ("the drafter loses less than the targets' disagreement alone implies: it reads the new target's states and "
-           "follows part of the move" if gamma < 1 else "the drafter loses more than the targets' disagreement alone implies")
+said = drift.findings(TAG)
 unsettled = ("" if "does not settle" not in choice.stability(engine_only=True) else
              ": the band is the chosen predictor's alone, and the runner-up would move its centre")
-findings = f"""
-- **Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for these inputs,
+findings = "".join(f"- {said[name]}\n" for name in ("law", "families", "predictors", "decoding"))
+findings = f"""- **Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for these inputs,
   its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ only by the sequences 03 adds.
-- **The law {TAG}:** the drafter's chain rates on A are {', '.join(f'{c:.2f}' for c in chain)} (τ {tau_a:.2f}); on a
-  moved target τ' = 1 + Σ c_i · s^(i+1), with s the per-token survival. Fitted on all {len(sweep.records)} points,
-  one law per measure fits every family within: {', '.join(f"{analysis.MEASURE_PANELS[k]} {100 * e:.0f}%" for k, e in fits.items())}.
-  The engine-computable choice, {chosen_engine}, has γ = {gamma:.2f}: {reading}.
-- **Families {TAG}:** {'; '.join(v.words(f) for f, v in ranges.items())}.
-- **Predictors, held out {TAG}** (ranked by the upper end of the band of their worst error): best **{chosen}**
-  (worst error {choice.error_words(chosen)}; mean {100 * choice.row(chosen)['mean_abs']:.1f}%; {choice.stability()});
-  best from engine logprobs alone **{chosen_engine}** (worst {choice.error_words(chosen_engine)};
-  {choice.stability(engine_only=True)}). {len(failing)} of {len(choice.ranked)} miss the
-  {100 * TOLERANCE:.0f}% goal: {', '.join(f"{n} ({100 * choice.row(n)['worst']:.0f}%)" for n in failing) or 'none'}.
-- **Teacher forced vs decoding {TAG}:** at the {len(measured_rows)} measured points, the teacher-forced τ on that
-  set differs from real speculative decoding (on B′'s own greedy text) by
-  {analysis.gap_text(gaps['teacher_forced'], TOLERANCE)}; replayed cycle by cycle (decoding skips the positions its
-  accepted drafts cover), by {analysis.gap_text(gaps['walk'], TOLERANCE)}; replayed on the very text decoding
-  produced, by {analysis.gap_text(gaps['walk_own_text'], TOLERANCE)}. What remains after the replay is the text B′
-  writes, which A's replies do not show.
-- **From engine files {TAG}:** the vLLM- and SGLang-layout files give agreement {engine['measures']['agreement']:.3f}
+{findings}- **From engine files {TAG}:** the vLLM- and SGLang-layout files give agreement {engine['measures']['agreement']:.3f}
   (the sweep's own {b_point.measures['agreement']:.3f}) and a predicted plug-in τ on B of **{engine['tau']:.2f}**
-  [{engine['low']:.2f}–{engine['high']:.2f}] by {chosen_engine} ({choice.stability(engine_only=True)}{unsettled})
+  [{engine['low']:.2f}–{engine['high']:.2f}] by {choice.chosen_engine} ({choice.stability(engine_only=True)}{unsettled})
   against {b_point.on_b.accept_len:.2f} teacher forced (in sample: B is one of
   the points γ was fitted on; the held-out error above is what to trust for a new pair): run
   `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
@@ -230,5 +202,5 @@ save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TAR
                                              data_line=data.source.description, data_kind=data.source.kind),
                      "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
                      **choice.calibration(), "held_out": [h.to_json() for h in choice.held_out],
-                     "gaps_vs_measured": gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
+                     "gaps_vs_measured": drift.gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
               bullets_from_markdown(findings), FIGURES_DIR);

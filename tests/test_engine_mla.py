@@ -100,12 +100,12 @@ def test_vllm_measures_an_mla_drafter_on_a_deepseek_v3_target_as_the_workbook(ti
         alone = engine.target_alone
         workbook = measure_on_target(model, load_drafter(folder), prompts, 48, k=3)
         row = compare_with_workbook(workbook, engine)
-        assert engine.matches_target and workbook["matches_greedy"]
-        assert workbook["accept_len"] > 1.2, workbook  # drafts accepted: the comparison is not of 1.0 against 1.0
+        assert engine.matches_target and workbook.matches_greedy
+        assert workbook.accept_len > 1.2, workbook  # drafts accepted: the comparison is not of 1.0 against 1.0
         assert abs(row["tau_difference"]) <= 0.02, row
         assert row["position_conditional_engine"] == pytest.approx(row["position_conditional_workbook"], abs=0.05), row
         assert engine.with_drafter.load_warnings == []  # the folder loads with no key or shape warning
-        taus.append(workbook["accept_len"])
+        taus.append(workbook.accept_len)
     assert abs(taus[0] - taus[1]) > 0.05, taus  # fc_norm changed what was drafted: vLLM did not ignore it
 
 

@@ -60,8 +60,10 @@ def test_the_engine_log_lines_go_through_the_log_parser():
 def test_comparison_with_the_workbook_names_both_rates():
     run = run_from_result(recorded("with_drafter.json"), "one")
     alone = run_from_result(recorded("target_alone.json"), "one")
-    workbook = {"accept_len": run.tau * 1.01, "position_acceptance": run.position_rate_conditional,
-                "matches_greedy": True}
+    from eaglelab.serving.speculation import Speculation
+
+    workbook = Speculation(3, 1, 1, 10, run.tau * 1.01, [[10, 5]], 100.0, 80.0, True, 0.001, 0.01, 0.0,
+                           run.position_rate_conditional, True)
     row = compare_with_workbook(workbook, EngineMeasurement(run, alone))
     assert row["tau_difference"] == pytest.approx(1 / 1.01 - 1)
     assert row["position_unconditional_engine"] == run.position_rate
@@ -136,7 +138,7 @@ def test_vllm_measures_what_the_workbook_measures(tiny_world):
     engine = measure_in_engine(tiny_world.target_a, tiny_world.drafter_a, prompts, 48, k=3, stop_token_ids=eos)
     workbook = measure_on_target(model, load_drafter(tiny_world.drafter_a), prompts, 48, k=3)
     row = compare_with_workbook(workbook, engine)
-    assert engine.matches_target and workbook["matches_greedy"]
+    assert engine.matches_target and workbook.matches_greedy
     assert abs(row["tau_difference"]) <= 0.02, row
     assert engine.with_drafter.load_warnings == []  # the export loads with no key or shape warning
 

@@ -132,3 +132,41 @@ def test_the_bands_sentence_reads_at_each_end(pays, says):
 
     band = LoadBand(("context 512-8192 tokens",), {1: 0.8, 8: 0.9}, {1: 1.1, 8: 1.2}, pays)
     assert says in band.lines()[0] and "nowhere concurrent" not in band.lines()[0]
+
+
+def _sweep_record(family: str, agreement: float, gamma: float, measured: float | None = None):
+    import math
+
+    from eaglelab.drift.records import SweepRecord
+
+    chain = [0.8, 0.6, 0.45]
+    tau_b = 1 + sum(c * (agreement ** gamma) ** (i + 1) for i, c in enumerate(chain))
+    return SweepRecord.from_json({
+        "point": {"family": family, "label": f"{family} {agreement}", "magnitude": 1 - agreement},
+        "measures": {"agreement": agreement, "tv_topk": 1 - agreement, "tv": 1 - agreement, "kl": -math.log(agreement),
+                     "cos_last": agreement}, "weight_distance": 1 - agreement,
+        "on_a": {"chain": chain, "accept_len": 1 + sum(chain)},
+        "on_b": {"accept_len": tau_b, "walk_accept_len": tau_b * 1.01},
+        "conditional": {"accept_len": tau_b},
+        "measured": {"accept_len": measured, "walk_own_text": measured * 0.99} if measured else None})
+
+
+@settings(max_examples=10, deadline=None)
+@given(gamma=st.floats(0.5, 2.5), off=st.floats(0.9, 1.1))
+def test_the_drift_findings_follow_the_sweep(gamma, off):
+    from eaglelab.drift import analysis
+
+    records = [_sweep_record("none", 1.0, gamma)] + [
+        _sweep_record(f, a, gamma, measured=(1 + sum(c * (a ** gamma) ** (i + 1) for i, c in
+                                                     enumerate([0.8, 0.6, 0.45]))) * off if a < 0.8 else None)
+        for f, ags in (("path", (0.9, 0.7)), ("quant", (0.95, 0.75)), ("train", (0.85, 0.6))) for a in ags]
+    drift = analysis.analyse(records, [], 0.10)
+    said = drift.findings("[demo]")
+    c = drift.choice
+    assert f"has γ = {c.gamma_all[c.chosen_engine]:.2f}" in said["law"] and "[demo]" in said["law"]
+    assert f"best **{c.chosen}** (worst error {c.error_words(c.chosen)}" in said["predictors"]
+    gaps = drift.gaps["teacher_forced"]
+    assert len(gaps) == 3 and all(g == pytest.approx(1 / off - 1) for g in gaps)
+    assert analysis.gap_text(gaps, 0.10) in said["decoding"] and "at the 3 measured points" in said["decoding"]
+    assert list(drift.table().index.names) == ["family", "point"] and len(drift.table()) == len(records)
+    assert drift.predictors_table().index.name == "predictor"

@@ -55,11 +55,11 @@ def test_trained_drafter_speculates_exactly_and_accepts(tiny_world):
         for ids in prompts:
             assert speculative_decode(target, drafter, ids, 40, k=k).tokens == greedy_decode(target, ids, 40).tokens
     bench = benchmark_speculation(target, drafter, prompts[:5], 40, k=4, keep_outputs=True)
-    assert bench["matches_greedy"] and bench["accept_len"] > 1.5
-    assert len(bench["position_acceptance"]) == 4
-    assert bench["position_acceptance"][0] > 0.3
+    assert bench.matches_greedy and bench.accept_len > 1.5
+    assert len(bench.position_acceptance) == 4
+    assert bench.position_acceptance[0] > 0.3
     # τ alone (a drift sweep's measured points): the benchmark's cycles without its plain baseline
     alone = measure_acceptance(target, drafter, prompts[:5], 40, k=4)
-    assert alone["outputs"] == bench["outputs"]  # plain greedy decoding's text
+    assert alone["outputs"] == bench.outputs  # plain greedy decoding's text
     assert (alone["accept_len"], alone["position_acceptance"], alone["cycles"]) == \
-        (bench["accept_len"], bench["position_acceptance"], bench["cycles"])
+        (bench.accept_len, bench.position_acceptance, bench.cycles)

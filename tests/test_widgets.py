@@ -10,7 +10,7 @@ import math
 import warnings
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglelab.model.decoding import timing_trust
@@ -189,11 +189,14 @@ def test_drafters_share_one_interleaved_baseline(tiny_world):
     target = Target.for_drafter(model, a.spec)
     prompts = measure_prompts(tok, 2, tiny_world)
     out = benchmark_drafters(target, {"a": a, "b": b}, prompts, 16, k=3, repeats=2, progress=False)
-    assert out["a"]["greedy_tokens_per_s"] == out["b"]["greedy_tokens_per_s"]  # one baseline for every row
+    assert out["a"].greedy_tokens_per_s == out["b"].greedy_tokens_per_s  # one baseline for every row
     for m in out.values():
-        assert m["runs"] == 4 and m["matches_greedy"] and m["timing_ok"] == (m["timing_note"] == "ok")
-        assert len(m["timing"]["greedy_step_ms"]) == 3 and len(m["timing"]["verify_steps"]) == 3
-        assert m["timing"]["speedup_bound"] > 0
+        assert m.runs == 4 and m.matches_greedy and m.timing_ok == (m.timing_note == "ok")
+        assert len(m.timing["greedy_step_ms"]) == 3 and len(m.timing["verify_steps"]) == 3
+        assert m.timing["speedup_bound"] > 0
+    frame = out.table()
+    assert list(frame.index) == ["a", "b"] and frame.loc["a", "τ"] == out["a"].accept_len
+    assert out.to_json()["a"]["speedup"] == out["a"].speedup
 
 
 def test_loading_a_target_shows_no_transformers_bar(tiny_world, capfd, monkeypatch):
@@ -215,15 +218,39 @@ def test_loading_a_target_shows_no_transformers_bar(tiny_world, capfd, monkeypat
         hf_logging.disable_progress_bar()
 
 
+def _speculation(note: str = "ok", tau: float = 2.0, tps: float = 100.0):
+    from eaglelab.serving.speculation import Speculation
+
+    return Speculation(3, 2, 2, 20, tau, [[20, 10], [20, 10]], tps, 80.0, True, 0.002, 0.012, 0.001, [0.8, 0.5, 0.2],
+                       True, {"ok": note == "ok", "note": note, "noise": 0.04})
+
+
 def test_a_shared_baselines_noise_is_said_once():
-    from eaglelab.model.decoding import timing_warning
+    from eaglelab.serving.speculation import Speculations
 
     noisy = "machine too noisy to measure: plain decoding took 1-3 ms per token"
     bound = "speedup 4.64x is more than τ 3.23 allows"
-    measured = {"plugged in": {"timing_ok": False, "timing_note": f"{noisy}; {bound}"},
-                "warm start": {"timing_ok": False, "timing_note": noisy}, "scratch": {"timing_ok": True, "timing_note": "ok"}}
-    assert timing_warning({"x": {"timing_ok": True, "timing_note": "ok"}}) == ""
-    text = timing_warning(measured)
+    measured = Speculations({"plugged in": _speculation(f"{noisy}; {bound}"), "warm start": _speculation(noisy),
+                             "scratch": _speculation()})
+    assert Speculations({"x": _speculation()}).timing_warning() == ""
+    text = measured.timing_warning()
     assert text.count("machine too noisy") == 1 and f"plugged in: {bound}" in text
-    both = {n: {"timing_ok": False, "timing_note": noisy} for n in ("a", "b")}
-    assert timing_warning(both) == f"; **these timings are not to be trusted**: {noisy}"
+    both = Speculations({n: _speculation(noisy) for n in ("a", "b")})
+    assert both.timing_warning() == f"; **these timings are not to be trusted**: {noisy}"
+    assert text in measured.findings("[demo]")["measured"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(tau=st.floats(1.0, 4.0), tps=st.floats(10, 500))
+def test_a_measurements_findings_are_its_numbers(tau, tps):
+    from eaglelab.serving.speculation import Speculations
+
+    m = _speculation(tau=tau, tps=tps)
+    said = m.findings(0.10)
+    assert f"measured τ = {tau:.2f}, {tps:.1f} tok/s vs 80.0 greedy ({m.speedup:.2f}×" in said["measured"]
+    assert f"predicts {m.predicted_tokens_per_s:.0f} tok/s" in said["model"]
+    assert ("within 10%" in said["model"]) == (abs(m.prediction_error) <= 0.10)
+    assert said["timing"] == "Timing: plain decoding varied 4% across 2 interleaved runs."
+    pair = Speculations({"A": m, "B": _speculation(tau=1.5)})
+    assert f"τ {tau:.2f} (A), 1.50 (B); {m.speedup:.2f}× / " in pair.findings()["measured"]
+    assert m.to_json()["prediction_error"] == m.prediction_error and "outputs" not in m.to_json()

@@ -165,6 +165,87 @@ def held_out_choice(records: Sequence[SweepRecord], pair: Sequence[SweepRecord] 
                            {p.name: fit_gamma(p, records) for p in PREDICTORS}, shares)
 
 
+@dataclass(frozen=True)
+class DriftAnalysis:
+    """A sweep read as notebook 05 reads it: the fitted laws, each family's range, the predictors held out and chosen,
+    and the teacher-forced τ against real decoding at the measured points.
+
+    Attributes:
+        records, pair: the sweep's points and the other pair's (:class:`~eaglelab.drift.sweep.SweepResult`).
+        choice: the held-out ranking and the predictors chosen (:func:`held_out_choice`).
+        rows: the chosen predictor's held-out predictions beside the teacher-forced and measured τ
+            (:func:`prediction_rows`).
+        tolerance: the relative error a predictor should stay within.
+    """
+
+    records: list[SweepRecord]
+    pair: list[SweepRecord]
+    choice: PredictorChoice
+    rows: list[dict]
+    tolerance: float
+
+    @property
+    def gaps(self) -> dict[str, list[float]]:
+        """At the measured points, each τ that stands in for decoding against the decoding's: relative gaps."""
+        measured = [r for r in self.rows if r["measured"]]
+        return {name: [r[name] / r["measured"] - 1 for r in measured] for name in ("teacher_forced", "walk", "walk_own_text")}
+
+    def table(self):
+        """One row per point (the other pair's too): the measures and the drafter's τ on A and B'."""
+        import pandas as pd
+
+        return pd.DataFrame(table_rows(self.records + self.pair)).set_index(["family", "point"])
+
+    def predictors_table(self):
+        """One row per predictor, best first: the worst held-out error, its band, and each family's error."""
+        import pandas as pd
+
+        return pd.DataFrame([{**{k: v for k, v in r.items() if k != "per_family"}, **r["per_family"]}
+                             for r in self.choice.ranked]).set_index("predictor")
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """Named sentences: ``law`` (the chain on A, the law, how well one law per measure fits, γ read), ``families``,
+        ``predictors`` (the held-out ranking and who misses the tolerance) and ``decoding`` (teacher forced and its
+        replays against real decoding)."""
+        t = f" {tag}" if tag else ""
+        c = self.choice
+        chain, tau_a = self.records[0].on_a.chain, self.records[0].on_a.accept_len
+        gamma = c.gamma_all[c.chosen_engine]
+        reading = ("the drafter loses less than the targets' disagreement alone implies: it reads the new target's "
+                   "states and follows part of the move" if gamma < 1 else
+                   "the drafter loses more than the targets' disagreement alone implies")
+        fits = ", ".join(f"{MEASURE_PANELS[k]} {100 * e:.0f}%" for k, e in law_errors(self.records).items())
+        failing = c.failing(self.tolerance)
+        missed = ", ".join(f"{n} ({100 * c.row(n)['worst']:.0f}%)" for n in failing) or "none"
+        gaps, measured = self.gaps, sum(1 for r in self.rows if r["measured"])
+        return {
+            "law": f"**The law{t}:** the drafter's chain rates on A are {', '.join(f'{x:.2f}' for x in chain)} "
+                   f"(τ {tau_a:.2f}); on a moved target τ' = 1 + Σ c_i · s^(i+1), with s the per-token survival. Fitted "
+                   f"on all {len(self.records)} points, one law per measure fits every family within: {fits}. The "
+                   f"engine-computable choice, {c.chosen_engine}, has γ = {gamma:.2f}: {reading}.",
+            "families": f"**Families{t}:** {'; '.join(v.words(f) for f, v in family_ranges(self.records).items())}.",
+            "predictors": f"**Predictors, held out{t}** (ranked by the upper end of the band of their worst error): best "
+                          f"**{c.chosen}** (worst error {c.error_words(c.chosen)}; mean "
+                          f"{100 * c.row(c.chosen)['mean_abs']:.1f}%; {c.stability()}); best from engine logprobs alone "
+                          f"**{c.chosen_engine}** (worst {c.error_words(c.chosen_engine)}; "
+                          f"{c.stability(engine_only=True)}). {len(failing)} of {len(c.ranked)} miss the "
+                          f"{100 * self.tolerance:.0f}% goal: {missed}.",
+            "decoding": f"**Teacher forced vs decoding{t}:** at the {measured} measured points, the teacher-forced τ on "
+                        f"that set differs from real speculative decoding (on B′'s own greedy text) by "
+                        f"{gap_text(gaps['teacher_forced'], self.tolerance)}; replayed cycle by cycle (decoding skips the "
+                        f"positions its accepted drafts cover), by {gap_text(gaps['walk'], self.tolerance)}; replayed on "
+                        f"the very text decoding produced, by {gap_text(gaps['walk_own_text'], self.tolerance)}. What "
+                        "remains after the replay is the text B′ writes, which A's replies do not show.",
+        }
+
+
+def analyse(records: Sequence[SweepRecord], pair: Sequence[SweepRecord], tolerance: float) -> DriftAnalysis:
+    """Hold every predictor out family by family, choose, and set the chosen one's predictions beside the measured τ."""
+    choice = held_out_choice(records, pair)
+    return DriftAnalysis(list(records), list(pair), choice,
+                         prediction_rows(records, pair, choice.held_out, choice.chosen), tolerance)
+
+
 def prediction_rows(records: Sequence[SweepRecord], pair: Sequence[SweepRecord], held: Sequence[HeldOut],
                     predictor: str) -> list[dict]:
     """The held-out predictions of one predictor next to the teacher-forced and measured τ, per point.

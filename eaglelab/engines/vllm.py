@@ -34,6 +34,7 @@ from eaglelab.engines.vllm_requests import MAX_REQUESTS
 from eaglelab.errors import EngineError
 from eaglelab.inputs import field_int, field_number, json_type, loads_json, one_line, read_bytes
 from eaglelab.serving.logs import parse_log_text
+from eaglelab.serving.speculation import Speculation
 from eaglelab.settings import DEFAULT_K
 
 #: The worker script, run by the engine environment's interpreter.
@@ -347,7 +348,7 @@ def measure_drafters_in_engine(target: str | Path, drafters: dict[str, str | Pat
     return {name: EngineMeasurement(run, alone) for name, run in zip(drafters, results)}
 
 
-def compare_with_workbook(workbook: dict[str, Any], engine: EngineMeasurement) -> dict[str, Any]:
+def compare_with_workbook(workbook: Speculation, engine: EngineMeasurement) -> dict[str, Any]:
     """The workbook's measurement (:func:`eaglelab.model.decoding.benchmark_speculation`) beside the engine's.
 
     Returns:
@@ -355,13 +356,13 @@ def compare_with_workbook(workbook: dict[str, Any], engine: EngineMeasurement) -
         per-position rates of both, vLLM's unconditional ones, and whether each side's outputs equal
         its own target alone.
     """
-    tau_w, tau_e = workbook["accept_len"], engine.with_drafter.tau
+    tau_w, tau_e = workbook.accept_len, engine.with_drafter.tau
     return {"tau_workbook": tau_w, "tau_engine": tau_e,
             "tau_difference": (tau_e / tau_w - 1.0) if tau_e and tau_w else None,
-            "position_conditional_workbook": workbook.get("position_acceptance"),
+            "position_conditional_workbook": workbook.position_acceptance,
             "position_conditional_engine": engine.with_drafter.position_rate_conditional,
             "position_unconditional_engine": engine.with_drafter.position_rate,
-            "workbook_matches_greedy": workbook.get("matches_greedy"), "engine_matches_target": engine.matches_target,
+            "workbook_matches_greedy": workbook.matches_greedy, "engine_matches_target": engine.matches_target,
             "engine": f"{engine.with_drafter.engine} {engine.with_drafter.version}"}
 
 

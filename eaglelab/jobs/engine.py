@@ -10,13 +10,16 @@ lacks, a flag its MLA class does not compute) is skipped with its reason, the ot
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eaglelab.checkpoints.drafters.preflight import check_drafter
 from eaglelab.errors import EngineError
 from eaglelab.progress import progress as progress_bar
+from eaglelab.serving.speculation import Speculation
 from eaglelab.settings import DEFAULT_K, option
+from eaglelab.views import Column, View
 
 if TYPE_CHECKING:
     from eaglelab.engines.vllm import EngineMeasurement
@@ -45,10 +48,23 @@ class EngineComparison:
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "status": self.status, "ran": self.ran}
 
+    def view(self) -> View:
+        """One row per run: τ in vLLM beside the workbook's, their difference, and whether each side's outputs equal
+        its own target alone."""
+        columns = [Column("run"), Column("τ in vLLM", "{:.3f}"), Column("τ in the workbook", "{:.3f}"),
+                   Column("difference", lambda d: f"{100 * d:+.1f}%"), Column("vLLM equals its target alone"),
+                   Column("workbook equals greedy"), Column("engine")]
+        return View.of(columns, [[name, r["tau_engine"], r["tau_workbook"], r["tau_difference"],
+                                  r["engine_matches_target"], r["workbook_matches_greedy"], r["engine"]]
+                                 for name, r in self.rows.items()], index="run")
+
+    def table(self):
+        return self.view().frame()
+
 
 def engine_beside_workbook(runs: dict[str, tuple[str, str]], prompts: list[list[int]], max_new_tokens: int, k: int,
-                           workbook: dict[str, dict], engine: str | None = "vllm", stop_token_ids: list[int] | None = None,
-                           progress: bool = True) -> EngineComparison:
+                           workbook: Mapping[str, Speculation], engine: str | None = "vllm",
+                           stop_token_ids: list[int] | None = None, progress: bool = True) -> EngineComparison:
     """Measure each ``(target, drafter folder)`` of ``runs`` in the serving engine and set it beside the workbook's.
 
     Args:

@@ -23,6 +23,7 @@ from eaglelab.engines.recipes import TRAINING_ENGINES, RecipeSettings, build_rec
 from eaglelab.errors import ParameterError
 from eaglelab.progress import progress as progress_bar
 from eaglelab.recommendation import Recommendation, recommend
+from eaglelab.serving.speculation import Speculations
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
 
@@ -289,13 +290,13 @@ def warm_vs_scratch(settings: FinetuneSettings, inputs: FinetuneInputs | None = 
     return report
 
 
-def measure_starts(settings: FinetuneSettings, inputs: FinetuneInputs, report: FinetuneReport) -> dict[str, dict]:
+def measure_starts(settings: FinetuneSettings, inputs: FinetuneInputs, report: FinetuneReport) -> Speculations:
     """Real speculative decoding on the new target of the old drafter plugged in and of both trained starts.
 
     One plain-greedy baseline shared by all three, interleaved (:func:`eaglelab.model.decoding.benchmark_drafters`).
 
     Returns:
-        ``{"plug in": ..., "warm start": ..., "from scratch": ...}``, each benchmark's dict.
+        ``plug in``, ``warm start`` and ``from scratch``'s measurements, in that order.
     """
     from eaglelab.model.decoding import benchmark_drafters
     from eaglelab.model.targets import Target

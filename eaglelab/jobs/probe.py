@@ -19,6 +19,7 @@ from eaglelab.errors import ParameterError, SourceError
 from eaglelab.inputs import printable
 from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
+from eaglelab.serving.speculation import Speculations
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
@@ -119,7 +120,7 @@ class ProbeReport:
     result: ProbeResult
     data: str
     positions: int
-    measured: dict[str, dict] | None = None
+    measured: Speculations | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -138,7 +139,7 @@ class ProbeReport:
                           else None), "notes": list(self.notes),
                "k": self.settings.k, "data": {"description": self.data, "positions": self.positions}}
         if self.measured is not None:
-            out["measured"] = self.measured
+            out["measured"] = self.measured.to_json()
         return out
 
     def headline(self, tag: str = "") -> str:
@@ -184,9 +185,9 @@ class ProbeReport:
             out.append(f"  bootstrap over sequences: τ on A {bands['tau_a'].text()}; on B {bands['tau_b'].text()}; "
                        f"gain kept {self.result.decision.kept_text()}")
         for name, m in (self.measured or {}).items():
-            out.append(f"measured on {name}: accept len {m['accept_len']:.2f}, {m['tokens_per_s']:.1f} vs "
-                       f"{m['greedy_tokens_per_s']:.1f} tok/s plain ({m['speedup']:.2f}x), outputs equal greedy: "
-                       f"{m['matches_greedy']}" + ("" if m["timing_ok"] else f"\n  warning: {m['timing_note']}"))
+            out.append(f"measured on {name}: accept len {m.accept_len:.2f}, {m.tokens_per_s:.1f} vs "
+                       f"{m.greedy_tokens_per_s:.1f} tok/s plain ({m.speedup:.2f}x), outputs equal greedy: "
+                       f"{m.matches_greedy}" + ("" if m.timing_ok else f"\n  warning: {m.timing_note}"))
         out.append(f"verdict: {self.result.decision.label}")
         out += [f"  - {r}" for r in self.result.decision.reasons]
         out += [f"note: {n}" for n in self.notes]

@@ -88,14 +88,15 @@ def speculate(settings: SpeculateSettings) -> SpeculationReport:
     run = benchmark_speculation(target, drafter, [ids], s.max_new_tokens, k=s.k, repeats=s.repeats,
                                 keep_outputs=True, progress=False)
     numbers = {
-        "text": tok.decode(run["outputs"][0]),
-        **{key: run[key] for key in ("accept_len", "tokens_per_s", "greedy_tokens_per_s", "speedup", "matches_greedy")},
+        "text": tok.decode(run.outputs[0]),
+        "accept_len": run.accept_len, "tokens_per_s": run.tokens_per_s, "greedy_tokens_per_s": run.greedy_tokens_per_s,
+        "speedup": run.speedup, "matches_greedy": run.matches_greedy,
         "k": s.k,
         "repeats": s.repeats,
-        "new_tokens": len(run["outputs"][0]),
-        "position_acceptance": run["position_acceptance"],
-        "cycle_split_s": {name: run[name] for name in ("draft_s", "verify_s", "overhead_s")},
-        "timing": run["timing"],
-        "cpu_kernels": run["cpu_kernels"],
+        "new_tokens": len(run.outputs[0]),
+        "position_acceptance": run.position_acceptance,
+        "cycle_split_s": {"draft_s": run.draft_s, "verify_s": run.verify_s, "overhead_s": run.overhead_s},
+        "timing": run.timing,
+        "cpu_kernels": run.cpu_kernels,
     }
     return SpeculationReport(settings, numbers)

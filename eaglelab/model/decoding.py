@@ -26,6 +26,7 @@ from eaglelab.model.cpu_kernels import small_batch_kernels
 from eaglelab.model.drafter import Eagle3Drafter
 from eaglelab.model.targets import Target, crop_cache
 from eaglelab.progress import progress as bar
+from eaglelab.serving.speculation import Speculation, Speculations
 from eaglelab.settings import DEFAULT_K
 
 
@@ -215,10 +216,10 @@ MIN_PAIRS = 3  # interleaved (plain, speculative) pairs needed before their spre
 
 def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
                           k: int = DEFAULT_K, warmup: bool = True, cpu_kernels: bool | None = None,
-                          keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict:
+                          keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> Speculation:
     """Speculative vs plain greedy decoding over prompts, in the same process, with the model's prediction.
 
-    One drafter's entry of :func:`benchmark_drafters` (see there for the arguments and the dict).
+    One drafter's entry of :func:`benchmark_drafters` (see there for the arguments).
     """
     return benchmark_drafters(target, {"drafter": drafter}, prompts, max_new_tokens, k, warmup, cpu_kernels,
                               keep_outputs, repeats, progress)["drafter"]
@@ -226,7 +227,7 @@ def benchmark_speculation(target: Target, drafter: Eagle3Drafter, prompts: list[
 
 def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], prompts: list[list[int]],
                        max_new_tokens: int, k: int = DEFAULT_K, warmup: bool = True, cpu_kernels: bool | None = None,
-                       keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> dict[str, dict]:
+                       keep_outputs: bool = False, repeats: int = 1, progress: bool = True) -> Speculations:
     """Each drafter's speculative decoding against one shared plain-greedy baseline, interleaved.
 
     For every repeat and prompt, plain decoding runs first and then each drafter in turn, so drifts
@@ -243,14 +244,13 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
         progress: a bar over the runs.
 
     Returns:
-        ``{name: dict}`` with ``accept_len`` (emitted per cycle over all cycles), ``tokens_per_s`` and
-        ``greedy_tokens_per_s`` (decode tokens over decode seconds, all runs), ``speedup``, ``prompt_counts``
-        (per prompt, tokens emitted and cycles: the unit a band of τ resamples, :func:`eaglelab.recommendation.recommend`),
-        ``matches_greedy`` (all runs), the mean cycle split ``draft_s`` / ``verify_s`` /
-        ``overhead_s``, ``position_acceptance``, ``predicted_tokens_per_s`` = τ / mean cycle (the
-        performance model) with its relative error against the measurement, ``cpu_kernels``, the
-        timing check (``timing``: medians and ranges; ``timing_ok`` and ``timing_note``: "ok" or
-        what was seen), and with ``keep_outputs`` the generated ids per prompt (``outputs``).
+        one :class:`~eaglelab.serving.speculation.Speculation` per name: ``accept_len`` (emitted per cycle over all
+        cycles), ``tokens_per_s`` and ``greedy_tokens_per_s`` (decode tokens over decode seconds, all runs),
+        ``prompt_counts`` (per prompt, tokens emitted and cycles: the unit a band of τ resamples,
+        :func:`eaglelab.recommendation.recommend`), ``matches_greedy`` (all runs), the mean cycle split,
+        ``position_acceptance``, the timing check (``timing``: medians and ranges, ``ok`` and ``note``), and with
+        ``keep_outputs`` the generated ids per prompt (``outputs``); the model's prediction (τ / mean cycle) is its
+        ``predicted_tokens_per_s``.
     """
     if cpu_kernels is None:
         cpu_kernels = target.device.type == "cpu"
@@ -266,8 +266,8 @@ def benchmark_drafters(target: Target, drafters: dict[str, Eagle3Drafter], promp
             greedy_runs.append(greedy_decode(target, ids, max_new_tokens))
             for name, d in drafters.items():
                 spec_runs[name].append(speculative_decode(target, d, ids, max_new_tokens, k))
-    return {name: _summary(greedy_runs, runs_, k, cpu_kernels, keep_outputs, len(prompts))
-            for name, runs_ in spec_runs.items()}
+    return Speculations({name: _summary(greedy_runs, runs_, k, cpu_kernels, keep_outputs, len(prompts))
+                         for name, runs_ in spec_runs.items()})
 
 
 def measure_acceptance(target: Target, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
@@ -297,31 +297,21 @@ def _tps(runs: list[DecodeResult]) -> float:
 
 
 def _summary(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult], k: int, cpu_kernels: bool,
-             keep_outputs: bool, n_prompts: int) -> dict:
+             keep_outputs: bool, n_prompts: int) -> Speculation:
     cycles = [c for r in spec_runs for c in r.cycles]
     n_cycles = max(len(cycles), 1)
     tau = sum(c.emitted for c in cycles) / n_cycles
     split = {name: sum(getattr(c, name) for c in cycles) / n_cycles for name in ("draft_s", "verify_s", "overhead_s")}
-    spec_tps, greedy_tps = _tps(spec_runs), _tps(greedy_runs)
-    cycle_s = sum(split.values())
-    predicted = tau / cycle_s if cycle_s > 0 else float("nan")
     merged = DecodeResult([], 0.0, 0.0, cycles, k)
-    timing = timing_of(greedy_runs, spec_runs)
     prompt_counts = [[0, 0] for _ in range(max(n_prompts, 1))]  # per prompt: tokens emitted, cycles (repeats summed)
     for i, r in enumerate(spec_runs):
         prompt_counts[i % len(prompt_counts)][0] += sum(c.emitted for c in r.cycles)
         prompt_counts[i % len(prompt_counts)][1] += len(r.cycles)
-    return {
-        "k": k, "prompts": n_prompts, "runs": len(spec_runs), "cycles": len(cycles), "accept_len": tau,
-        "prompt_counts": prompt_counts,
-        "tokens_per_s": spec_tps, "greedy_tokens_per_s": greedy_tps, "speedup": spec_tps / greedy_tps,
-        "matches_greedy": all(s.tokens == g.tokens for s, g in zip(spec_runs, greedy_runs)),
-        **split, "cycle_s": cycle_s, "greedy_step_s": 1.0 / greedy_tps,
-        "position_acceptance": merged.position_acceptance(),
-        "predicted_tokens_per_s": predicted, "prediction_error": predicted / spec_tps - 1.0,
-        "cpu_kernels": cpu_kernels, "timing": timing, "timing_ok": timing["ok"], "timing_note": timing["note"],
-        **({"outputs": [r.tokens for r in greedy_runs[:n_prompts]]} if keep_outputs else {}),
-    }
+    return Speculation(k, n_prompts, len(spec_runs), len(cycles), tau, prompt_counts, _tps(spec_runs), _tps(greedy_runs),
+                       all(s.tokens == g.tokens for s, g in zip(spec_runs, greedy_runs)), **split,
+                       position_acceptance=merged.position_acceptance(), cpu_kernels=cpu_kernels,
+                       timing=timing_of(greedy_runs, spec_runs),
+                       outputs=[r.tokens for r in greedy_runs[:n_prompts]] if keep_outputs else None)
 
 
 def timing_of(greedy_runs: list[DecodeResult], spec_runs: list[DecodeResult]) -> dict:
@@ -387,19 +377,3 @@ def timing_trust(step_s: list[float], verify_steps: list[float], pair_speedups: 
     return {"ok": not problems, "note": "; ".join(problems) or "ok", "greedy_step_ms": steps_ms,
             "verify_steps": ratios, "speedup_range": spread(pair_speedups), "noise": noise, "speedup_bound": bound,
             "predicted_speedup": accept_len * greedy_step_s / cycle_s if cycle_s > 0 else float("nan")}
-
-
-def timing_warning(measured: dict[str, dict]) -> str:
-    """For a findings line: "" when every measurement's timing was trusted, else what was seen, once per finding.
-
-    Drafters measured against one shared baseline share its noise: that is said once, not per drafter.
-    """
-    notes: dict[str, list[str]] = {}
-    for name, m in measured.items():
-        if not m.get("timing_ok", True):
-            for note in m["timing_note"].split("; "):
-                notes.setdefault(note, []).append(name)
-    if not notes:
-        return ""
-    said = [note if len(names) == len(measured) else f"{', '.join(names)}: {note}" for note, names in notes.items()]
-    return "; **these timings are not to be trusted**: " + "; ".join(said)

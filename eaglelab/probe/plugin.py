@@ -32,6 +32,7 @@ from eaglelab.model.targets import Target
 from eaglelab.probe.memory import LIVE_ADVICE, LIVE_WHERE
 from eaglelab.probe.similarity import SimilarityAccumulator, StreamingCKA
 from eaglelab.progress import progress as bar
+from eaglelab.serving.speculation import Speculation, Speculations
 from eaglelab.settings import DEFAULT_K
 from eaglelab.train.ttt import AcceptanceTally, evaluate_batch
 
@@ -196,7 +197,7 @@ def _require_finite(res: dict, ev_a: dict, ev_b: dict, source: ProbeSource) -> N
 
 
 def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                      k: int = DEFAULT_K) -> dict:
+                      k: int = DEFAULT_K) -> Speculation:
     """Real speculative decoding of ``drafter`` on ``model``, the drafter reading that model's embedding.
 
     The embedding is the target's, as SGLang serves a drafter (and as an export without one is served
@@ -204,7 +205,7 @@ def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], m
     afterwards.
 
     Returns:
-        the dict of :func:`eaglelab.model.decoding.benchmark_speculation`.
+        :func:`eaglelab.model.decoding.benchmark_speculation`'s measurement.
     """
 
     target = Target.for_drafter(model, drafter.spec)
@@ -216,14 +217,11 @@ def measure_on_target(model, drafter: Eagle3Drafter, prompts: list[list[int]], m
 
 
 def measure_plugin(model_a, model_b, drafter: Eagle3Drafter, prompts: list[list[int]], max_new_tokens: int,
-                   k: int = DEFAULT_K) -> dict[str, dict]:
-    """Real speculative decoding of the old drafter on the old target (``"A"``) and the new (``"B"``).
-
-    Returns:
-        ``{"A": ..., "B": ...}``, each the dict of :func:`measure_on_target`.
-    """
-    return {name: measure_on_target(model, drafter, prompts, max_new_tokens, k) for name, model in
-            (("A", model_a), ("B", model_b))}
+                   k: int = DEFAULT_K) -> Speculations:
+    """Real speculative decoding of the old drafter on the old target (``"A"``) and the new (``"B"``), each against
+    its own target's plain decoding (:func:`measure_on_target`)."""
+    return Speculations({name: measure_on_target(model, drafter, prompts, max_new_tokens, k) for name, model in
+                         (("A", model_a), ("B", model_b))})
 
 
 def capture_batch(target: Target, ids: torch.Tensor, counted: torch.Tensor | None = None) -> tuple[HiddenStates, torch.Tensor]:
