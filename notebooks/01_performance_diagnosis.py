@@ -71,7 +71,6 @@ OLD_TARGET = None  # None: the offline world's target A
 OLD_DRAFTER = None  # None: the offline world's drafter-a (trained on A)
 
 # %%
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +81,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
-from eaglelab.serving.logs import log_by_concurrency, parse_log
+from eaglelab.serving.log_set import LogSet
 from eaglelab.workbook import plots
 from eaglelab.workbook.case import notebook_case
 from eaglelab.workbook.inputs_record import record_inputs
@@ -138,11 +137,10 @@ plots.savefig(fig, "01_speedup_map", FIGURES_DIR, {**figure_params, "goal_tps": 
 alphas = np.linspace(0.0, 0.95, 96)
 tau_curves = {f"chain k={k}": perf.accept_len_constant_rate(alphas, k) for k in (1, 3, 5, 7)}
 tau_curves["tree top-2, depth 3"] = np.array([perf.accept_len_tree(a, 3, 2) for a in alphas])
-tau_at_measured = float(perf.accept_len_constant_rate(PER_STEP_ACCURACY, K))
-rate_needed = {int(r["goal_tps"]): r["required_rate"] for r in perf.requirement_table(GOALS, CYCLE_MS / 1e3, k=K_CHAIN)}
-fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, tau_at_measured, f"α={PER_STEP_ACCURACY}, k={K}")])
+needs = perf.acceptance_needs(GOALS, CYCLE_MS, K_CHAIN, PER_STEP_ACCURACY, K)
+fig = plots.plot_tau_vs_accuracy(alphas, tau_curves, marks=[(PER_STEP_ACCURACY, needs.tau_at_alpha, f"α={PER_STEP_ACCURACY}, k={K}")])
 plots.savefig(fig, "01_tau_vs_accuracy", FIGURES_DIR, {"per_step_accuracy": PER_STEP_ACCURACY, "k": K})
-display(pd.DataFrame({"goal tok/s": list(rate_needed), f"α needed with k={K_CHAIN}": list(rate_needed.values())}))
+display(needs.table())
 
 # %% [markdown]
 # ## 3 · Why is the verify 30 ms? The serving-cost model, term by term
@@ -152,22 +150,20 @@ display(pd.DataFrame({"goal tok/s": list(rate_needed), f"α needed with k={K_CHA
 # kernel's launch. Here the founding case's Kimi-K2.5 on 8 PCIe GPUs [assumed], calibrated at your point.
 
 # %%
+from eaglelab.serving.cycle_cost import cycle_cost
 from eaglelab.serving.load import kimi_k25_on_pcie
 from eaglelab.serving.load_fit import Point, calibrate
 from eaglelab.serving.target_shape import distinct_experts_touched
 
 seed_point = Point(AT_CONCURRENCY, decode_s=1.0 / BASELINE_TPS, cycle_s=CYCLE_MS / 1e3, k=K)
 moe = calibrate(kimi_k25_on_pcie(), [seed_point])
-moe_graphs = replace(moe, machine=replace(moe.machine, graphs=("decode", "verify", "draft")))
+cost = cycle_cost(moe, K, f"the serving-cost model of Kimi-K2.5 on {moe.machine.gpus} PCIe GPUs [assumed]",
+                  measured_verify_ms=MEASURED_VERIFY_MS)
 tokens = np.arange(1, 17)
-verify_ms = 1e3 * float(moe.verify_s(1, K))
-verify_graphs_ms = 1e3 * float(moe_graphs.verify_s(1, K))
-decode_ms = 1e3 * float(moe.decode_s(1))
-verify_parts = moe.parts(1, K)
 parts_ms = {name: 1e3 * v for name, v in moe.forward_parts(tokens, 1, "verify").items() if np.any(v > 0)}
 fig = plots.plot_moe_verify(tokens, parts_ms, measured_ms=MEASURED_VERIFY_MS)
 plots.savefig(fig, "01_moe_verify_cost", FIGURES_DIR, {"model": "kimi_k25_on_pcie", "gpus": moe.machine.gpus})
-display(pd.DataFrame(verify_parts).set_index("part").round(3))
+display(cost.table().round(3))
 display(pd.DataFrame({"tokens": tokens,
                       "distinct experts": distinct_experts_touched(tokens, moe.target.experts_total,
                                                                    moe.target.experts_per_token).round(1),
@@ -180,13 +176,10 @@ display(pd.DataFrame({"tokens": tokens,
 # The bundled logs are illustrative (see `data/logs/README.md`): point `LOG_FILES` at yours.
 
 # %%
-parsed = [parse_log(f) for f in LOG_FILES]
-records = [r for p in parsed for r in p.to_json()["records"]]
-log_table = pd.DataFrame(records)
-display(pd.DataFrame([{"file": p.path, **{k: v for k, v in p.summary().items() if k != "by_source"},
-                       "skipped": p.skipped_lines, "malformed": len(p.malformed)} for p in parsed]))
-display(pd.DataFrame([{"file": p.path, **g} for p in parsed for g in log_by_concurrency(p)]))
-fig = plots.plot_log_points(records, accept_grid, {f"model, cycle {CYCLE_MS:g} ms": perf.effective_tps(accept_grid, CYCLE_MS / 1e3)},
+logs = LogSet.read(LOG_FILES)
+display(logs.table())
+display(logs.by_concurrency())
+fig = plots.plot_log_points(logs.records, accept_grid, {f"model, cycle {CYCLE_MS:g} ms": perf.effective_tps(accept_grid, CYCLE_MS / 1e3)},
                             BASELINE_TPS)
 plots.savefig(fig, "01_log_points", FIGURES_DIR, {"logs": LOG_FILES})
 
@@ -246,8 +239,8 @@ else:
 # %%
 logs_source = pv.files_source(LOG_FILES, "../data/logs")
 if logs_source == pv.LOGS:  # your logs: their median τ, unless you entered ACCEPT_LEN
-    scenario = scenario.with_logged_tau(float(np.median(log_table["accept_len"])))
-decision = plan(scenario, lever=verify_parts[0]["lever"])
+    scenario = scenario.with_logged_tau(logs.median_tau)
+decision = plan(scenario, lever=cost.lever)
 display(Markdown(plan_markdown(decision)))
 rows = [r.to_json() for r in decision.rows]
 fig = plots.plot_options(rows, scenario.break_even_tau, scenario.goal_tau, K + 1,
@@ -358,33 +351,19 @@ perf_explorer(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS, accept_grid, k=K)
 # ## Findings
 
 # %%
-logs_tag = pv.tag(logs_source)
-said = {**diag.findings(T), **load.findings(T["cycle_ms"]), **here.findings(LOOP_TAG), **costs.findings(LOOP_TAG)}
-findings = "".join(f"- {said[name]}\n" for name in ("pays", "break_even", "goals"))
-findings += f"""- **Per-position acceptance:** with k = {K_CHAIN} the goals need {', '.join(f'{v:.2f}' if v else 'unreachable'
-  for v in rate_needed.values())}; a measured {PER_STEP_ACCURACY:g} [{scenario.tag('accept_len')}] gives τ ≈ {tau_at_measured:.2f} with k = {K}.
-- **Cycle cost** (the serving-cost model of Kimi-K2.5 on {moe.machine.gpus} PCIe GPUs [assumed], calibrated at your
-  point {T['cycle_ms']}): a {K + 1}-token verify at {verify_ms:.1f} ms without CUDA graphs ({verify_graphs_ms:.1f} ms
-  with them; the verify measured {MEASURED_VERIFY_MS:g} ms {T['cycle_ms']}) and a graph-captured decode step at
-  {decode_ms:.1f} ms. Of the cycle, {'; '.join(f"{r['part']} {r['ms']:.1f} ms ({100 * r['share']:.0f}%)" for r in verify_parts[:4])}:
-  the largest lever is {verify_parts[0]['lever']}.
-- **Logs {logs_tag}:** {sum(len(p.records) for p in parsed)} metrics lines parsed from {len(parsed)} files
-  ({sum(p.skipped_lines for p in parsed)} other lines skipped, {sum(len(p.malformed) for p in parsed)} malformed);
-  median τ {np.median(log_table['accept_len']):.2f}.
-- **Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}
-"""
-findings += "".join(f"- {said[name]}\n" for name in ("load", "band", "engine_load", "engine_costs") if said[name])
-if loop is None:
-    findings += f"- **Closed loop {LOOP_TAG}:** not run: {fit.line}.\n"
-else:
-    ran = loop.findings(MODEL_TOLERANCE)
-    findings += (f"- **Closed loop {LOOP_TAG}** (CPU, `{Path(OLD_DRAFTER).name}` on `{Path(OLD_TARGET).name}`, k = {K}; "
-                 f"checks the model on this machine, not your serving numbers): {ran['measured']}; {ran['model']}. "
-                 f"{ran['timing']}\n")
+said = {**diag.findings(T), **needs.findings(T["accept_len"]), **cost.findings(T["cycle_ms"]),
+        **logs.findings(pv.tag(logs_source)), **load.findings(T["cycle_ms"]), **here.findings(LOOP_TAG),
+        **costs.findings(LOOP_TAG)}
+said["plan"] = f"**Decision table** (your scenario, {GOAL_TPS:g} tok/s wanted {T['goal_tps']}): {decision.text}"
+said["closed_loop"] = loop.findings(MODEL_TOLERANCE, LOOP_TAG, f"CPU, `{Path(OLD_DRAFTER).name}` on `{Path(OLD_TARGET).name}`, "
+                                    f"k = {K}; checks the model on this machine, not your serving numbers")["closed_loop"] \
+    if loop else f"**Closed loop {LOOP_TAG}:** not run: {fit.line}."
+findings = "".join(f"- {said[name]}\n" for name in ("pays", "break_even", "goals", "acceptance", "cycle", "logs", "plan",
+                                                     "load", "band", "engine_load", "engine_costs", "closed_loop") if said[name])
 findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
 display(Markdown(findings_markdown(findings)))
 save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
                                              logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
-                     "diagnosis": diag.to_json(), "closed_loop": loop.to_json() if loop else None, "plan": decision.to_json(), "lever": verify_parts[0]["lever"],
+                     "diagnosis": diag.to_json(), "closed_loop": loop.to_json() if loop else None, "plan": decision.to_json(), "lever": cost.lever,
                      "load": load.to_json(), "engine_load": here.to_json(), "engine_costs": costs.to_json()},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -170,3 +170,47 @@ def test_the_drift_findings_follow_the_sweep(gamma, off):
     assert analysis.gap_text(gaps, 0.10) in said["decoding"] and "at the 3 measured points" in said["decoding"]
     assert list(drift.table().index.names) == ["family", "point"] and len(drift.table()) == len(records)
     assert drift.predictors_table().index.name == "predictor"
+
+
+@settings(max_examples=20, deadline=None)
+@given(tps=st.floats(40, 200), ratio=st.floats(1.5, 3.0))
+def test_the_cycle_costs_findings_are_its_parts(tps, ratio):
+    from eaglelab.serving.cycle_cost import cycle_cost
+    from eaglelab.serving.load import kimi_k25_on_pcie
+    from eaglelab.serving.load_fit import Point, calibrate
+
+    model = calibrate(kimi_k25_on_pcie(), [Point(1, decode_s=1 / tps, cycle_s=ratio / tps, k=3)])
+    cost = cycle_cost(model, 3, "the model [assumed]", measured_verify_ms=30.0)
+    said = cost.findings("[entered]")["cycle"]
+    assert f"a 4-token verify at {cost.verify_ms:.1f} ms" in said and "the verify measured 30 ms [entered]" in said
+    assert f"{cost.parts[0].part} {cost.parts[0].ms:.1f} ms" in said and said.endswith(f"the largest lever is {cost.lever}.")
+    assert cost.parts == tuple(sorted(cost.parts, key=lambda p: -p.ms)) and sum(p.share for p in cost.parts) == pytest.approx(1)
+    assert header_cells(cost.view().text()) == [cost.table().index.name, *cost.table().columns]
+
+
+@settings(max_examples=30, deadline=None)
+@given(alpha=st.floats(0.3, 0.95), cycle=st.floats(10, 60))
+def test_the_acceptance_each_goal_needs_is_said(alpha, cycle):
+    needs = perf.acceptance_needs([100, 150, 400], cycle, 7, alpha, 3)
+    said = needs.findings("[default]")["acceptance"]
+    for goal, rate in needs.rates.items():
+        tau = goal * cycle / 1e3
+        assert (rate is None) == (tau > 8) and (rate is None or rate == pytest.approx(perf.rate_for_accept_len(max(tau, 1), 7)))
+    assert f"a measured {alpha:g} [default] gives τ ≈ {needs.tau_at_alpha:.2f} with k = 3" in said
+    assert "(100, 150, 400 tok/s)" in said and ("unreachable" in said) == (None in needs.rates.values())
+
+
+def test_a_log_set_reads_each_file_and_says_what_it_read(tmp_path):
+    from eaglelab.serving.log_set import LogSet
+
+    line = ("[2026-01-01 10:00:0{i} TP0] Decode batch[ 40], #running-req: 1, #token: 900, token usage: 0.02, "
+            "accept len: {tau}, accept rate: 0.40, cuda graph: True, gen throughput (token/s): 80.0, #queue-req: 0,")
+    (tmp_path / "a.log").write_text("\n".join([line.format(i=i, tau=t) for i, t in enumerate((1.5, 2.5, 3.0))]
+                                              + ["something else"]) + "\n")
+    (tmp_path / "b.log").write_text(line.format(i=9, tau=2.0) + "\n")
+    logs = LogSet.read([str(tmp_path / "a.log"), str(tmp_path / "b.log")])
+    assert logs.median_tau == pytest.approx(2.25) and len(logs.records) == 4
+    said = logs.findings("[your logs]")["logs"]
+    assert said == ("**Logs [your logs]:** 4 metrics lines parsed from 2 files (1 other lines skipped, 0 malformed); "
+                    "median τ 2.25.")
+    assert list(logs.table()["metrics lines"]) == [3, 1] and len(logs.by_concurrency()) == 2

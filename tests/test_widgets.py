@@ -251,6 +251,8 @@ def test_a_measurements_findings_are_its_numbers(tau, tps):
     assert f"predicts {m.predicted_tokens_per_s:.0f} tok/s" in said["model"]
     assert ("within 10%" in said["model"]) == (abs(m.prediction_error) <= 0.10)
     assert said["timing"] == "Timing: plain decoding varied 4% across 2 interleaved runs."
+    whole = m.findings(0.10, "[demo]", "CPU")["closed_loop"]
+    assert whole.startswith("**Closed loop [demo]** (CPU): ") and said["model"] in whole
     pair = Speculations({"A": m, "B": _speculation(tau=1.5)})
     assert f"τ {tau:.2f} (A), 1.50 (B); {m.speedup:.2f}× / " in pair.findings()["measured"]
     assert m.to_json()["prediction_error"] == m.prediction_error and "outputs" not in m.to_json()

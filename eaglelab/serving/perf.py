@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from eaglelab.errors import ParameterError
+from eaglelab.views import Column, View
 
 
 def _positive(name: str, value) -> None:
@@ -222,6 +223,47 @@ def requirement_table(goal_tps: Sequence[float], cycle_s: float, k: int | None =
             row["required_rate"] = rate_for_accept_len(max(tau, 1.0), k) if tau <= k + 1 else None
         rows.append(row)
     return rows
+
+
+@dataclass(frozen=True)
+class AcceptanceNeeds:
+    """What per-draft acceptance each goal needs on a chain of ``k`` drafts, beside the τ a measured one gives.
+
+    Attributes:
+        rates: goal tok/s -> the constant per-draft acceptance that reaches it (None: beyond k + 1 drafts).
+        alpha, alpha_k: a measured per-draft acceptance and the k it is read at; tau_at_alpha: the τ it gives there.
+    """
+
+    k: int
+    rates: dict[float, float | None]
+    alpha: float
+    alpha_k: int
+    tau_at_alpha: float
+
+    def view(self) -> View:
+        return View.of([Column("goal tok/s", "{:g}"), Column(f"α needed with k={self.k}", "{:.3f}")],
+                       [[g, r] for g, r in self.rates.items()], index="goal tok/s")
+
+    def table(self):
+        return self.view().frame()
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """``acceptance``: the per-draft acceptance each goal needs, and the τ the measured one gives.
+        ``tag``: the measured acceptance's evidence tag."""
+        t = f" {tag}" if tag else ""
+        goals = ", ".join(f"{g:g}" for g in self.rates)
+        needs = ", ".join(f"{r:.2f}" if r is not None else "unreachable" for r in self.rates.values())
+        return {"acceptance": f"**Per-draft acceptance:** with k = {self.k} the goals ({goals} tok/s) need {needs}; a "
+                              f"measured {self.alpha:g}{t} gives τ ≈ {self.tau_at_alpha:.2f} with k = {self.alpha_k} "
+                              "[derived]."}
+
+
+def acceptance_needs(goal_tps: Sequence[float], cycle_ms: float, k: int, alpha: float, alpha_k: int) -> AcceptanceNeeds:
+    """The per-draft acceptance each goal needs with ``k`` drafts (:func:`requirement_table`), and the τ that a measured
+    acceptance ``alpha`` gives with ``alpha_k`` drafts (:func:`accept_len_constant_rate`)."""
+    rows = requirement_table(goal_tps, cycle_ms / 1e3, k=k)
+    return AcceptanceNeeds(k, {r["goal_tps"]: r["required_rate"] for r in rows}, alpha, alpha_k,
+                           float(accept_len_constant_rate(alpha, alpha_k)))
 
 
 @dataclass(frozen=True)

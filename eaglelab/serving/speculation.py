@@ -91,23 +91,26 @@ class Speculation:
             out["outputs"] = self.outputs
         return out
 
-    def findings(self, tolerance: float = 0.10) -> dict[str, str]:
+    def findings(self, tolerance: float = 0.10, tag: str = "", what: str = "") -> dict[str, str]:
         """Named sentences for a closed loop: ``measured`` (τ, both tok/s, the outputs, the verify's cost in decode
-        steps), ``model`` (the model's tok/s from τ and the cycle split, and whether it is within ``tolerance``) and
-        ``timing`` (how noisy plain decoding was, or that the timings are not to be trusted)."""
+        steps), ``model`` (the model's tok/s from τ and the cycle split, and whether it is within ``tolerance``),
+        ``timing`` (how noisy plain decoding was, or that the timings are not to be trusted), and ``closed_loop``, the
+        three as one bullet. ``tag``: the checkpoints' evidence tag; ``what``: what ran where, in words."""
         err = self.prediction_error
         within = (f"(within {tolerance:.0%})" if math.isfinite(err) and abs(err) <= tolerance else
                   f"(beyond {tolerance:.0%}: prefill and the cut last cycle are outside the model)")
         kernels = " with the small-batch CPU kernels" if self.cpu_kernels else ""
         timing = (f"Timing: plain decoding varied {self.timing.get('noise', 0.0):.0%} across {self.runs} interleaved runs."
                   if self.timing_ok else f"**These timings are not to be trusted:** {self.timing_note}.")
-        return {"measured": f"measured τ = {self.accept_len:.2f}, {self.tokens_per_s:.1f} tok/s vs "
+        said = {"measured": f"measured τ = {self.accept_len:.2f}, {self.tokens_per_s:.1f} tok/s vs "
                             f"{self.greedy_tokens_per_s:.1f} greedy ({self.speedup:.2f}×, outputs identical: "
                             f"{self.matches_greedy}; verify {self.verify_s / self.greedy_step_s:.2f}× a decode step"
                             f"{kernels})",
                 "model": f"the model predicts {self.predicted_tokens_per_s:.0f} tok/s from τ and the cycle split, "
                          f"{100 * err:+.1f}% off {within}",
                 "timing": timing}
+        head = f"**Closed loop{' ' + tag if tag else ''}**" + (f" ({what})" if what else "")
+        return {**said, "closed_loop": f"{head}: {said['measured']}; {said['model']}. {timing}"}
 
 
 #: The columns a set of measurements shows, one row per drafter (or target).
