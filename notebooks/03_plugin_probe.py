@@ -64,14 +64,12 @@ SERVING_ENGINE = "vllm"  # measure the drafter in vLLM too when its environment 
 # %%
 from dataclasses import replace
 
-import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.probe import ProbeSettings, load_pair, probe_checkpoints
 from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka
-from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
 from eaglelab.workbook.case import notebook_case, world_default
@@ -143,8 +141,7 @@ else:
 # %%
 probe = probe_checkpoints(settings, pair)
 result = probe.result
-similarity = pd.DataFrame(probe.to_json()["layers"]).set_index("layer")
-display(similarity.round(4))
+display(probe.table().round(4))
 print(f"next-token argmax agreement A vs B: {result.argmax_agreement:.3f}, total variation {result.tv:.3f}, over "
       f"{result.tokens} tokens")
 
@@ -164,15 +161,10 @@ if pair is not None:  # every layer of both targets: only where they load (the d
 # verdict's band is made of: a verdict whose band straddles its threshold names both options.
 
 # %%
-fig = plots.plot_position_acceptance({"drafter A on target A": result.eval_a["acc"],
-                                      "drafter A on target B (plug-in)": result.eval_b["acc"]})
+chain = probe.chain_table()
+fig = plots.plot_position_acceptance({"drafter A on target A": list(chain["accuracy on A"]),
+                                      "drafter A on target B (plug-in)": list(chain["accuracy on B"])})
 plots.savefig(fig, "03_position_acceptance", FIGURES_DIR, {"drafter": OLD_DRAFTER, "k": K})
-chain = pd.DataFrame({f"{name} chain": ev["chain"] for name, ev in (("A", result.eval_a), ("B", result.eval_b))}
-                     | {f"{name} 90% band": [f"{b['low']:.3f}-{b['high']:.3f}" for b in ev["chain_band"]]
-                        for name, ev in (("A", result.eval_a), ("B", result.eval_b))},
-                     index=[f"draft {i + 1}" for i in range(K)])
-display(pd.DataFrame({"on A": result.eval_a["acc"], "on B": result.eval_b["acc"]},
-                     index=[f"draft {i + 1}" for i in range(K)]).T.round(3))
 display(chain.round(3))
 print(f"verdict: {result.decision.label}; gain kept {result.decision.kept_text()} "
       "(resampling the probed sequences)")
@@ -214,64 +206,23 @@ if pair is not None:
 # match the live probe's.
 
 # %%
-import tempfile
+from eaglelab.jobs.dump_parity import dump_parity
 
-from eaglelab.jobs.probe import DumpSettings, dump_states
-
-dump_gap, gaps = None, {}
-DUMP_TOLERANCE = 1e-4  # the same states read twice: what float rounding can account for, no more
-if pair is not None:
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, target, layout in (("a", OLD_TARGET, "specforge"), ("b", NEW_TARGET, "vllm")):
-            dump_states(DumpSettings(target, OLD_DRAFTER, f"{tmp}/{name}", layout=layout, data=settings.data,
-                                     world_dir=settings.world_dir, sequences=SEQUENCES, seq_len=SEQ_LEN), progress=False)
-        dumped = probe_checkpoints(replace(settings, old_states=f"{tmp}/a", new_states=f"{tmp}/b"), progress=False).result
-    live_numbers = [x for layer in result.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
-    dump_numbers = [x for layer in dumped.layers for x in (layer.cosine_mean, layer.rel_l2, layer.cka)]
-    gaps = {"similarity": max(abs(x - y) for x, y in zip(live_numbers, dump_numbers)),
-            "agreement": abs(result.argmax_agreement - dumped.argmax_agreement), "tv": abs(result.tv - dumped.tv),
-            "τ per position": max(abs(x - y) for ev, dv in ((result.eval_a, dumped.eval_a), (result.eval_b, dumped.eval_b))
-                                  for x, y in zip(ev["chain"], dv["chain"]))}
-    dump_gap = max(gaps.values())
-    display(pd.DataFrame({"live": {"τ on A": result.eval_a["accept_len"], "τ on B": result.eval_b["accept_len"],
-                                   "agreement": result.argmax_agreement, "TV": result.tv},
-                          "from dumps": {"τ on A": dumped.eval_a["accept_len"], "τ on B": dumped.eval_b["accept_len"],
-                                         "agreement": dumped.argmax_agreement, "TV": dumped.tv}}).round(5))
-    print("largest difference, live vs dumps:", {k: f"{v:.1e}" for k, v in gaps.items()})
+dumps = dump_parity(settings, result)
+display(dumps.table())
+print("largest difference, live vs dumps:", {k: f"{v:.1e}" for k, v in dumps.gaps.items()} or "none: probed from dumps")
 
 # %% [markdown]
 # ## Findings
 
 # %%
-tau_a, tau_b = probe.tau_a, probe.tau_b
-proj_a, proj_b = (float(perf.effective_tps(t, CYCLE_MS / 1e3)) for t in (tau_a, tau_b))
-scenario = (f"τ {tau_b:.2f} {TAG} projects to {proj_b:.1f} tok/s [derived] on the new target (the old target's τ would give "
-            f"{proj_a:.1f}); break-even needs τ = {float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)):.2f}; "
-            + (plan_uses_plugin_tau(FIGURES_DIR, K) if result.decision.decided else
-               "the game plan's decision table does not use this τ: the probe gave no verdict on it.")
-            if EVIDENCE == pv.YOURS else
-            "not projected: τ measured on the demo world illustrates the method and is no forecast for your model; "
-            "run this notebook on your checkpoints (`OLD_TARGET`, `NEW_TARGET`, `OLD_DRAFTER`) for the number the decision "
-            "table needs.")
-if measured:
-    device = next(pair.model_b.parameters()).device.type
-    measured_line = (f"{measured.findings(TAG, device, shared=False)['measured']}\n"
-                     f"- **Measured in vLLM {TAG}:** {engine.findings()}")
-else:
-    measured_line = "**Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."
-worst_gap = max(gaps, key=gaps.get) if not FROM_DUMPS else None
-dump_line = (f"probed from {OLD_STATES} (A) and {NEW_STATES} (B), the targets read for their heads only."
-             if FROM_DUMPS else
-             f"SpecForge-layout dumps of A and vLLM-layout dumps of B reproduce every live number (similarity, agreement, "
-             f"TV, τ per position) within {dump_gap:.1e}." if dump_gap <= DUMP_TOLERANCE else
-             f"SpecForge-layout dumps of A and vLLM-layout dumps of B do **not** reproduce the live numbers: they differ by "
-             f"up to {dump_gap:.1e} ({worst_gap}), beyond {DUMP_TOLERANCE:.0e}: a probe from your engines' dumps would not "
-             f"give this notebook's answer; check the dumps' layer ids and dtype before trusting one.")
-said = probe.findings(TAG)
-findings = "\n".join(f"- {line}" for line in (
-    said["compared"], said["moved"], said["data"], said["plugin"], measured_line, said["verdict"],
-    f"**In your serving scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline): {scenario}",
-    f"**The engines' dumps {TAG}:** {dump_line}"))
+said = {**probe.findings(TAG), **dumps.findings(TAG),
+        **probe.scenario_findings(CYCLE_MS, BASELINE_TPS, TAG, EVIDENCE == pv.YOURS, plan_uses_plugin_tau(FIGURES_DIR, K)),
+        **(measured.findings(TAG, next(pair.model_b.parameters()).device.type, shared=False) if measured else
+           {"measured": "**Measured:** nothing decoded for real (from the engines' dumps the targets are not loaded)."}),
+        "engine": f"**Measured in vLLM {TAG}:** {engine.findings()}" if measured else ""}
+findings = "\n".join(f"- {said[name]}" for name in ("compared", "moved", "data", "plugin", "measured", "engine", "verdict",
+                                                   "scenario", "dumps") if said[name])
 display(Markdown(findings_markdown(findings)))
 NOT_DONE = [] if demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
@@ -281,5 +232,5 @@ inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD
                        what={"OLD_TARGET": "heads only", "NEW_TARGET": "heads only"} if FROM_DUMPS else None,
                        not_done=NOT_DONE)
 save_findings("03", {**probe.to_json(), "inputs": inputs, "measured": measured.to_json() if measured else None, "engine": engine.rows if engine else None,
-                     "evidence": EVIDENCE, "dump_gap": dump_gap},
+                     "evidence": EVIDENCE, "dump_gap": dumps.worst},
               bullets_from_markdown(findings), FIGURES_DIR)

@@ -214,3 +214,50 @@ def test_a_log_set_reads_each_file_and_says_what_it_read(tmp_path):
     assert said == ("**Logs [your logs]:** 4 metrics lines parsed from 2 files (1 other lines skipped, 0 malformed); "
                     "median τ 2.25.")
     assert list(logs.table()["metrics lines"]) == [3, 1] and len(logs.by_concurrency()) == 2
+
+
+def _probe(tau_a: float, tau_b: float, cos: float = 0.9, acc_b=(0.5, 0.4, 0.3)):
+    from eaglelab.decisions import plugin_verdict
+    from eaglelab.jobs.probe import ProbeReport, ProbeSettings
+    from eaglelab.probe.plugin import ProbeResult
+    from eaglelab.probe.similarity import LayerSimilarity
+
+    def ev(tau, acc):
+        chain = [float(acc[0]), float(acc[0] * acc[1]), float(acc[0] * acc[1] * acc[2])]
+        return {"accept_len": tau, "acc": list(acc), "chain": chain,
+                "chain_band": [{"low": c - 0.01, "high": c + 0.01} for c in chain]}
+
+    layers = [LayerSimilarity(name, cos - i / 100, cos - 0.1, 0.3 + i / 10, 1.0, 0.8) for i, name in enumerate(("low", "mid"))]
+    result = ProbeResult(layers=layers, argmax_agreement=0.6, tokens=100, eval_a=ev(tau_a, (0.7, 0.6, 0.5)),
+                         eval_b=ev(tau_b, acc_b), decision=plugin_verdict(tau_a, tau_b), tv=0.2)
+    return ProbeReport(ProbeSettings("a", "b", "d", k=3), result, "text", 100)
+
+
+@settings(max_examples=25, deadline=None)
+@given(tau_b=st.floats(1.0, 2.5), cycle=st.floats(10, 60), tps=st.floats(20, 200))
+def test_the_probes_tables_and_scenario_follow_its_numbers(tau_b, cycle, tps):
+    report = _probe(2.5, tau_b)
+    assert list(report.table().index) == ["low", "mid"] and report.table().loc["mid", "rel L2"] == pytest.approx(0.4)
+    chain = report.chain_table()
+    assert list(chain["accuracy on B"]) == [0.5, 0.4, 0.3] and chain.loc[2, "B 90% band"] == "0.190-0.210"
+    yours = report.scenario_findings(cycle, tps, "[yours]", True, "the plan uses it.")["scenario"]
+    assert f"τ {tau_b:.2f} [yours] projects to {perf.effective_tps(tau_b, cycle / 1e3):.1f} tok/s" in yours
+    assert f"break-even needs τ = {perf.break_even_tau(cycle / 1e3, tps):.2f}" in yours
+    assert yours.endswith("the plan uses it.") == report.result.decision.decided
+    assert "not projected" in report.scenario_findings(cycle, tps, "[demo]", False, "")["scenario"]
+
+
+def test_the_dump_parity_says_whether_the_dumps_reproduce_the_live_numbers():
+    from dataclasses import replace as replace_
+
+    from eaglelab.jobs.dump_parity import DumpParity
+
+    live = _probe(2.5, 1.8)
+    same = DumpParity(live.settings, live.result, _probe(2.5, 1.8).result)
+    assert same.holds and same.worst == 0 and "reproduce every live number" in same.findings("[demo]")["dumps"]
+    off = DumpParity(live.settings, live.result, _probe(2.5, 1.8, cos=0.9 + 3e-3).result)
+    said = off.findings("[demo]")["dumps"]
+    assert not off.holds and "do **not** reproduce" in said and "(similarity)" in said and f"{off.worst:.1e}" in said
+    assert list(off.table().index) == ["live", "from dumps"]
+    dumped = DumpParity(replace_(live.settings, old_states="dA", new_states="dB"), live.result, None)
+    assert dumped.holds is None and "probed from dA (A) and dB (B)" in dumped.findings()["dumps"]

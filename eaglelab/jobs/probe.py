@@ -21,6 +21,7 @@ from eaglelab.outputs import open_output_folder
 from eaglelab.progress import progress as progress_bar
 from eaglelab.serving.speculation import Speculations
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
+from eaglelab.views import Column, View
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -171,6 +172,51 @@ class ProbeReport:
                       f"; first-draft accuracy {r.eval_a['acc'][0]:.2f} → {r.eval_b['acc'][0]:.2f}.",
             "verdict": f"**Verdict{t}: {r.decision.label.upper()}.** {'; '.join(r.decision.reasons)}.",
         }
+
+    def view(self) -> View:
+        """The similarity at each of the drafter's layers (what ``eaglelab probe`` prints per layer)."""
+        columns = [Column("layer"), Column("cosine", "{:.4f}"), Column("rel L2", "{:.3f}"), Column("norm ratio", "{:.3f}"),
+                   Column("CKA", "{:.4f}")]
+        return View.of(columns, [[x.layer, x.cosine_mean, x.rel_l2, x.norm_ratio, x.cka] for x in self.result.layers],
+                       index="layer")
+
+    def table(self):
+        return self.view().frame()
+
+    def chain_view(self) -> View:
+        """Per draft position: the teacher-forced accuracy on A and B, and the chain rate (drafts 1..i all right) with
+        its bootstrap band over the sequences."""
+        ev_a, ev_b = self.result.eval_a, self.result.eval_b
+
+        def band(ev, i):
+            bands = ev.get("chain_band") or []
+            return f"{bands[i]['low']:.3f}-{bands[i]['high']:.3f}" if i < len(bands) else None
+
+        columns = [Column("draft"), Column("accuracy on A", "{:.3f}"), Column("accuracy on B", "{:.3f}"),
+                   Column("chain on A", "{:.3f}"), Column("A 90% band"), Column("chain on B", "{:.3f}"),
+                   Column("B 90% band")]
+        return View.of(columns, [[i + 1, ev_a["acc"][i], ev_b["acc"][i], ev_a["chain"][i], band(ev_a, i),
+                                  ev_b["chain"][i], band(ev_b, i)] for i in range(len(ev_a["acc"]))], index="draft")
+
+    def chain_table(self):
+        return self.chain_view().frame()
+
+    def scenario_findings(self, cycle_ms: float, baseline_tps: float, tag: str, yours: bool, plan_line: str) -> dict[str, str]:
+        """``scenario``: τ on B projected to tok/s at the user's cycle, beside break-even, and whether the game plan
+        uses it (``plan_line``); not projected (said so) when the evidence is the demo world's (``yours`` False)."""
+        from eaglelab.serving.perf import break_even_tau, effective_tps
+
+        head = f"**In your serving scenario** ({cycle_ms:g} ms cycle, {baseline_tps:g} tok/s baseline): "
+        if not yours:
+            return {"scenario": head + "not projected: τ measured on the demo world illustrates the method and is no "
+                                       "forecast for your model; run this notebook on your checkpoints (`OLD_TARGET`, "
+                                       "`NEW_TARGET`, `OLD_DRAFTER`) for the number the decision table needs."}
+        proj_a, proj_b = (float(effective_tps(t, cycle_ms / 1e3)) for t in (self.tau_a, self.tau_b))
+        uses = plan_line if self.result.decision.decided else \
+            "the game plan's decision table does not use this τ: the probe gave no verdict on it."
+        return {"scenario": head + f"τ {self.tau_b:.2f} {tag} projects to {proj_b:.1f} tok/s [derived] on the new target "
+                                   f"(the old target's τ would give {proj_a:.1f}); break-even needs τ = "
+                                   f"{float(break_even_tau(cycle_ms / 1e3, baseline_tps)):.2f}; {uses}"}
 
     def lines(self) -> list[str]:
         """What ``eaglelab probe`` prints."""
