@@ -46,7 +46,7 @@ def measure(world: str, names: list[str]) -> list[dict]:
     for name in names:
         budgets, seeds, steps, epochs = ALLOCATIONS[name]
         start = time.perf_counter()
-        _, fit = data_scaling(settings, inputs, budgets, seeds, steps, epochs)
+        fit = data_scaling(settings, inputs, budgets, seeds, steps, epochs).fit
         seconds = time.perf_counter() - start
         levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in budgets[1:]})
         top = fit.equal_tau([levels[-1]])[0]

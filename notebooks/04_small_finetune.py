@@ -88,7 +88,6 @@ from eaglelab.jobs.finetune import (
     warm_vs_scratch,
 )
 from eaglelab.planning import provenance as pv
-from eaglelab.planning.scaling import ratio_bound
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
@@ -189,24 +188,20 @@ display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine
 # fine-tune has to beat: on a handful of samples the warm start can fall below it.
 
 # %%
-points, fit = data_scaling(settings, inputs, BUDGETS, SEEDS, SWEEP_STEPS, SWEEP_EPOCHS)
+scaling = data_scaling(settings, inputs, BUDGETS, SEEDS, SWEEP_STEPS, SWEEP_EPOCHS)
+fit = scaling.fit
 grid = np.geomspace(min(BUDGETS) / 2, 8 * max(BUDGETS), 100)  # to 8x the data there is: beyond, the band is the story
 curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, band in
           (("warm start", fit.warm), ("from scratch", fit.scratch))}
-levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in BUDGETS[1:]})  # τ that scratch reached
 lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin}
 if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
     lines |= {"break-even τ": float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)),
               f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
-fig = plots.plot_scaling(points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
+fig = plots.plot_scaling(scaling.points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
 plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,
                                                "epochs": SWEEP_EPOCHS, "fit": fit.to_json()})
-equal = pd.DataFrame([{"τ": r["tau"], "scratch needs": r["scratch"][0], "warm start needs": r["warm start"][0],
-                       "ratio": r["ratio"][0], "ratio band": " to ".join(map(ratio_bound, r["ratio"][1:]))}
-                      for r in fit.equal_tau(levels)]).set_index("τ")
-sweep = pd.DataFrame([(label, n, t) for label, pts in points.items() for n, t in pts], columns=["start", "sequences", "τ"])
-display(sweep.pivot_table(index="sequences", columns="start", values="τ", aggfunc=["mean", "std"]).round(3))
-display(equal.round(2))
+display(scaling.points_table().round(3))
+display(scaling.equal_table())
 
 # %% [markdown]
 # ## 5 · Export the recommended drafter for SGLang and vLLM
@@ -233,51 +228,30 @@ print(f"{decision.text}\nexported: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_d
 
 # %%
 handed = hand_over(settings, Path(RUNS_DIR) / "warm", Path(RUNS_DIR) / "recipes", data=RECIPE_DATA, gpus=RECIPE_GPUS)
-recipes, recipe_dirs = {e: r for e, (r, _) in handed.items()}, {e: d for e, (_, d) in handed.items()}
-display(pd.DataFrame({engine: r.provenance for engine, r in recipes.items()}))
-print("\n".join(f"{engine}: {d / 'run.sh'} ({len(recipes[engine].steps)} steps)" for engine, d in recipe_dirs.items()))
+display(handed.table())
+print("\n".join(f"{engine}: {script} ({len(handed.recipes[engine].steps)} steps)" for engine, script in handed.scripts.items()))
 
 # %% [markdown]
 # ## Findings
 
 # %%
-b = fit.exponent
-top = fit.equal_tau([levels[-1]])[0]  # the highest τ scratch reached: the warm start's need is the least extrapolated
-proj = {n: float(perf.effective_tps(m.accept_len, CYCLE_MS / 1e3)) for n, m in measured.items()}
-device = next(inputs.model.parameters()).device.type
-said = finetuned.findings(TAG)
-bullets = [
-    f"- {said['compared']}",
-    f"- {said['equal_budget']}",
-    f"- {measured.findings(TAG, device, on='the new target')['measured']}",
-    f"- **Measured in vLLM {TAG}:** {engine.findings()}",
-    f"- **Data scaling {TAG}** ({len(BUDGETS)} budgets {BUDGETS[0]}-{BUDGETS[-1]} sequences x {len(SEEDS)} seed(s), at least "
-    f"{SWEEP_STEPS} steps or {SWEEP_EPOCHS:g} epochs per run): the per-position miss rate falls as N^-b with "
-    f"b = {b[0]:.3f} ({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} warm-started; "
-    f"fit error {fit.residual_rms['from scratch']:.3f} / {fit.residual_rms['warm start']:.3f} τ. "
-    + fit.needs_text(top["tau"], "the highest τ scratch reached") + f"; {fit.ratio_text(top['tau'])}."
-    + (" " + fit.needs_text(lines[f"τ for {GOAL_TPS:g} tok/s"], f"your goal's, {GOAL_TPS:g} tok/s") + "."
-       if EVIDENCE == pv.YOURS else ""),
-    f"- **Fine-tune or plug in? {TAG}** {fit.plugin_text()}",
-    (f"- **Projected in your scenario** ({CYCLE_MS:g} ms cycle, {BASELINE_TPS:g} tok/s baseline) [derived]: "
-     + ", ".join(f"{n} {v:.1f} tok/s" for n, v in proj.items()) + "." if EVIDENCE == pv.YOURS else
-     "- **Your scenario:** not projected: these τ were measured on the demo world and illustrate the method; the game "
-     "plan's decision table takes τ from your numbers only."),
-    f"- **Exported {TAG}** the recommended option's drafter, `{best}`"
-    + (" (the old drafter as it is)" if best == Option.PLUG_IN else "") + f", for SGLang (`{sglang_dir}`) and "
-    f"vLLM (`{vllm_dir}`).",
-    f"- **Hand-over** (the chosen path here is **{decision.action}** {TAG}): warm-start recipes that keep the old drafter's "
-    f"{recipes['specforge'].vocab_map['draft_slots']}-slot vocabulary map, "
-    + ", ".join(f"{engine} `{d / 'run.sh'}`" for engine, d in recipe_dirs.items())
-    + (" (for reference: nothing to train on this evidence)." if decision.action == Option.PLUG_IN else "."),
-]
+goal = (lines[f"τ for {GOAL_TPS:g} tok/s"], f"your goal's, {GOAL_TPS:g} tok/s") if EVIDENCE == pv.YOURS else None
+said = {**finetuned.findings(TAG), **scaling.findings(TAG, goal), **handed.findings(TAG, decision.action),
+        **measured.findings(TAG, next(inputs.model.parameters()).device.type, on="the new target"),
+        **measured.projection_findings(CYCLE_MS, BASELINE_TPS, EVIDENCE == pv.YOURS),
+        "engine": f"**Measured in vLLM {TAG}:** {engine.findings()}",
+        "exported": f"**Exported {TAG}** the recommended option's drafter, `{best}`"
+                    f"{' (the old drafter as it is)' if best == Option.PLUG_IN else ''}, for SGLang (`{sglang_dir}`) and "
+                    f"vLLM (`{vllm_dir}`)."}
+bullets = [f"- {said[name]}" for name in ("compared", "equal_budget", "measured", "engine", "scaling", "plugin",
+                                          "projected", "exported", "hand_over")]
 display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decision.text}")))
 NOT_DONE = [] if demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
                             data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)
-save_findings("04", {"inputs": inputs_used, "measured": measured.to_json(), "engine": engine.rows, "scaling": fit.to_json(), "equal_tau": fit.equal_tau(levels),
+save_findings("04", {"inputs": inputs_used, "measured": measured.to_json(), "engine": engine.rows, "scaling": scaling.to_json(), "equal_tau": fit.equal_tau(scaling.levels),
                      "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
                      "evidence": EVIDENCE, "smoke": SMOKE,
-                     "recipes": {engine: str(d / "run.sh") for engine, d in recipe_dirs.items()}},
+                     "recipes": {engine: str(script) for engine, script in handed.scripts.items()}},
               bullets, FIGURES_DIR)
 print("game plan:", write_game_plan(FIGURES_DIR))

@@ -176,3 +176,21 @@ def test_probe_recipe_for_vllm_is_accepted_by_speculators_and_refused_for_mla_ta
                                                str(mla)))
     assert build_probe_recipe(ProbeRecipeSettings("specforge", str(tiny_world.drafter_a), str(tiny_world.target_a),
                                                   str(mla))).steps
+
+
+def test_the_hand_over_says_where_each_engines_recipe_is(tiny_world, tmp_path):
+    """#57: the hand-over is one result with its table and its sentence (notebook 04's last finding)."""
+    from eaglelab.decisions import Option
+    from eaglelab.engines.recipes import TRAINING_ENGINES
+    from eaglelab.jobs.finetune import FinetuneSettings, HandOver
+
+    settings = FinetuneSettings(str(tiny_world.target_b), old_drafter=str(tiny_world.drafter_a))
+    recipes = {e: build_recipe(RecipeSettings(e, str(tiny_world.drafter_a), str(tiny_world.target_b), gpus=2))
+               for e in TRAINING_ENGINES}
+    handed = HandOver(recipes, {e: r.write(tmp_path / e) for e, r in recipes.items()})
+    said = handed.findings("[demo]", Option.WARM_START)["hand_over"]
+    slots = recipes["specforge"].vocab_map["draft_slots"]
+    assert f"keep the old drafter's {slots}-slot vocabulary map" in said and said.endswith(".")
+    assert all(f"{e} `{tmp_path / e / 'run.sh'}`" in said and (tmp_path / e / "run.sh").is_file() for e in TRAINING_ENGINES)
+    assert "nothing to train" in handed.findings("[demo]", Option.PLUG_IN)["hand_over"]
+    assert list(handed.table().columns) == list(TRAINING_ENGINES) and settings.k >= 1

@@ -261,3 +261,35 @@ def test_the_dump_parity_says_whether_the_dumps_reproduce_the_live_numbers():
     assert list(off.table().index) == ["live", "from dumps"]
     dumped = DumpParity(replace_(live.settings, old_states="dA", new_states="dB"), live.result, None)
     assert dumped.holds is None and "probed from dA (A) and dB (B)" in dumped.findings()["dumps"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(b_scratch=st.floats(0.15, 0.6), lift=st.floats(0.1, 0.6))
+def test_the_scaling_sweeps_findings_follow_its_fit(b_scratch, lift):
+    from eaglelab.planning.scaling import DataLaw, ScalingSweep, fit_scaling
+
+    budgets = (4, 8, 16, 32, 64)
+    scratch_law, warm_law = DataLaw(0.9, b_scratch, 3), DataLaw(0.9 * (1 - lift), b_scratch / 2, 3)
+    scratch = [(n, float(scratch_law.tau(n))) for n in budgets]
+    warm = [(0, 1.5)] + [(n, float(warm_law.tau(n))) for n in budgets]
+    fit = fit_scaling(scratch, warm, k=3, n_boot=40)
+    sweep = ScalingSweep({"from scratch": scratch, "warm start": warm}, fit, (0, *budgets), (0,), 10, 2.0)
+    said = sweep.findings("[demo]", goal=(2.2, "your goal's"))
+    top = sweep.levels[-1]
+    assert f"b = {fit.exponent[0]:.3f}" in said["scaling"] and fit.needs_text(top, "the highest τ scratch reached") in said["scaling"]
+    assert fit.ratio_text(top) in said["scaling"] and fit.needs_text(2.2, "your goal's") in said["scaling"]
+    assert "your goal's" not in sweep.findings("[demo]")["scaling"]
+    assert said["plugin"] == f"**Fine-tune or plug in? [demo]** {fit.plugin_text()}"
+    assert list(sweep.equal_table().index) == pytest.approx(sweep.levels)
+
+
+def test_projected_throughput_is_tau_over_the_cycle():
+    from eaglelab.serving.speculation import Speculation, Speculations
+
+    def spec(tau):
+        return Speculation(3, 2, 2, 20, tau, [[20, 10]], 100.0, 80.0, True, 0.002, 0.012, 0.001, [0.8], True)
+
+    runs = Speculations({"plug in": spec(1.5), "warm start": spec(2.4)})
+    said = runs.projection_findings(30, 82, yours=True)["projected"]
+    assert said.endswith("plug in 50.0 tok/s, warm start 80.0 tok/s.") and "(30 ms cycle, 82 tok/s baseline)" in said
+    assert "not projected" in runs.projection_findings(30, 82, yours=False)["projected"]

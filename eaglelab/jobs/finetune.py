@@ -320,15 +320,16 @@ def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, budgets: li
     """Held-out τ of both starts at each data budget and seed, and the saturating law fitted to each.
 
     Returns:
-        ``(points, fit)``: :func:`eaglelab.train.finetune.budget_sweep`'s points and
-        :func:`eaglelab.planning.scaling.fit_scaling`'s fit (the data each start needs for a τ, their ratio).
+        a :class:`~eaglelab.planning.scaling.ScalingSweep`: :func:`eaglelab.train.finetune.budget_sweep`'s points
+        and :func:`eaglelab.planning.scaling.fit_scaling`'s fit (the data each start needs for a τ, their ratio).
     """
-    from eaglelab.planning.scaling import fit_scaling
+    from eaglelab.planning.scaling import ScalingSweep, fit_scaling
     from eaglelab.train.finetune import budget_sweep
 
     points = budget_sweep(inputs.model, inputs.old, inputs.data, budgets, seeds,
                           sweep_config(settings, sweep_steps), sweep_epochs, inputs.old.spec.draft_vocab_size)
-    return points, fit_scaling(points[Option.FROM_SCRATCH], points[Option.WARM_START], k=settings.k)
+    fit = fit_scaling(points[Option.FROM_SCRATCH], points[Option.WARM_START], k=settings.k)
+    return ScalingSweep(points, fit, tuple(budgets), tuple(seeds), sweep_steps, sweep_epochs)
 
 
 def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, drafter, out_dir: str | Path,
@@ -346,16 +347,41 @@ def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, draft
     return sglang, vllm
 
 
-def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | Path, data: str = "prompts.jsonl",
-              gpus: int = 8, force: bool = True) -> dict[str, tuple[Any, Path]]:
-    """The warm start at scale: a recipe per training engine, epochs and TTT length from the workbook's warm run.
+@dataclass(frozen=True)
+class HandOver:
+    """The warm start at scale: a recipe per training engine and the folder it was written to."""
 
-    Returns:
-        ``{engine: (Recipe, folder)}`` with each recipe written to ``out_dir/<engine>``.
-    """
-    out = {}
+    recipes: dict[str, Any]
+    folders: dict[str, Path]
+
+    @property
+    def scripts(self) -> dict[str, Path]:
+        """Each engine's runnable script."""
+        return {engine: folder / "run.sh" for engine, folder in self.folders.items()}
+
+    def table(self):
+        """Each recipe's provenance (what it was built from), one column per engine."""
+        import pandas as pd
+
+        return pd.DataFrame({engine: r.provenance for engine, r in self.recipes.items()})
+
+    def findings(self, tag: str, action: str) -> dict[str, str]:
+        """``hand_over``: the recipes that keep the old drafter's vocabulary map, and where; ``action``: the option
+        chosen (for reference only when it is to plug in)."""
+        slots = next(iter(self.recipes.values())).vocab_map["draft_slots"]
+        where = ", ".join(f"{engine} `{script}`" for engine, script in self.scripts.items())
+        why = " (for reference: nothing to train on this evidence)." if action == Option.PLUG_IN else "."
+        return {"hand_over": f"**Hand-over** (the chosen path here is **{action}** {tag}): warm-start recipes that keep "
+                             f"the old drafter's {slots}-slot vocabulary map, {where}{why}"}
+
+
+def hand_over(settings: FinetuneSettings, warm_run: str | Path, out_dir: str | Path, data: str = "prompts.jsonl",
+              gpus: int = 8, force: bool = True) -> HandOver:
+    """The warm start at scale: a recipe per training engine, epochs and TTT length from the workbook's warm run, each
+    written to ``out_dir/<engine>``."""
+    recipes, folders = {}, {}
     for engine in TRAINING_ENGINES:
-        recipe = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.new_target), data=data,
-                                             gpus=gpus, k=settings.k), from_run=warm_run)
-        out[engine] = (recipe, recipe.write(Path(out_dir) / engine, overwrite=force))
-    return out
+        recipes[engine] = build_recipe(RecipeSettings(engine, str(settings.old_drafter), str(settings.new_target),
+                                                      data=data, gpus=gpus, k=settings.k), from_run=warm_run)
+        folders[engine] = recipes[engine].write(Path(out_dir) / engine, overwrite=force)
+    return HandOver(recipes, folders)

@@ -28,6 +28,7 @@ import numpy as np
 
 from eaglelab.errors import ParameterError
 from eaglelab.serving.perf import accept_len_constant_rate, rate_for_accept_len
+from eaglelab.views import Column, View
 
 #: Keeps τ off the ends of [1, k + 1], where the miss rate's logarithm is infinite.
 _EDGE = 1e-3
@@ -288,6 +289,68 @@ class ScalingFit:
                 "plugin": self.plugin, "beats_plugin": self.beats_plugin(),
                 "points": {k: [list(p) for p in v] for k, v in self.points.items()},
                 "residual_rms": self.residual_rms}
+
+
+@dataclass(frozen=True)
+class ScalingSweep:
+    """A data-budget sweep and the laws fitted to it (notebook 04's section 4).
+
+    Attributes:
+        points: the held-out τ measured, ``{"from scratch": [(N, τ), ...], "warm start": [...]}``.
+        fit: the two laws with their bands (:func:`fit_scaling`).
+        budgets, seeds: the sweep's budgets (new-target sequences) and seeds; min_steps, epochs: each run's length.
+    """
+
+    points: dict[str, list[tuple[float, float]]]
+    fit: ScalingFit
+    budgets: tuple[int, ...]
+    seeds: tuple[int, ...]
+    min_steps: int
+    epochs: float
+
+    @property
+    def levels(self) -> list[float]:
+        """The τ scratch's law reached at the budgets > 0 (rounded): the τ at which both starts' needs are read."""
+        return sorted({round(float(self.fit.scratch.central.tau(n)), 2) for n in self.budgets[1:]})
+
+    def equal_view(self) -> View:
+        """At each τ scratch reached: the samples each start needs and their ratio, with the ratio's band."""
+        columns = [Column("τ", "{:.2f}"), Column("scratch needs", sample_count), Column("warm start needs", sample_count),
+                   Column("ratio", ratio_bound), Column("ratio band")]
+        return View.of(columns, [[r["tau"], r["scratch"][0], r["warm start"][0], r["ratio"][0],
+                                  " to ".join(map(ratio_bound, r["ratio"][1:]))] for r in self.fit.equal_tau(self.levels)],
+                       index="τ")
+
+    def equal_table(self):
+        return self.equal_view().frame()
+
+    def points_table(self):
+        """Held-out τ per budget and start: the mean and spread over the seeds."""
+        import pandas as pd
+
+        frame = pd.DataFrame([(label, n, t) for label, pts in self.points.items() for n, t in pts],
+                             columns=["start", "sequences", "τ"])
+        return frame.pivot_table(index="sequences", columns="start", values="τ", aggfunc=["mean", "std"])
+
+    def findings(self, tag: str = "", goal: tuple[float, str] | None = None) -> dict[str, str]:
+        """``scaling`` (the sweep, each start's exponent, the fit's error, the samples each start needs at the highest τ
+        scratch reached and, with ``goal`` (τ, what it is), at the goal's) and ``plugin`` (fine-tune or plug in)."""
+        t = f" {tag}" if tag else ""
+        fit, b = self.fit, self.fit.exponent
+        top = self.levels[-1]
+        need = f" {fit.needs_text(goal[0], goal[1])}." if goal else ""
+        return {"scaling": f"**Data scaling{t}** ({len(self.budgets)} budgets {self.budgets[0]}-{self.budgets[-1]} "
+                           f"sequences x {len(self.seeds)} seed(s), at least {self.min_steps} steps or {self.epochs:g} "
+                           f"epochs per run): the per-position miss rate falls as N^-b with b = {b[0]:.3f} "
+                           f"({b[1]:.3f}-{b[2]:.3f}, {fit.scratch.kind}) from scratch and {fit.warm.central.b:.3f} "
+                           f"warm-started; fit error {fit.residual_rms['from scratch']:.3f} / "
+                           f"{fit.residual_rms['warm start']:.3f} τ. {fit.needs_text(top, 'the highest τ scratch reached')}; "
+                           f"{fit.ratio_text(top)}.{need}",
+                "plugin": f"**Fine-tune or plug in?{t}** {fit.plugin_text()}"}
+
+    def to_json(self) -> dict:
+        return {**self.fit.to_json(), "budgets": list(self.budgets), "seeds": list(self.seeds),
+                "min_steps": self.min_steps, "epochs": self.epochs}
 
 
 def fit_scaling(scratch: Sequence[tuple[float, float]], warm: Sequence[tuple[float, float]], k: int,

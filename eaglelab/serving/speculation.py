@@ -169,6 +169,16 @@ class Speculations(Mapping[str, Speculation]):
                             f"equal greedy: {all(m.matches_greedy for m in self.values())}{same})"
                             f"{self.timing_warning()}."}
 
+    def projection_findings(self, cycle_ms: float, baseline_tps: float, yours: bool) -> dict[str, str]:
+        """``projected``: each run's τ as tok/s at the user's cycle (τ / T_cycle); not projected (said so) where the τ
+        were measured on the demo world (``yours`` False)."""
+        if not yours:
+            return {"projected": "**Your scenario:** not projected: these τ were measured on the demo world and "
+                                 "illustrate the method; the game plan's decision table takes τ from your numbers only."}
+        tps = ", ".join(f"{name} {m.accept_len / (cycle_ms / 1e3):.1f} tok/s" for name, m in self.items())
+        return {"projected": f"**Projected in your scenario** ({cycle_ms:g} ms cycle, {baseline_tps:g} tok/s baseline) "
+                             f"[derived]: {tps}."}
+
     @property
     def k(self) -> int | None:
         return next(iter(self.values())).k if self else None
