@@ -41,14 +41,12 @@ FIXTURES_DIR = "../data/fixtures/specforge-configs"  # real SpecForge drafter co
 KIMI_FIXTURES_DIR = "../data/fixtures/kimi"  # the Kimi family's public configs (sources in its README)
 
 # %%
-import json
-import time
 from pathlib import Path
 
 import pandas as pd
 from IPython.display import Markdown, display
 
-from eaglelab.checkpoints.drafters.inspection import compare_checkpoints, inspect_checkpoint
+from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
 from eaglelab.planning import provenance as pv
@@ -114,17 +112,14 @@ for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or sh
 
 # %%
 compared = compare_drafters(CompareSettings(OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET))
-report = compared.to_json()
-print(compared.headline(TAG))
-display(pd.DataFrame(report["config_diff"]) if report["config_diff"] else Markdown("*configs identical*"))
-for first, second in choices.same():
-    print(f"note: {first} and {second} are the same checkpoint: this compares it with itself")
-print("\n".join(compared.verdict_lines()))  # the vocabulary maps' verdict too: equal shapes cannot show a new map
+display(compared.table() if compared.comparison.config_diff else Markdown("*configs identical*"))
+display(Markdown("\n".join([compared.markdown(TAG), *(f"- note: {a} and {b} are the same checkpoint: this compares it "
+                                                      "with itself" for a, b in choices.same())])))
 
 # %%
 fig = plots.plot_params_by_module(insp_a.parameters_by_module(), insp_b.parameters_by_module(), ("A", "B"))
 plots.savefig(fig, "02_params_by_module", FIGURES_DIR, {"a": OLD_DRAFTER, "b": NEW_DRAFTER})
-fig = plots.plot_mismatch_map(report["tensor_diff"])
+fig = plots.plot_mismatch_map(compared.to_json()["tensor_diff"])
 plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": OLD_DRAFTER, "b": NEW_DRAFTER})
 
 # %% [markdown]
@@ -138,15 +133,8 @@ plots.savefig(fig, "02_mismatch_map", FIGURES_DIR, {"a": OLD_DRAFTER, "b": NEW_D
 
 # %%
 targets = compare_targets(TargetCompareSettings(OLD_TARGET, NEW_TARGET, OLD_DRAFTER))
-print(targets.headline())
-display(pd.DataFrame([vars(d) for d in targets.config_diff]) if targets.config_diff
-        else Markdown("*the language models' configs are identical*"))
-for side, t in (("old", targets.a), ("new", targets.b)):
-    print(f"{side}: {t.source}: {t.quantization.line}; tokenizer {t.tokenizer.kind}, {t.tokenizer.size:,} ids; "
-          f"chat template {t.tokenizer.template_file or 'none'}")
-print(f"tokenizers: {targets.tokenizers.line}\nchat templates: {targets.templates.line}")
-for line in targets.templates.diff:
-    print("   ", line)
+display(targets.table() if targets.config_diff else Markdown("*the language models' configs are identical*"))
+display(Markdown(targets.markdown()))
 
 # %% [markdown]
 # ## 5 · The Kimi family at full size: K2's drafter, K2.5's Llama and MLA drafters, K2.6's, the two targets
@@ -159,39 +147,13 @@ for line in targets.templates.diff:
 # each a header-only sample with its tokenizer files.
 
 # %%
-from eaglelab.worlds.kimi_shapes import KIMI_SAMPLE, build_kimi_sample
+from eaglelab.jobs.kimi_family import kimi_family
 
-start = time.perf_counter()
-kimi = build_kimi_sample(Path(SCRATCH_DIR) / "kimi", KIMI_FIXTURES_DIR, force=True)
-drafters = {name: inspect_checkpoint(str(getattr(kimi, name))) for name in
-            ("k2_drafter", "k25_llama_drafter", "k25_mla_drafter", "k26_mla_drafter")}
-display(pd.DataFrame([{"drafter": name, "what": KIMI_SAMPLE[name], "attention": i.spec.attention,
-                       "draft vocabulary": i.spec.draft_vocab_size, "params (B)": round(i.checkpoint.total_parameters / 1e9, 2),
-                       "problems": len(i.problems), "status": i.status_line, "cautions": len(i.cautions)}
-                      for name, i in drafters.items()]).set_index("drafter"))
-kimi_pairs = {"K2 -> K2.5 Llama": ("k2_drafter", "k25_llama_drafter"), "K2 -> K2.5 MLA": ("k2_drafter", "k25_mla_drafter"),
-              "K2.5 MLA -> K2.6 MLA": ("k25_mla_drafter", "k26_mla_drafter")}
-kimi_cmp = {label: compare_checkpoints(str(getattr(kimi, a)), str(getattr(kimi, b)), str(kimi.k25_target))
-            for label, (a, b) in kimi_pairs.items()}
-kimi_s = time.perf_counter() - start
-display(pd.DataFrame([{"pair": label, "verdict": c.verdict.level, "first reason": c.verdict.reasons[0],
-                       "config keys differing": len(c.config_diff),
-                       "unclassified": sum(d.category == "unknown" for d in c.config_diff),
-                       "tensors differing": sum(t.status != "same" for t in c.tensor_diff)}
-                      for label, c in kimi_cmp.items()]).set_index("pair"))
-for r in kimi_cmp["K2.5 MLA -> K2.6 MLA"].target_verdicts["b"].reasons:
-    print("  K2.6 on K2.5:", r)
-
-# %%
-kimi_targets = compare_targets(TargetCompareSettings(str(kimi.k2_target), str(kimi.k25_target), str(kimi.k2_drafter)))
-template_only = compare_targets(TargetCompareSettings(str(kimi.k25_tokenizer_k2_template), str(kimi.k25_tokenizer)))
-print(kimi_targets.headline())
-display(pd.DataFrame([vars(d) for d in kimi_targets.config_diff]).drop(columns="why"))
-print(f"prefixes: K2 '{kimi_targets.a.prefix}', K2.5 '{kimi_targets.b.prefix}'; tokenizers: {kimi_targets.tokenizers.line}")
-print(f"\ntwo tokenizer folders that differ only in the template: {template_only.headline()}")
-for line in template_only.templates.diff:
-    print("   ", line)
-print(f"\nKimi family read in {kimi_s * 1e3:.0f} ms without loading a tensor")
+kimi = kimi_family(Path(SCRATCH_DIR) / "kimi", KIMI_FIXTURES_DIR)
+display(kimi.drafters_table())
+display(kimi.pairs_table())
+display(kimi.targets.table())
+display(Markdown(kimi.markdown()))
 
 # %% [markdown]
 # ## 6 · Real SpecForge configs
@@ -202,47 +164,23 @@ print(f"\nKimi family read in {kimi_s * 1e3:.0f} ms without loading a tensor")
 # the EAGLE-3 vs EAGLE-3.1 configs of Qwen3-30B-A3B show a real architecture difference (`fc_norm`).
 
 # %%
-from eaglelab.checkpoints.drafters.inspection import config_table
-from eaglelab.checkpoints.drafters.config_rules import diff_configs
+from eaglelab.jobs.config_survey import survey_configs
 
-rows = config_table(sorted(Path(FIXTURES_DIR).glob("*.json")))
-table = pd.DataFrame(rows).set_index("config")
-display(table)
-pair = [Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.json", Path(FIXTURES_DIR) / "qwen3-30B-A3B-eagle3.1.json"]
-fc_norm_diff = diff_configs(*(json.loads(p.read_text()) for p in pair))
-display(pd.DataFrame([vars(d) for d in fc_norm_diff]))
+survey = survey_configs(FIXTURES_DIR)
+display(survey.table())
+display(survey.pair_table())
 
 # %% [markdown]
 # ## Findings
 
 # %%
-findings = f"""
-- **{compared.headline(TAG)}.**
-- {compared.findings(TAG)}
-- **The two targets {TAG}** (`{OLD_TARGET}` -> `{NEW_TARGET}`): **{targets.verdict.level}**: {targets.verdict.line}.
-  {len(targets.config_diff)} language-model fields differ; tokenizers: {targets.tokenizers.line}; chat templates:
-  {targets.templates.line}.
-- **The Kimi family [sample]** (public configs, sparse weights): {'; '.join(f"{label}: **{c.verdict.level}** ({c.verdict.reasons[0]})" for label, c in kimi_cmp.items())}.
-  Every config key of the three pairs is classified ({sum(d.category == 'unknown' for c in kimi_cmp.values() for d in c.config_diff)} unknown);
-  the full-vocabulary and MLA drafters are computed with {sum(len(i.problems) for i in drafters.values())} problems; the K2.6 drafter ships no
-  `lm_head` with `draft_vocab_size` written ({'SGLang would serve a random head' if drafters['k26_mla_drafter'].sglang_random_head else 'no caution'}).
-  K2 -> K2.5 targets: **{kimi_targets.verdict.level}**, {', '.join(f"`{d.key}` {d.a} -> {d.b}" for d in kimi_targets.config_diff if d.category in ('rope and context', 'quantization') and d.key != 'quantization.kept')};
-  K2.5 keeps its language model under `{kimi_targets.b.prefix}`; two K2.5 tokenizer folders that differ in the template only:
-  **{template_only.verdict.level}**.
-- **SpecForge configs [sample]:** {int(table['consistent'].sum())} of {len(table)} real configs parse into consistent tensor
-  tables{'' if table['consistent'].all() else ' (inconsistent: ' + ', '.join(table.index[~table['consistent']]) + ')'};
-  eaglelab computes {int(table['computed'].sum())} of them exactly as SpecForge does{'' if table['computed'].all() else
-  ' (refused: ' + '; '.join(f"{', '.join(f'`{n}`' for n in names)}: {why}"
-                            for why, names in table[~table['computed']].groupby('refused').groups.items()) + ')'};
-  EAGLE-3 vs EAGLE-3.1 of Qwen3-30B-A3B differ in {', '.join(f"`{d.key}` ({d.category})" for d in fc_norm_diff)}.
-"""
+said = {**compared.findings(TAG), **targets.findings(TAG), **kimi.findings(), **survey.findings()}
+findings = "".join(f"- {said[name]}\n" for name in ("headline", "pair", "targets", "kimi", "configs"))
 findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
 display(Markdown(findings_markdown(findings)))
-save_findings("02", {"headline": report["headline"], "verdict": report["verdict"], "vocab_maps": report["vocab_maps"],
+save_findings("02", {**{key: value for key, value in compared.to_json().items() if key in ("headline", "verdict", "vocab_maps")},
                      "inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
                                               "NEW_DRAFTER": NEW_DRAFTER}, world.root, not_done=NOT_DONE),
                      "targets": {"verdict": targets.to_json()["verdict"], "tokenizers": targets.tokenizers.line,
-                                 "templates": targets.templates.line},
-                     "kimi": {label: c.to_json()["verdict"] for label, c in kimi_cmp.items()},
-                     "kimi_targets": kimi_targets.to_json()["verdict"]},
+                                 "templates": targets.templates.line}, "kimi": kimi.to_json(), "configs": survey.rows},
               bullets_from_markdown(findings), FIGURES_DIR)

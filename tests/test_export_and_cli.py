@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -69,7 +70,13 @@ def test_the_comparison_renders_itself_the_same_for_the_command_line_the_panel_a
     assert "vocabulary maps: moved" in "\n".join(report.verdict_lines())  # notebook 02 prints the levels as words
     panel = report.markdown("[demo]")
     assert panel.startswith(f"**{report.headline('[demo]')}**") and "- vocabulary maps: **moved**" in panel
-    sentence = report.findings("[demo]")
+    said = report.findings("[demo]")
+    sentence = said["pair"]
+    assert said["headline"] == f"**{report.headline('[demo]')}.**"
+    if data["config_diff"]:  # the CLI's table is the notebook's
+        assert re.split(r"\s{2,}", printed.splitlines()[2].strip()) == list(report.table().columns)
+    else:
+        assert printed.splitlines()[2] == "configs: identical" and report.table().empty
     moved = sum(t["status"] != "same" for t in data["tensor_diff"])
     assert f"{len(data['config_diff'])} config keys differ" in sentence
     assert f"{moved} of {len(data['tensor_diff'])} tensors differ" in sentence
@@ -86,7 +93,9 @@ def test_the_printed_tables_are_lines_not_escaped_line_breaks(tiny_world, tmp_pa
     assert report.comparison.config_diff and any(t.status != "same" for t in report.comparison.tensor_diff)
     assert printed == "\n".join(report.lines()) + "\n" and "\\x0a" not in printed
     lines = printed.splitlines()
-    assert any(line.split()[:2] == ["config", "key"] for line in lines)
+    header = next(line for line in lines if line.split()[:2] == ["config", "key"])
+    assert re.split(r"\s{2,}", header.strip()) == list(report.table().columns)  # the notebook's table, the same columns
+    assert "draft_vocab_size" in set(report.table()["config key"])
     assert any(line.split()[:3] == ["tensor", "A", "shape"] for line in lines)
     assert any("draft_vocab_size" in line and "64" in line for line in lines)
     inspected = eaglelab("inspect", str(other))

@@ -138,3 +138,19 @@ def test_compare_targets_on_two_tokenizer_folders_that_differ_only_in_the_templa
     assert js["verdict"]["level"] == "re-template" and js["headline"].startswith("ANOTHER CHAT TEMPLATE")
     assert main(["compare-targets", str(kimi.k25_tokenizer), str(kimi.k25_tokenizer)]) == 0
     assert capsys.readouterr().out.startswith("SAME TOKENIZER AND TEMPLATE")
+
+
+def test_the_kimi_family_is_one_job_with_its_tables_and_sentence(tmp_path):
+    """#57: notebook 02's Kimi section as one result: the drafters, the pairs, the targets, the findings sentence."""
+    from eaglelab.jobs.kimi_family import KIMI_DRAFTERS, KIMI_PAIRS, kimi_family
+
+    family = kimi_family(tmp_path / "kimi", FIXTURES)
+    assert list(family.drafters_table().index) == list(KIMI_DRAFTERS)
+    assert list(family.pairs_table().index) == list(KIMI_PAIRS)
+    said = family.findings()["kimi"]
+    for label, c in family.pairs.items():
+        assert f"{label}: **{c.verdict.level}** ({c.verdict.reasons[0]})" in said
+    assert "SGLang would serve a random head" in said  # the K2.6 drafter ships no lm_head (test above: typed)
+    assert f"K2 -> K2.5 targets: **{family.targets.verdict.level}**" in said and "`language_model.`" in said
+    assert f"template only: **{family.template_only.verdict.level}**" in said
+    assert "K2.6 on K2.5:" in family.markdown() and set(family.to_json()["pairs"]) == set(KIMI_PAIRS)

@@ -5,6 +5,7 @@ sentence changes with it."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -294,3 +295,22 @@ def test_projected_throughput_is_tau_over_the_cycle():
     said = runs.projection_findings(30, 82, yours=True)["projected"]
     assert said.endswith("plug in 50.0 tok/s, warm start 80.0 tok/s.") and "(30 ms cycle, 82 tok/s baseline)" in said
     assert "not projected" in runs.projection_findings(30, 82, yours=False)["projected"]
+
+
+def test_the_config_survey_counts_what_its_rows_say(tmp_path):
+    import shutil
+
+    from eaglelab.jobs.config_survey import EAGLE31_PAIR, survey_configs
+
+    fixtures = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "specforge-configs"
+    survey = survey_configs(fixtures)
+    said = survey.findings()["configs"]
+    n, consistent = len(survey.rows), sum(r["consistent"] for r in survey.rows)
+    assert f"{consistent} of {n} real configs parse into consistent tensor tables" in said
+    assert "`fc_norm`" in said and len(survey.table()) == n and not survey.pair_table().empty
+    refused = [r["config"] for r in survey.rows if not r["computed"]]
+    assert f"eaglelab computes {n - len(refused)} of them" in said and all(f"`{name}`" in said for name in refused)
+    # the pair alone, copied: both parse, and the sentence counts two
+    for name in EAGLE31_PAIR:
+        shutil.copy(fixtures / name, tmp_path / name)
+    assert "2 of 2 real configs" in survey_configs(tmp_path).findings()["configs"]

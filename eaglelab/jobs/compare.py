@@ -15,6 +15,7 @@ from eaglelab.checkpoints.drafters.inspection import Comparison, Inspection, com
 from eaglelab.inputs import quoted
 from eaglelab.outputs import table
 from eaglelab.settings import option
+from eaglelab.views import Column, View
 
 _LEVELS = ("interchangeable", "warm-start", "incompatible")
 
@@ -96,8 +97,7 @@ class ComparisonReport:
         c = self.comparison
         out = [self.headline(), ""]
         if c.config_diff:
-            out += table([[quoted(d.key, 60), quoted(d.a, 60), quoted(d.b, 60), d.category, d.why[:60]]
-                          for d in c.config_diff], ["config key", "A", "B", "category", "why"]).splitlines()
+            out += self.config_view().text().splitlines()
         else:
             out.append("configs: identical")
         changed = [t for t in c.tensor_diff if t.status != "same"]
@@ -106,6 +106,15 @@ class ComparisonReport:
             out += table([[quoted(t.name), t.a_shape, t.b_shape, t.a_dtype, t.b_dtype, t.status] for t in changed],
                          ["tensor", "A shape", "B shape", "A dtype", "B dtype", "status"]).splitlines()
         return out + [""] + self.verdict_lines(loud=True)
+
+    def config_view(self) -> View:
+        """The config keys that differ, classified: what ``eaglelab compare`` prints and notebook 02 shows."""
+        columns = [Column("config key", lambda v: quoted(v, 60)), Column("A", lambda v: quoted(v, 60)),
+                   Column("B", lambda v: quoted(v, 60)), Column("category"), Column("why", lambda v: v[:60])]
+        return View.of(columns, [[d.key, d.a, d.b, d.category, d.why] for d in self.comparison.config_diff])
+
+    def table(self):
+        return self.config_view().frame()
 
     def markdown(self, tag: str = "") -> str:
         """The panel's answer: the headline in bold, then one line per verdict."""
@@ -117,19 +126,21 @@ class ComparisonReport:
                  *(f"- {label.upper()} on the new target: **{v.level}**" for label, v in c.target_verdicts.items())]
         return "\n".join(lines)
 
-    def findings(self, tag: str = "") -> str:
-        """The findings' sentence on the pair: the verdicts, how many config keys and tensors differ."""
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """Named sentences: ``headline`` (the worst finding, bold) and ``pair`` (the verdicts, how many config keys and
+        tensors differ, the vocabulary maps)."""
         c, s = self.comparison, self.settings
         arch = sum(d.category == "architecture" for d in c.config_diff)
         moved = sum(t.status != "same" for t in c.tensor_diff)
         on = "".join(f" {label.upper()} is **{v.level}**" + ("," if label == "a" else ".")
                      for label, v in c.target_verdicts.items())
         maps = f"**{c.vocab_maps.level}** ({c.vocab_maps.message})" if c.vocab_maps else "**not readable**"
-        return (f"**The pair {tag}** (`{s.old_drafter}` vs `{s.new_drafter}`"
+        pair = (f"**The pair {tag}** (`{s.old_drafter}` vs `{s.new_drafter}`"
                 + (f", on `{s.new_target}`" if s.new_target else "") + f"): A vs B **{c.verdict.level}** in configs and shapes; "
                 f"{len(c.config_diff)} config keys differ ({arch} of them architecture); {moved} of {len(c.tensor_diff)} "
                 f"tensors differ in shape, dtype or presence."
                 + (f" On the new target:{on}" if on else "") + f" Vocabulary maps: {maps}.")
+        return {"headline": f"**{self.headline(tag)}.**", "pair": pair}
 
 
 def compare_drafters(settings: CompareSettings) -> ComparisonReport:

@@ -30,6 +30,7 @@ from eaglelab.errors import CheckpointMismatchError, ConfigError
 from eaglelab.inputs import quoted
 from eaglelab.outputs import table
 from eaglelab.settings import option
+from eaglelab.views import Column, View
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,31 @@ class TargetComparisonReport:
                 "verdict": {"level": self.verdict.level, "line": self.verdict.line, "reasons": list(self.verdict.reasons)},
                 "headline": self.headline()}
 
+    def config_view(self) -> View:
+        """The language models' config fields that differ, each with what it means for the drafter."""
+        columns = [Column("config key", lambda v: quoted(v, 60)), Column("old", lambda v: quoted(v, 40)),
+                   Column("new", lambda v: quoted(v, 40)), Column("category"), Column("what it means", lambda v: v[:60])]
+        return View.of(columns, [[d.key, d.a, d.b, d.category, d.why] for d in self.config_diff])
+
+    def table(self):
+        return self.config_view().frame()
+
+    def markdown(self) -> str:
+        """The two targets, their tokenizers and templates, and the verdict, as a Markdown block (notebook 02)."""
+        sides = [f"- **{side}:** `{t.source}`: {t.quantization.line}; tokenizer {t.tokenizer.kind}, {t.tokenizer.size:,} "
+                 f"ids; chat template {t.tokenizer.template_file or 'none'}" for side, t in (("old", self.a), ("new", self.b))]
+        diff = [f"    - {line}" for line in self.templates.diff]
+        return "\n".join([f"**{self.headline()}**", *sides, f"- **tokenizers:** {self.tokenizers.line}",
+                          f"- **chat templates:** {self.templates.line}", *diff,
+                          f"- **verdict: {self.verdict.level}**", *(f"    - {r}" for r in self.verdict.reasons)])
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """``targets``: the verdict for the old drafter, how many language-model fields differ, tokenizers, templates."""
+        s = self.settings
+        return {"targets": f"**The two targets{' ' + tag if tag else ''}** (`{s.old_target}` -> `{s.new_target}`): "
+                           f"**{self.verdict.level}**: {self.verdict.line}. {len(self.config_diff)} language-model fields "
+                           f"differ; tokenizers: {self.tokenizers.line}; chat templates: {self.templates.line}."}
+
     def lines(self) -> list[str]:
         """What ``eaglelab compare-targets`` prints: the two targets, the config diff, tokenizers, templates, verdict.
 
@@ -109,9 +135,7 @@ class TargetComparisonReport:
                        f"{t.tokenizer.kind}, {t.tokenizer.size:,} ids"] for side, t in (("old", self.a), ("new", self.b))],
                      ["", "target", "architecture", "quantization", "weights prefix", "tokenizer"]).splitlines()
         if self.config_diff:
-            out += [""] + table([[quoted(d.key, 60), quoted(d.a, 40), quoted(d.b, 40), d.category, d.why[:60]]
-                                 for d in self.config_diff],
-                                ["config key", "old", "new", "category", "what it means"]).splitlines()
+            out += [""] + self.config_view().text().splitlines()
         else:
             out += ["", "configs: the language models' fields are identical"]
         out += ["", f"tokenizers: {self.tokenizers.line}"]
