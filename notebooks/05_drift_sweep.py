@@ -158,7 +158,7 @@ print(f"chosen: {choice.chosen}; engine-computable: {choice.chosen_engine}; cali
 # %%
 from eaglelab.cli import main as eaglelab_cli
 from eaglelab.drift.measures import write_engine_file
-from eaglelab.drift.predictors import predict_from_files
+from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
 from eaglelab.model.targets import load_target
 
 files_dir = Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "05"))
@@ -172,35 +172,23 @@ print("eaglelab " + " ".join(args))
 assert eaglelab_cli(args) == 0
 
 # %%
-engine = predict_from_files(old_file, new_file, [chain_a], CYCLE_MS, BASELINE_TPS, calibration=calibration)
-b_point = sweep.at("path", 1.0)
-print(f"from files: agreement {engine['measures']['agreement']:.4f} (sweep: {b_point.measures['agreement']:.4f}), "
-      f"TV through the top {TOP_K} {engine['measures']['tv_topk']:.4f} (sweep: {b_point.measures['tv_topk']:.4f}; "
-      f"exact TV {b_point.measures['tv']:.4f}); predicted τ {engine['tau']:.2f} "
-      f"[{engine['low']:.2f}-{engine['high']:.2f}] vs teacher-forced {b_point.on_b.accept_len:.2f}")
+predicted = predict_plugin_tau(PredictSettings(str(old_file), str(new_file), chain=tuple(chain_a), cycle_ms=CYCLE_MS,
+                                               baseline_tps=BASELINE_TPS, calibration=str(calibration)))
+display(Markdown(predicted.findings(TAG)["predicted"]))
 
 # %% [markdown]
 # ## Findings
 
 # %%
-said = drift.findings(TAG)
-unsettled = ("" if "does not settle" not in choice.stability(engine_only=True) else
-             ": the band is the chosen predictor's alone, and the runner-up would move its centre")
-findings = "".join(f"- {said[name]}\n" for name in ("law", "families", "predictors", "decoding"))
-findings = f"""- **Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for these inputs,
-  its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ only by the sequences 03 adds.
-{findings}- **From engine files {TAG}:** the vLLM- and SGLang-layout files give agreement {engine['measures']['agreement']:.3f}
-  (the sweep's own {b_point.measures['agreement']:.3f}) and a predicted plug-in τ on B of **{engine['tau']:.2f}**
-  [{engine['low']:.2f}–{engine['high']:.2f}] by {choice.chosen_engine} ({choice.stability(engine_only=True)}{unsettled})
-  against {b_point.on_b.accept_len:.2f} teacher forced (in sample: B is one of
-  the points γ was fitted on; the held-out error above is what to trust for a new pair): run
-  `eaglelab predict` on your targets' logprobs with `--calibration {calibration.name}` before any drafter runs there.
-"""
+said = {**drift.findings(TAG), **drift.files_findings(predicted.prediction, TAG, calibration.name),
+        "data": f"**Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for "
+                f"these inputs, its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ "
+                "only by the sequences 03 adds."}
+findings = "".join(f"- {said[name]}\n" for name in ("data", "law", "families", "predictors", "decoding", "files"))
 display(Markdown(findings_markdown(findings)))
 save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
                                               "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
                                              data_line=data.source.description, data_kind=data.source.kind),
-                     "evidence": EVIDENCE, "k": K, "points": analysis.table_rows(sweep.records + sweep.pair),
-                     **choice.calibration(), "held_out": [h.to_json() for h in choice.held_out],
-                     "gaps_vs_measured": drift.gaps, "engine_prediction": engine, "sweep_seconds": sweep.seconds},
+                     "evidence": EVIDENCE, "k": K, **drift.to_json(), "engine_prediction": predicted.to_json(),
+                     "sweep_seconds": sweep.seconds},
               bullets_from_markdown(findings), FIGURES_DIR);

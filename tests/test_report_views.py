@@ -135,7 +135,8 @@ def test_the_bands_sentence_reads_at_each_end(pays, says):
     assert says in band.lines()[0] and "nowhere concurrent" not in band.lines()[0]
 
 
-def _sweep_record(family: str, agreement: float, gamma: float, measured: float | None = None):
+def _sweep_record(family: str, agreement: float, gamma: float, measured: float | None = None,
+                  magnitude: float | None = None):
     import math
 
     from eaglelab.drift.records import SweepRecord
@@ -143,7 +144,8 @@ def _sweep_record(family: str, agreement: float, gamma: float, measured: float |
     chain = [0.8, 0.6, 0.45]
     tau_b = 1 + sum(c * (agreement ** gamma) ** (i + 1) for i, c in enumerate(chain))
     return SweepRecord.from_json({
-        "point": {"family": family, "label": f"{family} {agreement}", "magnitude": 1 - agreement},
+        "point": {"family": family, "label": f"{family} {agreement}",
+                  "magnitude": 1 - agreement if magnitude is None else magnitude},
         "measures": {"agreement": agreement, "tv_topk": 1 - agreement, "tv": 1 - agreement, "kl": -math.log(agreement),
                      "cos_last": agreement}, "weight_distance": 1 - agreement,
         "on_a": {"chain": chain, "accept_len": 1 + sum(chain)},
@@ -171,6 +173,16 @@ def test_the_drift_findings_follow_the_sweep(gamma, off):
     assert analysis.gap_text(gaps, 0.10) in said["decoding"] and "at the 3 measured points" in said["decoding"]
     assert list(drift.table().index.names) == ["family", "point"] and len(drift.table()) == len(records)
     assert drift.predictors_table().index.name == "predictor"
+    assert drift.to_json()["gaps_vs_measured"] == drift.gaps and len(drift.to_json()["points"]) == len(records)
+    from eaglelab.drift.file_prediction import FilePrediction
+
+    b_point = _sweep_record("path", 0.65, gamma, magnitude=1.0)  # the sweep's B: its α = 1 point
+    with_b = analysis.DriftAnalysis([*records, b_point], [], drift.choice, drift.rows, 0.10)
+    p = FilePrediction(1.6, 1.4, 1.8, "agreement", 1.0, {"agreement": 0.64}, [0.8], None, None, 10, 2, 1.8, 30.0,
+                       (50.0, 45.0, 60.0))
+    files = with_b.files_findings(p, "[demo]", "05_predictor.json")["files"]
+    assert "agreement 0.640 (the sweep's own 0.650)" in files and f"against {b_point.on_b.accept_len:.2f} teacher forced" in files
+    assert "**1.60** [1.40–1.80]" in files and "`--calibration 05_predictor.json`" in files
 
 
 @settings(max_examples=20, deadline=None)
@@ -314,3 +326,20 @@ def test_the_config_survey_counts_what_its_rows_say(tmp_path):
     for name in EAGLE31_PAIR:
         shutil.copy(fixtures / name, tmp_path / name)
     assert "2 of 2 real configs" in survey_configs(tmp_path).findings()["configs"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(tau=st.floats(1.1, 3.0), width=st.floats(0.01, 0.5), baseline=st.one_of(st.none(), st.floats(20, 200)))
+def test_the_predictions_sentence_is_its_numbers(tau, width, baseline):
+    from eaglelab.drift.file_prediction import FilePrediction
+    from eaglelab.jobs.predict import PredictionReport, PredictSettings
+
+    be = None if baseline is None else float(perf.break_even_tau(0.03, baseline))
+    p = FilePrediction(tau, tau - width, tau + width, "agreement", 1.0, {"agreement": 0.6, "tv_topk": 0.3}, [0.5, 0.2],
+                       None, None, 100, 4, 1.7, 30.0, (tau / 0.03, (tau - width) / 0.03, (tau + width) / 0.03), be)
+    report = PredictionReport(PredictSettings("a.jsonl", "b.jsonl", chain=(0.5, 0.2), baseline_tps=baseline), p)
+    said = report.findings("[yours]")["predicted"]
+    assert f"**{tau:.2f}** [{tau - width:.2f}–{tau + width:.2f}] by agreement" in said and "[yours]" in said
+    assert f"{tau / 0.03:.1f} tok/s at a 30 ms cycle" in said
+    assert ("plugging in" in said) == (baseline is not None) and (report.plug_in is None) == (baseline is None)
+    assert ("break_even_tau" in report.to_json()) == (baseline is not None)

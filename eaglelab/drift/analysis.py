@@ -190,6 +190,11 @@ class DriftAnalysis:
         measured = [r for r in self.rows if r["measured"]]
         return {name: [r[name] / r["measured"] - 1 for r in measured] for name in ("teacher_forced", "walk", "walk_own_text")}
 
+    def to_json(self) -> dict:
+        """What notebook 05's findings keep: every point's row, the calibration, the held-out errors, the gaps."""
+        return {"points": table_rows(self.records + self.pair), **self.choice.calibration(),
+                "held_out": [h.to_json() for h in self.choice.held_out], "gaps_vs_measured": self.gaps}
+
     def table(self):
         """One row per point (the other pair's too): the measures and the drafter's τ on A and B'."""
         import pandas as pd
@@ -237,6 +242,24 @@ class DriftAnalysis:
                         f"the very text decoding produced, by {gap_text(gaps['walk_own_text'], self.tolerance)}. What "
                         "remains after the replay is the text B′ writes, which A's replies do not show.",
         }
+
+
+    def files_findings(self, prediction, tag: str, calibration: str) -> dict[str, str]:
+        """``files``: the prediction from engine files of A and B (:class:`~eaglelab.drift.file_prediction.FilePrediction`)
+        beside the sweep's own B point (in sample: γ was fitted on it), and how to run it on a new pair."""
+        b = next(r for r in self.records if r.family == "path" and r.point.magnitude == 1.0)
+        c = self.choice
+        stability = c.stability(engine_only=True)
+        unsettled = ("" if "does not settle" not in stability else
+                     ": the band is the chosen predictor's alone, and the runner-up would move its centre")
+        p = prediction
+        return {"files": f"**From engine files{' ' + tag if tag else ''}:** the vLLM- and SGLang-layout files give "
+                         f"agreement {p.measures['agreement']:.3f} (the sweep's own {b.measures['agreement']:.3f}) and a "
+                         f"predicted plug-in τ on B of **{p.tau:.2f}** [{p.low:.2f}–{p.high:.2f}] by {c.chosen_engine} "
+                         f"({stability}{unsettled}) against {b.on_b.accept_len:.2f} teacher forced (in sample: B is one "
+                         "of the points γ was fitted on; the held-out error above is what to trust for a new pair): run "
+                         f"`eaglelab predict` on your targets' logprobs with `--calibration {calibration}` before any "
+                         "drafter runs there."}
 
 
 def analyse(records: Sequence[SweepRecord], pair: Sequence[SweepRecord], tolerance: float) -> DriftAnalysis:

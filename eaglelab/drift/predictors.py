@@ -19,10 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from eaglelab.drift.records import DrafterOn, PointId, SweepRecord
-from eaglelab.engines.logprob_files import compare_logprobs, read_logprob_file
 from eaglelab.errors import LogFormatError, ParameterError
 from eaglelab.inputs import field_number, printable, read_json_object
-from eaglelab.serving import perf
 from eaglelab.serving.logs import parse_log
 from eaglelab.serving.perf import rate_for_accept_len
 
@@ -449,35 +447,3 @@ def load_calibration(path) -> dict:
     return {"method": chosen, "gamma": field_number(fit, "gamma", where, ParameterError),
             "error": field_number(fit, "worst_held_out", where, ParameterError, low=0.0, low_open=False, high=0.999999),
             "source": source if isinstance(source, str) else where}
-
-
-def predict_from_files(old, new, chains: Sequence[Sequence[float]], cycle_ms: float, baseline_tps: float | None = None,
-                       method: str | None = None, calibration=None) -> dict:
-    """``eaglelab predict`` as a function: engine files of both targets, the drafter's chains on the old one -> τ and tok/s.
-
-    Args:
-        old, new: JSONL files of the old / new target's responses on the same texts.
-        chains: the drafter's chain rates on the old target (one list per log line, or one list).
-        cycle_ms: the speculative cycle on the new target, for the projected tok/s.
-        baseline_tps: plain decoding tok/s, for the break-even τ.
-        method: an engine-computable predictor (default: the calibration's choice, else ``agreement``).
-        calibration: a drift sweep's ``05_predictor.json``: γ and held-out error of its chosen predictor.
-
-    Returns:
-        :class:`Prediction`'s fields plus ``calibration`` (its source), ``positions``, ``sequences``,
-        ``tau_on_old``, ``cycle_ms``, ``tokens_per_s`` (central, low, high) and, with a baseline,
-        ``break_even_tau``.
-    """
-    cal = load_calibration(calibration) if calibration else None
-    method = method or (cal["method"] if cal else "agreement")
-    fitted = cal is not None and cal["method"] == method
-    comparison = compare_logprobs(read_logprob_file(old), read_logprob_file(new), f"{old} vs {new}")
-    pred = predict_plugin(chains, comparison, method, cal["gamma"] if fitted else 1.0, cal["error"] if fitted else None)
-    cycle_s = cycle_ms / 1e3
-    out = {**pred.to_json(), "calibration": cal["source"] if cal else None,
-           "positions": int(comparison.positions.sum()), "sequences": len(comparison.positions),
-           "tau_on_old": 1.0 + sum(pred.chain_a), "cycle_ms": cycle_ms,
-           "tokens_per_s": [float(perf.effective_tps(t, cycle_s)) for t in (pred.tau, pred.low, pred.high)]}
-    if baseline_tps:
-        out["break_even_tau"] = float(perf.break_even_tau(cycle_s, baseline_tps))
-    return out

@@ -3,7 +3,7 @@
 ``data/fixtures/plugin_published/cases.json`` collects what teams published about reusing a drafter as is
 on a changed target (a quantized release, a fine-tune, a new version), each number with its source and
 the sentence it was read from. None of them publishes both targets' logprobs, so the engine-file
-predictor (:func:`eaglelab.drift.predictors.predict_from_files`) cannot be run on them; what they test
+predictor (:func:`eaglelab.drift.file_prediction.predict_from_files`) cannot be run on them; what they test
 is the prior a user has before any measurement, from the change alone:
 
 - **same weights, quantized** (FP8, FP4, INT8 of the very model): the old drafter keeps its τ

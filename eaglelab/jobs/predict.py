@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglelab.decisions import plug_in_against_break_even
-from eaglelab.drift.predictors import ENGINE_METHODS, chain_from_tau, chains_from_log, predict_from_files
+from eaglelab.drift.file_prediction import FilePrediction, predict_from_files
+from eaglelab.drift.predictors import ENGINE_METHODS, chain_from_tau, chains_from_log
 from eaglelab.errors import ParameterError
 from eaglelab.serving.perf import CYCLE_MISTAKE, MAX_STEP_S, MAX_TPS, MIN_STEP_S, MIN_TPS, TPS_MISTAKE
 from eaglelab.settings import check_ranges, option
@@ -81,38 +82,47 @@ class PredictionReport:
     """The predicted plug-in τ with its band, the projected tok/s, and whether plugging in pays."""
 
     settings: PredictSettings
-    numbers: dict[str, Any]  # :func:`eaglelab.drift.predictors.predict_from_files`'s record
+    prediction: FilePrediction
 
     @property
     def plug_in(self) -> str | None:
         """Whether plugging in pays against break-even (None without a baseline tok/s)."""
-        n = self.numbers
-        return plug_in_against_break_even(n["low"], n["high"], n["break_even_tau"]) if "break_even_tau" in n else None
+        p = self.prediction
+        return plug_in_against_break_even(p.low, p.high, p.break_even_tau) if p.break_even_tau is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.numbers, **({"plug_in": self.plug_in} if self.plug_in else {})}
+        return {**self.prediction.to_json(), **({"plug_in": self.plug_in} if self.plug_in else {})}
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """``predicted``: the plug-in τ with its band and method, what it read, the projected tok/s and, with a
+        baseline, whether plugging in pays."""
+        p, t = self.prediction, f" {tag}" if tag else ""
+        pays = f"; against break-even τ {p.break_even_tau:.2f}, plugging in {self.plug_in}" if self.plug_in else ""
+        return {"predicted": f"**Predicted plug-in τ{t}:** **{p.tau:.2f}** [{p.low:.2f}–{p.high:.2f}] by {p.method} "
+                             f"(γ = {p.gamma:.3g}) from top-1 agreement {p.measures['agreement']:.3f} over {p.positions} "
+                             f"positions; {p.tokens_per_s[0]:.1f} tok/s at a {p.cycle_ms:g} ms cycle [derived]{pays}."}
 
     def lines(self) -> list[str]:
-        n, s = self.numbers, self.settings
-        error = n["calibration_error"]
+        p, s = self.prediction, self.settings
+        error = p.calibration_error
         band = "sampling only" if error is None else f"sampling, widened by the method's held-out error {100 * error:.0f}%"
-        out = [f"old vs new target: top-1 agreement {n['measures']['agreement']:.3f}, TV through the returned top k "
-               f"{n['measures']['tv_topk']:.3f} over {n['positions']} positions of {n['sequences']} sequences",
-               f"old drafter on the old target: τ {n['tau_on_old']:.2f} (chain {', '.join(f'{c:.3f}' for c in n['chain_a'])})",
-               f"predicted plug-in τ on the new target: {n['tau']:.2f}  [90% band {n['low']:.2f}-{n['high']:.2f}: "
-               f"{band}] ({n['method']}, γ = {n['gamma']:.3g})"]
-        if n["calibration"]:
-            out.append(f"calibration: {n['calibration']}")
-        tps = n["tokens_per_s"]
+        out = [f"old vs new target: top-1 agreement {p.measures['agreement']:.3f}, TV through the returned top k "
+               f"{p.measures['tv_topk']:.3f} over {p.positions} positions of {p.sequences} sequences",
+               f"old drafter on the old target: τ {p.tau_on_old:.2f} (chain {', '.join(f'{c:.3f}' for c in p.chain_a)})",
+               f"predicted plug-in τ on the new target: {p.tau:.2f}  [90% band {p.low:.2f}-{p.high:.2f}: "
+               f"{band}] ({p.method}, γ = {p.gamma:.3g})"]
+        if p.calibration:
+            out.append(f"calibration: {p.calibration}")
+        tps = p.tokens_per_s
         out.append(f"projected at a {s.cycle_ms:g} ms cycle: {tps[0]:.1f} tok/s [{tps[1]:.1f}-{tps[2]:.1f}]")
         if self.plug_in:
-            out.append(f"break-even τ at {s.baseline_tps:g} tok/s plain decoding: {n['break_even_tau']:.2f}: "
+            out.append(f"break-even τ at {s.baseline_tps:g} tok/s plain decoding: {p.break_even_tau:.2f}: "
                        f"plugging in {self.plug_in}")
         return out
 
 
 def predict_plugin_tau(settings: PredictSettings) -> PredictionReport:
     """The old drafter's plug-in τ on the new target, before running it there."""
-    numbers = predict_from_files(settings.old_logprobs, settings.new_logprobs, settings.chains(), settings.cycle_ms,
-                                 settings.baseline_tps, settings.method, settings.calibration)
-    return PredictionReport(settings, numbers)
+    prediction = predict_from_files(settings.old_logprobs, settings.new_logprobs, settings.chains(), settings.cycle_ms,
+                                    settings.baseline_tps, settings.method, settings.calibration)
+    return PredictionReport(settings, prediction)
