@@ -83,9 +83,8 @@ from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
 from eaglelab.serving.log_set import LogSet
 from eaglelab.workbook import plots
-from eaglelab.workbook.case import notebook_case
-from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
+from eaglelab.workbook.opening import open_case
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 
 plots.use_style()
 if SMOKE:
@@ -99,7 +98,8 @@ scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS
 T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
 GOALS = sorted({*CHART_GOALS_TPS, GOAL_TPS})
 # the closed loop's checkpoints: yours when given (both), else the offline world's; checked before anything runs
-demo = notebook_case("01", {"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
+case = open_case("01", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, OLD_DRAFTER=OLD_DRAFTER)
+OLD_TARGET, OLD_DRAFTER = case.values.values()
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
@@ -200,13 +200,7 @@ from eaglelab.data.sets import measure_prompts, world_of
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import Target, load_target
-from eaglelab.workbook.choices import locate
-from eaglelab.worlds.build import world_for
-
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # the world's paths only, unless it is the case
-OLD_TARGET, OLD_DRAFTER = (str(world.target_a), str(world.drafter_a)) if demo else (locate(OLD_TARGET), locate(OLD_DRAFTER))
-LOOP_TAG = pv.tag(pv.evidence_source([OLD_TARGET, OLD_DRAFTER], world.root))
-NOT_DONE = []  # what this notebook could not do with the checkpoints it was given, and why
+LOOP_TAG = case.tag
 fit = fits_here(OLD_TARGET, "float32")
 loop = None
 if fit.loads:
@@ -222,9 +216,9 @@ if fit.loads:
     if not loop.timing_ok:
         display(Markdown(f"**⚠ Not a measurement to quote:** {loop.timing_note}."))
 else:
-    NOT_DONE.append(f"the closed loop and the vLLM check did not run: {fit.line}; your logs and measured numbers "
-                    "(sections 4 and 7) stand in for them")
-    print(NOT_DONE[-1])
+    case.not_done.append(f"the closed loop and the vLLM check did not run: {fit.line}; your logs and measured numbers "
+                         "(sections 4 and 7) stand in for them")
+    print(case.not_done[-1])
 
 # %% [markdown]
 # ## 6 · The decision table: what it takes to reach the goal
@@ -360,10 +354,8 @@ said["closed_loop"] = loop.findings(MODEL_TOLERANCE, LOOP_TAG, f"CPU, `{Path(OLD
     if loop else f"**Closed loop {LOOP_TAG}:** not run: {fit.line}."
 findings = "".join(f"- {said[name]}\n" for name in ("pays", "break_even", "goals", "acceptance", "cycle", "logs", "plan",
                                                      "load", "band", "engine_load", "engine_costs", "closed_loop") if said[name])
-findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
+findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in case.not_done)
 display(Markdown(findings_markdown(findings)))
-save_findings("01", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root,
-                                             logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])], not_done=NOT_DONE),
-                     "diagnosis": diag.to_json(), "closed_loop": loop.to_json() if loop else None, "plan": decision.to_json(), "lever": cost.lever,
-                     "load": load.to_json(), "engine_load": here.to_json(), "engine_costs": costs.to_json()},
-              bullets_from_markdown(findings), FIGURES_DIR)
+case.save({"diagnosis": diag.to_json(), "closed_loop": loop.to_json() if loop else None, "plan": decision.to_json(),
+           "lever": cost.lever, "load": load.to_json(), "engine_load": here.to_json(), "engine_costs": costs.to_json()},
+          bullets_from_markdown(findings), FIGURES_DIR, logs=[*LOG_FILES, *([PLAIN_LOG] if PLAIN_LOG else [])])

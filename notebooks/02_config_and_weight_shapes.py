@@ -49,36 +49,19 @@ from IPython.display import Markdown, display
 from eaglelab.checkpoints.drafters.inspection import inspect_checkpoint
 from eaglelab.jobs.compare import CompareSettings, compare_drafters
 from eaglelab.jobs.targets import TargetCompareSettings, compare_targets
-from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import comparison_answer
-from eaglelab.workbook.case import given, notebook_case, world_default
-from eaglelab.workbook.choices import Choices, Slot
-from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
+from eaglelab.workbook.opening import open_case
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 from eaglelab.workbook.runner import scratch_dir
-from eaglelab.workbook.widgets import ChoicePanel
-from eaglelab.worlds.build import world_for
 
 plots.use_style()
 SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
 # nothing given: all four from the offline world (built on first use); else yours, and none filled in from the world
-demo = notebook_case("02", {"OLD_DRAFTER": OLD_DRAFTER, "NEW_DRAFTER": NEW_DRAFTER, "NEW_TARGET": NEW_TARGET,
-                            "OLD_TARGET": OLD_TARGET})
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)
-NOT_DONE = []  # what this notebook could not do with the checkpoints it was given, and why
-if not demo and not given(NEW_DRAFTER):  # no drafter of the new target's own: the old one checked against it alone
-    NEW_DRAFTER = OLD_DRAFTER
-    NOT_DONE.append("no NEW_DRAFTER given: the old drafter is checked against the new target on its own (A and B "
-                    "below are the same checkpoint); give the new target's drafter to compare the two")
-choices = Choices("02", [Slot("OLD_DRAFTER", "old drafter (A)", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a)),
-                         Slot("NEW_DRAFTER", "new drafter (B)", "drafter", NEW_DRAFTER,
-                              world_default(demo, world.drafter_b_small)),
-                         Slot("NEW_TARGET", "the new target", "target", NEW_TARGET, world_default(demo, world.target_b)),
-                         Slot("OLD_TARGET", "the old target", "target", OLD_TARGET, world_default(demo, world.target_a))],
-                  root=str(world.root))
-OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET = choices.values().values()  # a pick made below survives Run All
-TAG = pv.tag(pv.evidence_source([OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET], world.root))
+case = open_case("02", WORLD, WORLD_DIR, SMOKE, OLD_DRAFTER=OLD_DRAFTER, NEW_DRAFTER=NEW_DRAFTER, NEW_TARGET=NEW_TARGET,
+                 OLD_TARGET=OLD_TARGET)
+OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET = case.values.values()  # a pick made below survives Run All
+TAG = case.tag
 
 # %% [markdown]
 # ## 1 · Pick the two checkpoints
@@ -89,7 +72,7 @@ TAG = pv.tag(pv.evidence_source([OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGE
 # needs no clicks.
 
 # %%
-ChoicePanel(choices, lambda values: comparison_answer(values, str(world.root)), button="Compare")
+case.panel(lambda values: comparison_answer(values, str(case.world.root)), button="Compare")
 
 # %% [markdown]
 # ## 2 · Each checkpoint against its own config
@@ -114,7 +97,7 @@ for label, insp in (("A", insp_a), ("B", insp_b)):  # exact as its engine, or sh
 compared = compare_drafters(CompareSettings(OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET))
 display(compared.table() if compared.comparison.config_diff else Markdown("*configs identical*"))
 display(Markdown("\n".join([compared.markdown(TAG), *(f"- note: {a} and {b} are the same checkpoint: this compares it "
-                                                      "with itself" for a, b in choices.same())])))
+                                                      "with itself" for a, b in case.choices.same())])))
 
 # %%
 fig = plots.plot_params_by_module(insp_a.parameters_by_module(), insp_b.parameters_by_module(), ("A", "B"))
@@ -176,11 +159,9 @@ display(survey.pair_table())
 # %%
 said = {**compared.findings(TAG), **targets.findings(TAG), **kimi.findings(), **survey.findings()}
 findings = "".join(f"- {said[name]}\n" for name in ("headline", "pair", "targets", "kimi", "configs"))
-findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in NOT_DONE)
+findings += "".join(f"- **Not done with the checkpoints given:** {line}.\n" for line in case.not_done)
 display(Markdown(findings_markdown(findings)))
-save_findings("02", {**{key: value for key, value in compared.to_json().items() if key in ("headline", "verdict", "vocab_maps")},
-                     "inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
-                                              "NEW_DRAFTER": NEW_DRAFTER}, world.root, not_done=NOT_DONE),
-                     "targets": {"verdict": targets.to_json()["verdict"], "tokenizers": targets.tokenizers.line,
-                                 "templates": targets.templates.line}, "kimi": kimi.to_json(), "configs": survey.rows},
-              bullets_from_markdown(findings), FIGURES_DIR)
+case.save({**{key: value for key, value in compared.to_json().items() if key in ("headline", "verdict", "vocab_maps")},
+           "targets": {"verdict": targets.to_json()["verdict"], "tokenizers": targets.tokenizers.line,
+                       "templates": targets.templates.line}, "kimi": kimi.to_json(), "configs": survey.rows},
+          bullets_from_markdown(findings), FIGURES_DIR)

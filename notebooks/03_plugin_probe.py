@@ -72,35 +72,20 @@ from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
-from eaglelab.workbook.case import notebook_case, world_default
-from eaglelab.workbook.choices import Choices, Slot, check_local_paths
-from eaglelab.workbook.feasibility import require_loadable
-from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, plan_uses_plugin_tau, save_findings
-from eaglelab.workbook.widgets import ChoicePanel
-from eaglelab.worlds.build import world_for
+from eaglelab.workbook.opening import open_case
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, plan_uses_plugin_tau
 
 plots.use_style()
 if SMOKE:
     SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
-# the parameters first (the dump folders, the data file, the numbers): a bad one is one line, before any world
-check_local_paths({"OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES, "DATA": DATA})
-# nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
-demo = notebook_case("03", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
-                            "OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES})
-require_loadable("03", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_STATES": OLD_STATES,
-                        "NEW_STATES": NEW_STATES, "DTYPE": DTYPE})  # else the dumps: one line, before any load
+# the parameters first (a bad one is one line); nothing given: the world's checkpoints, else yours, all three
 settings = ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", data=DATA or None, sequences=SEQUENCES,
                          seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP,
                          old_states=OLD_STATES, new_states=NEW_STATES)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
-choices = Choices("03", [Slot("OLD_TARGET", "old target (A)", "target", OLD_TARGET, world_default(demo, world.target_a)),
-                         Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(demo, world.target_b)),
-                         Slot("OLD_DRAFTER", "old drafter (on A)", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a),
-                              fits="OLD_TARGET"),
-                         Slot("DATA", "data (optional)", "data", DATA, "", fits="OLD_TARGET")], root=str(world.root))
-OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+case = open_case("03", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,
+                 DATA=DATA, OLD_STATES=OLD_STATES, NEW_STATES=NEW_STATES, DTYPE=DTYPE)
+OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = case.values.values()  # a pick made below survives Run All
 settings = replace(settings, old_target=OLD_TARGET, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
 FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, nothing is decoded for real
 
@@ -116,14 +101,13 @@ FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, not
 # headless run needs no clicks.
 
 # %%
-ChoicePanel(choices, lambda values: probe_answer(settings, values, str(world.root)), button="Probe")
+case.panel(lambda values: probe_answer(settings, values, str(case.world.root)), button="Probe")
 
 # %% [markdown]
 # ## The targets, the drafter and the data
 
 # %%
-EVIDENCE = pv.evidence_source([OLD_TARGET, NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = pv.tag(EVIDENCE)
+EVIDENCE, TAG = case.evidence, case.tag  # demo: an illustration, not your forecast
 print(f"computing on {TAG}: A {settings.old_target} · B {settings.new_target} · drafter {settings.old_drafter}")
 pair = None if FROM_DUMPS else load_pair(settings)
 if pair is not None:
@@ -224,13 +208,8 @@ said = {**probe.findings(TAG), **dumps.findings(TAG),
 findings = "\n".join(f"- {said[name]}" for name in ("compared", "moved", "data", "plugin", "measured", "engine", "verdict",
                                                    "scenario", "dumps") if said[name])
 display(Markdown(findings_markdown(findings)))
-NOT_DONE = [] if demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
-inputs = record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER,
-                        "OLD_STATES": OLD_STATES, "NEW_STATES": NEW_STATES}, world.root, data=DATA or None,
-                       data_line=None if FROM_DUMPS else str(pair.data.source),
-                       data_kind=None if FROM_DUMPS else pair.data.source.kind,
-                       what={"OLD_TARGET": "heads only", "NEW_TARGET": "heads only"} if FROM_DUMPS else None,
-                       not_done=NOT_DONE)
-save_findings("03", {**probe.to_json(), "inputs": inputs, "measured": measured.to_json() if measured else None, "engine": engine.rows if engine else None,
-                     "evidence": EVIDENCE, "dump_gap": dumps.worst},
-              bullets_from_markdown(findings), FIGURES_DIR)
+case.not_done += [] if case.demo or engine is None or engine.ran else [f"no measurement in vLLM ({engine.status})"]
+case.save({**probe.to_json(), "measured": measured.to_json() if measured else None, "engine": engine.rows if engine else None,
+           "evidence": EVIDENCE, "dump_gap": dumps.worst}, bullets_from_markdown(findings), FIGURES_DIR,
+          data_line=None if FROM_DUMPS else str(pair.data.source), data_kind=None if FROM_DUMPS else pair.data.source.kind,
+          what={"OLD_TARGET": "heads only", "NEW_TARGET": "heads only"} if FROM_DUMPS else None)

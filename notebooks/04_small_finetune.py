@@ -91,14 +91,9 @@ from eaglelab.planning import provenance as pv
 from eaglelab.serving import perf
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
-from eaglelab.workbook.case import notebook_case, world_default
-from eaglelab.workbook.choices import Choices, Slot, check_local_paths
-from eaglelab.workbook.feasibility import require_loadable
-from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import findings_markdown, save_findings, write_game_plan
+from eaglelab.workbook.opening import open_case
+from eaglelab.workbook.report import findings_markdown, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
-from eaglelab.workbook.widgets import ChoicePanel
-from eaglelab.worlds.build import world_for
 
 plots.use_style()
 if SMOKE:
@@ -107,20 +102,13 @@ if SMOKE:
     BATCH_SIZE, TTT_LENGTH, K = 8, 5, 5
     MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
 RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
-check_local_paths({"DATA": DATA})  # the parameters first: a bad one is one line, before any world is built
-# nothing given: the offline world's checkpoints; else yours, both, and none filled in from the world
-demo = notebook_case("04", {"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
-require_loadable("04", {"NEW_TARGET": NEW_TARGET, "DTYPE": DTYPE})  # a target too large here: one line, and the recipes
+# the parameters first (a bad one is one line); nothing given: the offline world's checkpoints, else yours, both
 settings = FinetuneSettings(NEW_TARGET or "", old_drafter=OLD_DRAFTER or "", data=DATA or None, seq_len=SEQ_LEN,
                             train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
                             batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
                             measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
-choices = Choices("04", [Slot("NEW_TARGET", "new target (B)", "target", NEW_TARGET, world_default(demo, world.target_b)),
-                         Slot("OLD_DRAFTER", "old drafter", "drafter", OLD_DRAFTER, world_default(demo, world.drafter_a),
-                              fits="NEW_TARGET"),
-                         Slot("DATA", "new target's data", "data", DATA, "")], root=str(world.root))
-NEW_TARGET, OLD_DRAFTER, DATA = choices.values().values()  # a pick made below survives Run All
+case = open_case("04", WORLD, WORLD_DIR, SMOKE, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER, DATA=DATA, DTYPE=DTYPE)
+NEW_TARGET, OLD_DRAFTER, DATA = case.values.values()  # a pick made below survives Run All
 settings = replace(settings, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
 
 # %% [markdown]
@@ -133,14 +121,13 @@ settings = replace(settings, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, dat
 # (Run All keeps the pick), and until then refuse to run on the old checkpoints.
 
 # %%
-ChoicePanel(choices, lambda values: finetune_answer(settings, values, str(world.root)), button="Fine-tune")
+case.panel(lambda values: finetune_answer(settings, values, str(case.world.root)), button="Fine-tune")
 
 # %% [markdown]
 # ## 1 · The new target, the old drafter, and the new target's data, captured once
 
 # %%
-EVIDENCE = pv.evidence_source([NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = pv.tag(EVIDENCE)
+EVIDENCE, TAG = case.evidence, case.tag  # demo: an illustration, not your forecast
 inputs = load_inputs(settings)
 print(f"{inputs.source}; aux layers {list(inputs.data.aux_layer_outputs)}")
 
@@ -246,12 +233,10 @@ said = {**finetuned.findings(TAG), **scaling.findings(TAG, goal), **handed.findi
 bullets = [f"- {said[name]}" for name in ("compared", "equal_budget", "measured", "engine", "scaling", "plugin",
                                           "projected", "exported", "hand_over")]
 display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decision.text}")))
-NOT_DONE = [] if demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
-inputs_used = record_inputs({"NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
-                            data_line=str(inputs.source), data_kind=inputs.source.kind, not_done=NOT_DONE)
-save_findings("04", {"inputs": inputs_used, "measured": measured.to_json(), "engine": engine.rows, "scaling": scaling.to_json(), "equal_tau": fit.equal_tau(scaling.levels),
-                     "data": str(inputs.source), "chosen": best, "recommendation": decision.to_json(), "k": K,
-                     "evidence": EVIDENCE, "smoke": SMOKE,
-                     "recipes": {engine: str(script) for engine, script in handed.scripts.items()}},
-              bullets, FIGURES_DIR)
+case.not_done += [] if case.demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
+case.save({"measured": measured.to_json(), "engine": engine.rows, "scaling": scaling.to_json(),
+           "equal_tau": fit.equal_tau(scaling.levels), "data": str(inputs.source), "chosen": best,
+           "recommendation": decision.to_json(), "k": K, "evidence": EVIDENCE, "smoke": SMOKE,
+           "recipes": {engine: str(script) for engine, script in handed.scripts.items()}},
+          bullets, FIGURES_DIR, data_line=str(inputs.source), data_kind=inputs.source.kind)
 print("game plan:", write_game_plan(FIGURES_DIR))

@@ -69,19 +69,14 @@ from eaglelab.drift.sweep import (
     run_sweep,
     sweep_data,
 )
-from eaglelab.planning import provenance as pv
 from eaglelab.workbook import plots
-from eaglelab.workbook.case import notebook_case
-from eaglelab.workbook.choices import check_local_paths, locate
-from eaglelab.workbook.feasibility import require_loadable
-from eaglelab.workbook.inputs_record import record_inputs
-from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, save_findings
+from eaglelab.workbook.opening import open_case
+from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 from eaglelab.workbook.runner import scratch_dir
-from eaglelab.worlds.build import build_world, world_for
+from eaglelab.worlds.build import build_world
 
 plots.use_style()
 points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
-check_local_paths({"DATA": DATA})  # a data file that cannot be read: one line, before any world
 settings = SweepSettings(sequences=SEQUENCES, data=DATA or None, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
                          measure_tokens=MEASURE_TOKENS)  # the parameters first: a bad one is one line, before any world
 if SMOKE:
@@ -89,13 +84,10 @@ if SMOKE:
                              lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
 # nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
-demo = notebook_case("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET, "OLD_DRAFTER": OLD_DRAFTER})
-require_loadable("05", {"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET})  # too large here: one line, before loading
-world = world_for("tiny" if SMOKE else WORLD, WORLD_DIR, needed=demo)  # with your checkpoints: its paths only
-OLD_TARGET, NEW_TARGET, OLD_DRAFTER = ((str(world.target_a), str(world.target_b), str(world.drafter_a)) if demo
-                                       else (locate(OLD_TARGET), locate(NEW_TARGET), locate(OLD_DRAFTER)))
-EVIDENCE = pv.evidence_source([OLD_TARGET, NEW_TARGET, OLD_DRAFTER], world.root)  # demo: an illustration, not your forecast
-TAG = pv.tag(EVIDENCE)
+case = open_case("05", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,
+                 DATA=DATA)
+OLD_TARGET, NEW_TARGET, OLD_DRAFTER = case.values.values()
+EVIDENCE, TAG = case.evidence, case.tag  # demo: an illustration, not your forecast
 pair_world = build_world(PAIR_WORLD) if PAIR_WORLD else None
 print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
       f"second pair: {pair_world.root if pair_world else 'none'}")
@@ -186,9 +178,6 @@ said = {**drift.findings(TAG), **drift.files_findings(predicted.prediction, TAG,
                 "only by the sequences 03 adds."}
 findings = "".join(f"- {said[name]}\n" for name in ("data", "law", "families", "predictors", "decoding", "files"))
 display(Markdown(findings_markdown(findings)))
-save_findings("05", {"inputs": record_inputs({"OLD_TARGET": OLD_TARGET, "NEW_TARGET": NEW_TARGET,
-                                              "OLD_DRAFTER": OLD_DRAFTER}, world.root, data=DATA or None,
-                                             data_line=data.source.description, data_kind=data.source.kind),
-                     "evidence": EVIDENCE, "k": K, **drift.to_json(), "engine_prediction": predicted.to_json(),
-                     "sweep_seconds": sweep.seconds},
-              bullets_from_markdown(findings), FIGURES_DIR);
+case.save({"evidence": EVIDENCE, "k": K, **drift.to_json(), "engine_prediction": predicted.to_json(),
+           "sweep_seconds": sweep.seconds}, bullets_from_markdown(findings), FIGURES_DIR,
+          data_line=data.source.description, data_kind=data.source.kind);
