@@ -72,7 +72,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from IPython.display import Markdown, display
 
 from eaglelab.decisions import Option
@@ -143,8 +142,7 @@ curves = {name: r.metrics for name, r in runs.items()}
 for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
     fig = plots.plot_learning_curves(curves, key, label)
     plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(inputs.data.train)})
-display(pd.DataFrame({name: {f"final loss ({LOSS_CONVENTION})": r.metrics[-1]["loss"], "held-out τ": r.metrics[-1]["eval_accept_len"],
-                             "tokens/s (training)": r.tokens / r.seconds} for name, r in runs.items()}).T)
+display(finetuned.table())
 
 # %% [markdown]
 # ## 3 · Measured on the new target: real speculative decoding

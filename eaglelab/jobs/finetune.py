@@ -26,6 +26,7 @@ from eaglelab.recommendation import Recommendation, recommend
 from eaglelab.serving.speculation import Speculations
 from eaglelab.settings import DEFAULT_K, DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 from eaglelab.train.conventions import DEFAULT_CONVENTION, LOSS_CONVENTIONS
+from eaglelab.views import Column, View
 
 if TYPE_CHECKING:  # the types only: the metadata commands import this module without torch or transformers
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -234,6 +235,17 @@ class FinetuneReport:
                 f"{t[Option.FROM_SCRATCH]:.2f}"
                 + ("; on built-in text this order decides nothing for a served model: give DATA, your conversations"
                    if self.data_kind == "built-in" else ""))
+
+    def view(self) -> View:
+        """Each start's run at equal budget: its final loss, held-out τ and training throughput."""
+        columns = [Column("start"), Column(f"final loss ({self.settings.loss_convention})", "{:.4f}"),
+                   Column("held-out τ", "{:.3f}"), Column("tokens/s (training)", "{:.0f}")]
+        return View.of(columns, [[name, r.metrics[-1]["loss"], r.metrics[-1]["eval_accept_len"],
+                                  r.tokens / r.seconds if r.seconds else None] for name, r in self.runs.items()],
+                       index="start")
+
+    def table(self):
+        return self.view().frame()
 
     def lines(self) -> list[str]:
         return [self.headline(), self.recommendation.text]

@@ -15,6 +15,7 @@ from typing import Any
 from eaglelab.checkpoints.drafters.preflight import check_drafter
 from eaglelab.errors import ParameterError
 from eaglelab.jobs.probe import DTYPES
+from eaglelab.serving.speculation import Speculation
 from eaglelab.settings import DEFAULT_K, option
 
 
@@ -47,23 +48,38 @@ class SpeculateSettings:
 
 @dataclass
 class SpeculationReport:
-    """The text, τ, both throughputs, whether the outputs match, and whether the timing can be judged."""
+    """The text, τ, both throughputs, whether the outputs match, and whether the timing can be judged.
+
+    Attributes:
+        text: the speculative output, decoded; run: the measurement (:class:`~eaglelab.serving.speculation.Speculation`).
+    """
 
     settings: SpeculateSettings
-    numbers: dict[str, Any]
+    text: str
+    run: Speculation
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.numbers)
+        r = self.run
+        return {"text": self.text, "accept_len": r.accept_len, "tokens_per_s": r.tokens_per_s,
+                "greedy_tokens_per_s": r.greedy_tokens_per_s, "speedup": r.speedup, "matches_greedy": r.matches_greedy,
+                "k": self.settings.k, "repeats": self.settings.repeats, "new_tokens": len(r.outputs[0]) if r.outputs else 0,
+                "position_acceptance": r.position_acceptance,
+                "cycle_split_s": {"draft_s": r.draft_s, "verify_s": r.verify_s, "overhead_s": r.overhead_s},
+                "timing": r.timing, "cpu_kernels": r.cpu_kernels}
+
+    def findings(self, tag: str = "") -> dict[str, str]:
+        """``measured``: τ, both throughputs and whether the outputs match (:meth:`Speculation.findings`)."""
+        return {"measured": f"**Measured{' ' + tag if tag else ''}:** {self.run.findings()['measured']}"}
 
     def lines(self) -> list[str]:
-        n, s = self.numbers, self.settings
-        out = [n["text"], "",
-               f"accept len {n['accept_len']:.2f} (k={s.k}), {n['tokens_per_s']:.1f} tok/s vs greedy "
-               f"{n['greedy_tokens_per_s']:.1f} ({n['speedup']:.2f}x over {s.repeats} runs each), "
-               f"matches greedy: {n['matches_greedy']}"
-               + ("; the small-batch CPU kernels on, as in notebook 01" if n["cpu_kernels"] else "")]
-        if not n["timing"]["ok"]:
-            out.append(f"warning: {n['timing']['note']}")
+        r, s = self.run, self.settings
+        out = [self.text, "",
+               f"accept len {r.accept_len:.2f} (k={s.k}), {r.tokens_per_s:.1f} tok/s vs greedy "
+               f"{r.greedy_tokens_per_s:.1f} ({r.speedup:.2f}x over {s.repeats} runs each), "
+               f"matches greedy: {r.matches_greedy}"
+               + ("; the small-batch CPU kernels on, as in notebook 01" if r.cpu_kernels else "")]
+        if not r.timing_ok:
+            out.append(f"warning: {r.timing_note}")
         return out
 
 
@@ -87,16 +103,4 @@ def speculate(settings: SpeculateSettings) -> SpeculationReport:
         raise ParameterError("--prompt", "gives no tokens with the target's tokenizer")
     run = benchmark_speculation(target, drafter, [ids], s.max_new_tokens, k=s.k, repeats=s.repeats,
                                 keep_outputs=True, progress=False)
-    numbers = {
-        "text": tok.decode(run.outputs[0]),
-        "accept_len": run.accept_len, "tokens_per_s": run.tokens_per_s, "greedy_tokens_per_s": run.greedy_tokens_per_s,
-        "speedup": run.speedup, "matches_greedy": run.matches_greedy,
-        "k": s.k,
-        "repeats": s.repeats,
-        "new_tokens": len(run.outputs[0]),
-        "position_acceptance": run.position_acceptance,
-        "cycle_split_s": {"draft_s": run.draft_s, "verify_s": run.verify_s, "overhead_s": run.overhead_s},
-        "timing": run.timing,
-        "cpu_kernels": run.cpu_kernels,
-    }
-    return SpeculationReport(settings, numbers)
+    return SpeculationReport(settings, tok.decode(run.outputs[0]), run)
