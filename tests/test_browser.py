@@ -185,7 +185,7 @@ def test_notebook_02_picker_answers_in_two_actions_and_run_all_keeps_it(tiny_wor
                                                              r"forced, k = 3\) (\d\.\d\d) on A vs (\d\.\d\d) on B"),
      "computing on "),
     ("04", "old drafter", "drafter_b_small", "Fine-tune", re.compile(r"on held-out τ \(teacher forced, k = 5, 20 steps each"),
-     "ChoicePanel("),
+     "case.panel("),
 ], ids=["03", "04"])
 def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, number, label, pick, button, answer, upto):
     choice = str(getattr(tiny_world, pick))
@@ -206,7 +206,7 @@ def test_notebooks_03_04_pickers_answer_in_two_actions(tiny_world, tmp_path, num
 
         if number == "03":  # #54: Run > Run Selected Cell and All Below: the set-up has not taken the pick
             assert "refused until the set-up cell runs again" in "\n".join(widget_texts(page))
-            run_below(page, "ChoicePanel(", timeout_s=300)
+            run_below(page, "case.panel(", timeout_s=300)
             errors = cell_errors(page)
             assert len(errors) == 1 and "StalePickError: picks: new target (B) " in errors[0], errors
             assert f"-> {choice} since the set-up cell ran" in errors[0] and "computing on" not in "\n".join(
