@@ -189,9 +189,10 @@ def refuse_stale() -> None:
                                       "use: run the set-up cell again (or Run All, which keeps the picks) first")
 
 
-#: A cell that still runs while a pick is stale: the parameters cell, the set-up cell (it builds the Choices) and the
-#: panel's (it shows the picks; "Run Selected Cell and All Below" from it stops at the next cell, not at the panel).
-_STILL_RUNS = re.compile(r"\bChoices\(|\bChoicePanel\(|^SMOKE\s*=", re.MULTILINE)
+#: A cell that still runs while a pick is stale: the parameters cell, the set-up cell (it builds the Choices, itself or
+#: through ``open_case``) and the panel's (it shows the picks; "Run Selected Cell and All Below" from it stops at the
+#: next cell, not at the panel).
+_STILL_RUNS = re.compile(r"\bChoices\(|\bChoicePanel\(|\bopen_case\(|\bcase\.panel\(|^SMOKE\s*=", re.MULTILINE)
 
 
 def _guard(lines: list[str]) -> list[str]:
