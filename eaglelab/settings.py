@@ -180,3 +180,12 @@ def check_ranges(obj: Any) -> None:
 def whole_field(f: dataclasses.Field) -> bool:
     """Whether the field holds whole numbers (its annotation's value type is ``int``)."""
     return re.search(r"\bint\b", str(f.type)) is not None and "float" not in str(f.type)
+
+
+def smoke_sized(settings: Any, smoke: bool) -> Any:
+    """``settings`` with its class's smoke sizes (its ``SMOKE_SIZES`` class attribute) when ``smoke``, else as it is.
+
+    A notebook's smoke run shrinks the work in one place, the settings class, not in an ``if SMOKE:`` block of each
+    notebook; the sizes pass the fields' declared ranges like any value (:func:`check_ranges`).
+    """
+    return dataclasses.replace(settings, **type(settings).SMOKE_SIZES) if smoke else settings

@@ -70,19 +70,19 @@ from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.probe import ProbeSettings, load_pair, probe_checkpoints
 from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka
+from eaglelab.settings import smoke_sized
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, plan_uses_plugin_tau
 
 plots.use_style()
-if SMOKE:
-    SEQUENCES, MEASURE_PROMPTS, MEASURE_TOKENS = 16, 3, 24
 # the parameters first (a bad one is one line); nothing given: the world's checkpoints, else yours, all three
-settings = ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", data=DATA or None, sequences=SEQUENCES,
-                         seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE, measure_prompts=MEASURE_PROMPTS,
-                         measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE, device_map=DEVICE_MAP,
-                         old_states=OLD_STATES, new_states=NEW_STATES)
+settings = smoke_sized(ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", data=DATA or None,
+                                     sequences=SEQUENCES, seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE,
+                                     measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE,
+                                     device=DEVICE, device_map=DEVICE_MAP, old_states=OLD_STATES, new_states=NEW_STATES),
+                       SMOKE)  # a smoke run probes the settings' smoke sizes
 case = open_case("03", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,
                  DATA=DATA, OLD_STATES=OLD_STATES, NEW_STATES=NEW_STATES, DTYPE=DTYPE)
 OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = case.values.values()  # a pick made below survives Run All
@@ -176,8 +176,8 @@ engine = None
 if pair is not None:
     eos = [pair.tokenizer.eos_token_id] if pair.tokenizer.eos_token_id is not None else None
     engine = engine_beside_workbook({"A": (OLD_TARGET, OLD_DRAFTER), "B": (NEW_TARGET, OLD_DRAFTER)},
-                                    pair.prompts(MEASURE_PROMPTS),
-                                    MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
+                                    pair.prompts(settings.measure_prompts),
+                                    settings.measure_tokens, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
     display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]

@@ -69,6 +69,7 @@ from eaglelab.drift.sweep import (
     run_sweep,
     sweep_data,
 )
+from eaglelab.settings import smoke_sized
 from eaglelab.workbook import plots
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
@@ -77,11 +78,10 @@ from eaglelab.worlds.build import build_world
 
 plots.use_style()
 points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
-settings = SweepSettings(sequences=SEQUENCES, data=DATA or None, k=K, top_k=TOP_K, measure_prompts=MEASURE_PROMPTS,
-                         measure_tokens=MEASURE_TOKENS)  # the parameters first: a bad one is one line, before any world
+# the parameters first (a bad one is one line, before any world); a smoke run sweeps the settings' smoke sizes
+settings = smoke_sized(SweepSettings(sequences=SEQUENCES, data=DATA or None, k=K, top_k=TOP_K,
+                                     measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS), SMOKE)
 if SMOKE:
-    settings = SweepSettings(sequences=16, data=DATA or None, k=K, top_k=TOP_K, measure_prompts=2, measure_tokens=16,
-                             lora_rows=128)
     PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
 # nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
 case = open_case("05", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,

@@ -343,3 +343,17 @@ def test_the_predictions_sentence_is_its_numbers(tau, width, baseline):
     assert f"{tau / 0.03:.1f} tok/s at a 30 ms cycle" in said
     assert ("plugging in" in said) == (baseline is not None) and (report.plug_in is None) == (baseline is None)
     assert ("break_even_tau" in report.to_json()) == (baseline is not None)
+
+
+def test_smoke_sizes_live_in_the_settings():
+    """#57 item 2: a notebook's smoke run takes its sizes from the settings class, checked like any value."""
+    from eaglelab.drift.sweep import SweepSettings
+    from eaglelab.jobs.probe import ProbeSettings
+    from eaglelab.settings import smoke_sized
+
+    probe = ProbeSettings("a", "b", "d", sequences=24, measure_prompts=4)
+    assert smoke_sized(probe, False) is probe
+    small = smoke_sized(probe, True)
+    assert (small.sequences, small.measure_prompts, small.measure_tokens) == (16, 3, 24) and small.old_target == "a"
+    sweep = smoke_sized(SweepSettings(sequences=40, k=3), True)
+    assert (sweep.sequences, sweep.lora_rows, sweep.k) == (16, 128, 3)

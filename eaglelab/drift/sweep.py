@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -80,6 +81,9 @@ class SweepSettings:
     lora_batch: int = 4
     lora_seq_len: int = 64
     lora_rows: int = 256
+
+    #: what a notebook's smoke run sweeps (:func:`eaglelab.settings.smoke_sized`)
+    SMOKE_SIZES: ClassVar[dict[str, int]] = {"sequences": 16, "measure_prompts": 2, "measure_tokens": 16, "lora_rows": 128}
     seed: int = 1
 
 

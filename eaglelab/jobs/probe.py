@@ -8,7 +8,7 @@ parameters cell and the command line's flags to them).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglelab.checkpoints.drafters.preflight import check_context, check_drafter, check_target, check_target_pair
 from eaglelab.checkpoints.drafters.spec import aux_ids_as_layer_outputs
@@ -80,6 +80,9 @@ class ProbeSettings:
     @property
     def from_dumps(self) -> bool:
         return self.old_states is not None or self.new_states is not None
+
+    #: what a notebook's smoke run probes (:func:`eaglelab.settings.smoke_sized`)
+    SMOKE_SIZES: ClassVar[dict[str, int]] = {"sequences": 16, "measure_prompts": 3, "measure_tokens": 24}
 
     def __post_init__(self):
         check_ranges(self)  # each field's declared range and choices: flags, notebook parameters and the API alike
