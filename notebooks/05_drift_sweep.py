@@ -148,7 +148,6 @@ print(f"chosen: {choice.chosen}; engine-computable: {choice.chosen_engine}; cali
 # `eaglelab predict` reads them.
 
 # %%
-from eaglelab.cli import main as eaglelab_cli
 from eaglelab.drift.measures import write_engine_file
 from eaglelab.jobs.predict import PredictSettings, predict_plugin_tau
 from eaglelab.model.targets import load_target
@@ -158,21 +157,18 @@ data = sweep_data(load_target(OLD_TARGET)[1], settings, OLD_TARGET)  # the sweep
 old_file = write_engine_file(OLD_TARGET, data.ids, data.counted, files_dir / "old_target.vllm.jsonl", "vllm", TOP_K)
 new_file = write_engine_file(NEW_TARGET, data.ids, data.counted, files_dir / "new_target.sglang.jsonl", "sglang", TOP_K)
 chain_a = sweep.on_a.chain
-args = ["predict", "--old", str(old_file), "--new", str(new_file), "--chain", ",".join(f"{c:.4f}" for c in chain_a),
-        "--calibration", str(calibration), "--cycle-ms", str(CYCLE_MS), "--baseline-tps", str(BASELINE_TPS)]
-print("eaglelab " + " ".join(args))
-assert eaglelab_cli(args) == 0
-
-# %%
 predicted = predict_plugin_tau(PredictSettings(str(old_file), str(new_file), chain=tuple(chain_a), cycle_ms=CYCLE_MS,
                                                baseline_tps=BASELINE_TPS, calibration=str(calibration)))
+print(f"eaglelab predict --old-logprobs {old_file} --new-logprobs {new_file} --chain {','.join(map(str, chain_a))} "
+      f"--calibration {calibration} --cycle-ms {CYCLE_MS:g} --baseline-tps {BASELINE_TPS:g}")
+print("\n".join(predicted.lines()))  # what that command prints: the same job, run once
 display(Markdown(predicted.findings(TAG)["predicted"]))
 
 # %% [markdown]
 # ## Findings
 
 # %%
-said = {**drift.findings(TAG), **drift.files_findings(predicted.prediction, TAG, calibration.name),
+said = {**drift.findings(TAG), **drift.files_findings(predicted.prediction, sweep.at("path", 1.0), TAG, calibration.name),
         "data": f"**Data {TAG}:** every point teacher forced on {data.source.description}: notebook 03's probe set for "
                 f"these inputs, its first {settings.sequences} sequences, so 03's τ on B and this sweep's at α = 1 differ "
                 "only by the sequences 03 adds."}

@@ -180,7 +180,7 @@ def test_the_drift_findings_follow_the_sweep(gamma, off):
     with_b = analysis.DriftAnalysis([*records, b_point], [], drift.choice, drift.rows, 0.10)
     p = FilePrediction(1.6, 1.4, 1.8, "agreement", 1.0, {"agreement": 0.64}, [0.8], None, None, 10, 2, 1.8, 30.0,
                        (50.0, 45.0, 60.0))
-    files = with_b.files_findings(p, "[demo]", "05_predictor.json")["files"]
+    files = with_b.files_findings(p, b_point, "[demo]", "05_predictor.json")["files"]
     assert "agreement 0.640 (the sweep's own 0.650)" in files and f"against {b_point.on_b.accept_len:.2f} teacher forced" in files
     assert "**1.60** [1.40–1.80]" in files and "`--calibration 05_predictor.json`" in files
 

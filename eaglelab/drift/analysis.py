@@ -244,10 +244,10 @@ class DriftAnalysis:
         }
 
 
-    def files_findings(self, prediction, tag: str, calibration: str) -> dict[str, str]:
+    def files_findings(self, prediction, b: SweepRecord, tag: str, calibration: str) -> dict[str, str]:
         """``files``: the prediction from engine files of A and B (:class:`~eaglelab.drift.file_prediction.FilePrediction`)
-        beside the sweep's own B point (in sample: γ was fitted on it), and how to run it on a new pair."""
-        b = next(r for r in self.records if r.family == "path" and r.point.magnitude == 1.0)
+        beside the sweep's own B point ``b`` (``SweepResult.at("path", 1.0)``; in sample: γ was fitted on it), and how
+        to run it on a new pair."""
         c = self.choice
         stability = c.stability(engine_only=True)
         unsettled = ("" if "does not settle" not in stability else
