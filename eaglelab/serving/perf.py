@@ -157,9 +157,10 @@ def rate_for_accept_len(accept_len: float, k: int) -> float:
     """
     require_reachable(accept_len, k)
     lo, hi = 0.0, 1.0
-    for _ in range(80):
+    for _ in range(80):  # plain floats: the planners call this thousands of times, numpy scalars cost 40x
         mid = (lo + hi) / 2
-        if accept_len_constant_rate(mid, k) < accept_len:
+        near_one = abs(mid - 1.0) <= 1e-8 + 1e-5  # np.isclose(mid, 1.0), as accept_len_constant_rate decides it
+        if (k + 1.0 if near_one else (1 - mid ** (k + 1)) / (1 - mid)) < accept_len:
             lo = mid
         else:
             hi = mid
