@@ -11,8 +11,10 @@ CHECK_TIERS := not (world or notebook or engine or browser or slow)
 setup:
 	@bash scripts/setup.sh
 
+# two workers (pytest-xdist): the notebooks', browser's and slow tests on one, one after the other, vLLM's on one
+# (tests/tiers.py: TIER_GROUPS)
 test: setup
-	$(VENV)/python -m pytest
+	$(VENV)/python -m pytest -n 2 --dist loadgroup
 
 check: setup
 	$(VENV)/ruff check eaglelab tests benchmarks

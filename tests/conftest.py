@@ -14,6 +14,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 pytest_plugins = ["tests.tiers"]
 
@@ -100,9 +101,16 @@ def tiny_world(tmp_path_factory):
     from eaglelab.data.world import default_world_dir
     from eaglelab.worlds.tiny import build_tiny_world
 
-    root = default_world_dir("tiny") if os.environ.get("EAGLELAB_WORLDS") else tmp_path_factory.mktemp("worlds") / "tiny"
+    if os.environ.get("EAGLELAB_WORLDS"):
+        root = default_world_dir("tiny")
+    elif os.environ.get("PYTEST_XDIST_WORKER"):  # -n 2: one world for both workers, in the run's shared folder
+        root = tmp_path_factory.getbasetemp().parent / "worlds" / "tiny"
+    else:
+        root = tmp_path_factory.mktemp("worlds") / "tiny"
     os.environ["EAGLELAB_WORLDS"] = str(root.parent)  # notebooks executed by the tests find the same world
-    return build_tiny_world(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(root.parent / "tiny.lock"):  # the first worker builds it, the other waits and reuses it
+        return build_tiny_world(root)
 
 
 @pytest.fixture(scope="session")

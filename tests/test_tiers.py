@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiers import CHECK_SELECTION, ENTRY_POINTS, FIXTURE_TIERS, TIERS, dev_examples
+from tests.tiers import CHECK_SELECTION, ENTRY_POINTS, FIXTURE_TIERS, TIER_GROUPS, TIERS, dev_examples
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,6 +153,67 @@ def test_the_whole_suite_runs_every_tier_with_the_ci_profile(tmp_path):
                                                    "test_marked_slow": "passed"}, proc.stdout
 
 
+GROUPED_TESTS = '''
+import os
+
+import pytest
+
+
+def _worker(name):
+    with open(os.environ["WORKERS_FILE"], "a") as fh:
+        fh.write(f"{name} {os.environ['PYTEST_XDIST_WORKER']} {os.environ.get('OMP_NUM_THREADS')}\\n")
+
+
+@pytest.mark.parametrize("i", range(6))
+@pytest.mark.notebook
+def test_kernel(i):
+    _worker(f"kernel-{i}")
+
+
+@pytest.mark.browser
+def test_browser():
+    _worker("browser")
+
+
+@pytest.mark.slow
+def test_slow():
+    _worker("slow")
+
+
+@pytest.mark.parametrize("i", range(3))
+@pytest.mark.engine
+def test_engine(i):
+    _worker(f"engine-{i}")
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_plain(i):
+    _worker(f"plain-{i}")
+'''
+
+
+def test_under_two_workers_the_heavy_tests_share_one_worker_and_vllms_another(tmp_path):
+    """make test's ``-n 2 --dist loadgroup``: every notebook, browser and slow test on one worker (one kernel launched
+    at a time, the largest memory peaks apart), every engine test on one worker; each worker's torch on one thread."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["tests.tiers"]\n')
+    (project / "test_grouped.py").write_text(GROUPED_TESTS)
+    record = tmp_path / "workers.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "WORKERS_FILE": str(record)}
+    env.pop("OMP_NUM_THREADS", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                           "--rootdir", str(project), str(project)], capture_output=True, text=True, cwd=project,
+                          env=env, timeout=600)
+    assert "23 passed" in proc.stdout, proc.stdout + proc.stderr
+    where = dict(line.split(" ", 1) for line in record.read_text().splitlines())
+    heavy = {where[n] for n in where if n.startswith(("kernel", "browser", "slow"))}
+    engines = {where[n] for n in where if n.startswith("engine")}
+    assert len(heavy) == 1 and len(engines) == 1, where
+    assert {w.split()[1] for w in where.values()} == {"1"}  # OMP_NUM_THREADS set by tests/tiers.py under xdist
+    assert set(TIER_GROUPS) == {"notebook", "browser", "slow", "engine"}
+
+
 def test_each_make_target_runs_its_tiers_and_its_profile():
     def recipe(target: str) -> str:
         return subprocess.run(["make", "-n", target], capture_output=True, text=True, cwd=REPO, check=True).stdout
@@ -162,6 +223,7 @@ def test_each_make_target_runs_its_tiers_and_its_profile():
     assert "ruff check" in check
     pytest_args = next(line for line in whole.splitlines() if "-m pytest" in line).split("-m pytest", 1)[1]
     assert " -m " not in pytest_args and "hypothesis-profile" not in pytest_args  # every tier, the ci profile
+    assert "-n 2 --dist loadgroup" in pytest_args  # two workers, the groups of tests/tiers.py kept together
 
 
 def test_every_tier_is_registered_with_pytest_and_every_rule_names_one():

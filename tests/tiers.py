@@ -22,12 +22,16 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # make test's two workers share the two cores: torch on one thread in each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # (and in the kernels and engines they start), before it is imported
 
 #: marker -> what a test in that tier starts (registered in pyproject.toml with the same words)
 TIERS: dict[str, str] = {
@@ -48,11 +52,13 @@ FIXTURE_TIERS: dict[str, str] = {
 }
 
 
-#: session fixtures whose one result many tests read -> the xdist group their users share, so that with
-#: ``-n 2 --dist loadgroup`` the thing is built once, on one worker, not once per worker
-SHARED_FIXTURES: dict[str, str] = {
-    "smoke_run": "smoke-notebooks",
-}
+#: tiers whose tests share one xdist group, so that ``make test`` (``-n 2 --dist loadgroup``) runs them on one worker,
+#: one after the other. The notebooks and the browser start Jupyter kernels, whose launcher picks free ports before the
+#: kernel binds them (two launched at once on one machine can take the same one; seen as a kernel idle while papermill
+#: waited), and the smoke runs are built once, on that worker; the slow tier's Kimi-width probes (12-13 GB) must not
+#: meet the Kimi case in one line (a notebook test, 11.6 GB) on a 24 GB machine; vLLM's measurements run one at a time
+#: (each its concurrency's timing). The largest group is scheduled first.
+TIER_GROUPS: dict[str, str] = {"notebook": "heavy", "browser": "heavy", "slow": "heavy", "engine": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -192,11 +198,25 @@ def pytest_collection_modifyitems(config, items):
         for tier in sorted(fixture_tiers(getattr(item, "fixturenames", ()))):
             if item.get_closest_marker(tier) is None:
                 item.add_marker(tier)
-        shared = sorted({SHARED_FIXTURES[n] for n in getattr(item, "fixturenames", ()) if n in SHARED_FIXTURES})
-        if shared and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        group = next((TIER_GROUPS[t] for t in TIER_GROUPS if item.get_closest_marker(t)), None)
+        if group and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False) and (mark := item.get_closest_marker("xdist_group")):
+            _schedule_in_group(item, mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
         # in a --junitxml report, each test's tiers (benchmarks/bench_suite.py sums them)
         item.user_properties.append(("tiers", " ".join(t for t in TIERS if item.get_closest_marker(t)) or "check"))
+
+
+def _schedule_in_group(item: pytest.Item, group: str) -> None:
+    """Give ``item`` the ``@group`` suffix by which ``--dist loadgroup`` schedules a group on one worker.
+
+    pytest-xdist 3.8 writes the suffix to ``item._nodeid``; pytest 9 reads a node's id from ``item._id`` (a ``NodeId``),
+    so xdist's own suffix never reaches its scheduler and every group is spread over both workers
+    (``tests/test_tiers.py`` checks that the groups hold)."""
+    from _pytest.nodeid import NodeId
+
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def pytest_collection_finish(session):
