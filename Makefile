@@ -18,7 +18,7 @@ test: setup
 
 check: setup
 	$(VENV)/ruff check eaglelab tests benchmarks
-	$(VENV)/python -m pytest -m "$(CHECK_TIERS)" --hypothesis-profile=dev
+	$(VENV)/python -m pytest -m "$(CHECK_TIERS)" --hypothesis-profile=dev -n 2
 
 workbook: setup world
 	$(VENV)/eaglelab run --out runs/workbook
