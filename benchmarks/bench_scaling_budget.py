@@ -35,7 +35,7 @@ def _span(band) -> float:
 
 
 def measure(world: str, names: list[str]) -> list[dict]:
-    from eaglelab.jobs.finetune import FinetuneSettings, data_scaling, load_inputs
+    from eaglelab.jobs.finetune import FinetuneSettings, ScalingSettings, data_scaling, load_inputs
     from eaglelab.worlds.build import world_for
 
     w = world_for("demo", world)
@@ -46,7 +46,7 @@ def measure(world: str, names: list[str]) -> list[dict]:
     for name in names:
         budgets, seeds, steps, epochs = ALLOCATIONS[name]
         start = time.perf_counter()
-        fit = data_scaling(settings, inputs, budgets, seeds, steps, epochs).fit
+        fit = data_scaling(settings, inputs, ScalingSettings(tuple(budgets), tuple(seeds), steps, epochs)).fit
         seconds = time.perf_counter() - start
         levels = sorted({round(float(fit.scratch.central.tau(n)), 2) for n in budgets[1:]})
         top = fit.equal_tau([levels[-1]])[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from eaglelab.errors import ParameterError
@@ -189,3 +190,24 @@ def smoke_sized(settings: Any, smoke: bool) -> Any:
     notebook; the sizes pass the fields' declared ranges like any value (:func:`check_ranges`).
     """
     return dataclasses.replace(settings, **type(settings).SMOKE_SIZES) if smoke else settings
+
+
+def from_parameters(cls: type, parameters: Mapping[str, Any], smoke: bool = False) -> Any:
+    """The settings ``cls`` of a notebook's jobs, from its parameters: each field whose name in capitals is a parameter
+    (``SEQ_LEN`` for ``seq_len``: one name at every interface) takes its value; smoke-sized when ``smoke``.
+
+    A parameter left at None or "" (or absent) is not given: the field keeps its default (a required path is ""); a
+    list is taken as the tuple a field of tuples holds. Names that are no field are not read.
+
+    Raises:
+        ParameterError: a value outside its field's declared range or choices (the class's own check).
+    """
+    values = {}
+    for f in (f for f in dataclasses.fields(cls) if f.init):
+        value, default = parameters.get(f.name.upper()), default_of(f)
+        if value is None or value == "":
+            if default is dataclasses.MISSING:
+                values[f.name] = ""
+            continue
+        values[f.name] = tuple(value) if isinstance(value, list) and isinstance(default, tuple) else value
+    return smoke_sized(cls(**values), smoke)

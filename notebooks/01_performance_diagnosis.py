@@ -77,6 +77,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from eaglelab.jobs.load_engine import HereSettings
 from eaglelab.planning import provenance as pv
 from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
@@ -86,26 +87,18 @@ from eaglelab.workbook import plots
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 
-plots.use_style()
-if SMOKE:
-    MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
-    LOAD_BATCHES, LOAD_TOKENS = [1, 2, 4], 16
-figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
-scenario = Scenario.from_parameters(baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS, accept_len=ACCEPT_LEN,
-                                    goal_tps=GOAL_TPS, samples=SAMPLES, gen_tps=GEN_TPS, k=K,
-                                    tokens_per_sample=TOKENS_PER_SAMPLE, old_samples=OLD_SAMPLES, plugin_tau=PLUGIN_TAU,
-                                    exponents=EXPONENTS, at_concurrency=AT_CONCURRENCY)
-T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
-GOALS = sorted({*CHART_GOALS_TPS, GOAL_TPS})
 # the closed loop's checkpoints: yours when given (both), else the offline world's; checked before anything runs
-case = open_case("01", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, OLD_DRAFTER=OLD_DRAFTER)
+case = open_case("01", globals(), HereSettings)  # a smoke run measures the settings' smoke sizes
 OLD_TARGET, OLD_DRAFTER = case.values.values()
+sizes, scenario = case.settings, Scenario.from_parameters(globals())  # each number tagged with its source
 
 # %% [markdown]
 # ## 1 · The seed's calculation, as a checked model
 # tok/s = τ / T_cycle; break-even τ* = T_cycle × baseline tok/s; required τ = goal × T_cycle.
 
 # %%
+GOALS = sorted({*CHART_GOALS_TPS, GOAL_TPS})
+T = {name: pv.tag(scenario.source(name)) for name in ("baseline_tps", "cycle_ms", "accept_len", "goal_tps")}
 diag = perf.diagnose(BASELINE_TPS, CYCLE_MS, ACCEPT_LEN, GOALS)
 requirements = pd.DataFrame(perf.requirement_table(GOALS, CYCLE_MS / 1e3, k=K))
 display(pd.Series({k: v for k, v in diag.to_json().items() if k != "required_accept_len"}, name="value").to_frame())
@@ -113,6 +106,7 @@ display(requirements.round(3))
 
 # %%
 accept_grid = np.linspace(1.0, 7.0, 121)
+figure_params = {"baseline_tps": BASELINE_TPS, "cycle_ms": CYCLE_MS, "accept_len": ACCEPT_LEN}
 curves = {f"cycle {ms:g} ms": perf.effective_tps(accept_grid, ms / 1e3) for ms in (CYCLE_MS / 2, CYCLE_MS, CYCLE_MS * 1.5)}
 fig = plots.plot_tps_vs_accept_len(accept_grid, curves, BASELINE_TPS,
                                    points=[(ACCEPT_LEN, diag.effective_tps, "measured")], goals=GOALS)
@@ -200,6 +194,7 @@ from eaglelab.data.sets import measure_prompts, world_of
 from eaglelab.model.decoding import benchmark_speculation
 from eaglelab.model.drafter_files import load_drafter
 from eaglelab.model.targets import Target, load_target
+
 LOOP_TAG = case.tag
 fit = fits_here(OLD_TARGET, "float32")
 loop = None
@@ -207,11 +202,11 @@ if fit.loads:
     model_a, tokenizer = load_target(OLD_TARGET, device="cpu")
     drafter_a = load_drafter(OLD_DRAFTER)
     target_a = Target.for_drafter(model_a, drafter_a.spec)
-    prompt_ids = measure_prompts(tokenizer, MEASURE_PROMPTS, world_of(OLD_TARGET))
-    loop = benchmark_speculation(target_a, drafter_a, prompt_ids, MEASURE_TOKENS, k=K)
+    prompt_ids = measure_prompts(tokenizer, sizes.measure_prompts, world_of(OLD_TARGET))
+    loop = benchmark_speculation(target_a, drafter_a, prompt_ids, sizes.measure_tokens, k=K)
     fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"], [loop.greedy_tokens_per_s, loop.tokens_per_s],
                                  [loop.greedy_tokens_per_s, loop.predicted_tokens_per_s])
-    plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": MEASURE_PROMPTS, "target": OLD_TARGET})
+    plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": sizes.measure_prompts, "target": OLD_TARGET})
     display(pd.Series({key: v for key, v in loop.to_json().items() if key != "timing"}).to_frame("closed loop"))
     if not loop.timing_ok:
         display(Markdown(f"**⚠ Not a measurement to quote:** {loop.timing_note}."))
@@ -284,20 +279,21 @@ plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurre
 # %%
 here = EngineLoadCheck.skipped("the old target does not load here")
 if loop is not None:
-    here_prompts = measure_prompts(tokenizer, max(LOAD_BATCHES), world_of(OLD_TARGET))
-    here = engine_load_check(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES,
+    here_prompts = measure_prompts(tokenizer, max(sizes.load_batches), world_of(OLD_TARGET))
+    here = engine_load_check(OLD_TARGET, OLD_DRAFTER, here_prompts, sizes.load_tokens, K, list(sizes.load_batches),
                              model_a.config.to_dict(), engine=SERVING_ENGINE)
 if here.rows:
     display(here.table().round(3))
     held = [r.concurrency for r in here.rows]
     fig = plots.plot_concurrency({"model at the runs' mean τ, calibrated at the ends": load_curve(here.model, K, here.mean_tau,
-                                                                           np.geomspace(1, max(LOAD_BATCHES), 48))},
+                                                                           np.geomspace(1, max(sizes.load_batches), 48))},
                                  here.mean_tau,
                                  {f"measured in vLLM {LOOP_TAG}": (held, [r.measured for r in here.rows],
                                                               [(r.measured_low, r.measured_high) for r in here.rows]),
                                   "model at each point's own τ": (held, [r.model for r in here.rows])},
                                  title=f"{Path(OLD_TARGET).name} in {here.status}")
-    plots.savefig(fig, "01_concurrency_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "tokens": LOAD_TOKENS, "k": K})
+    plots.savefig(fig, "01_concurrency_here", FIGURES_DIR,
+                  {"batches": sizes.load_batches, "tokens": sizes.load_tokens, "k": K})
 else:
     print(f"vLLM measurement skipped: {here.status}")
 
@@ -314,19 +310,20 @@ from eaglelab.jobs.load_engine import engine_cost_fit
 
 costs = EngineCostFit.skipped("the old target does not load here")
 if loop is not None:
-    costs = engine_cost_fit(OLD_TARGET, OLD_DRAFTER, here_prompts, LOAD_TOKENS, K, LOAD_BATCHES, LOAD_FORCED_TAUS,
-                            str(Path(FIGURES_DIR) / "01_costs.csv"), engine=SERVING_ENGINE)
+    costs = engine_cost_fit(OLD_TARGET, OLD_DRAFTER, here_prompts, sizes.load_tokens, K, list(sizes.load_batches),
+                            LOAD_FORCED_TAUS, str(Path(FIGURES_DIR) / "01_costs.csv"), engine=SERVING_ENGINE)
 if costs.report is not None:
     fitted = costs.report.model
     display(costs.table().round(3))
-    grid = np.geomspace(min(LOAD_BATCHES), max(LOAD_BATCHES), 32)
+    grid = np.geomspace(min(sizes.load_batches), max(sizes.load_batches), 32)
     steps = {"plain step": [r for r in costs.measured.rows if r.plain], "cycle": [r for r in costs.measured.rows if not r.plain]}
     fig = plots.plot_cost_fit(
         {f"{name} measured {LOOP_TAG}": ([r.concurrency for r in rows], [1e3 * r.step_s for r in rows])
          for name, rows in steps.items()},
         {"plain step, fitted": (grid, 1e3 * fitted.decode_s(grid)), "cycle, fitted": (grid, 1e3 * fitted.cycle_s(grid, K))},
         title=f"{Path(OLD_TARGET).name} in {costs.status}: τ forced to {', '.join(map(str, LOAD_FORCED_TAUS))}")
-    plots.savefig(fig, "01_cost_fit_here", FIGURES_DIR, {"batches": LOAD_BATCHES, "taus": LOAD_FORCED_TAUS, "k": K})
+    plots.savefig(fig, "01_cost_fit_here", FIGURES_DIR,
+                  {"batches": sizes.load_batches, "taus": LOAD_FORCED_TAUS, "k": K})
 else:
     print(f"cost table not measured: {costs.status}")
 

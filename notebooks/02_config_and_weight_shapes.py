@@ -55,11 +55,9 @@ from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 from eaglelab.workbook.runner import scratch_dir
 
-plots.use_style()
 SCRATCH_DIR = scratch_dir(SCRATCH_DIR, FIGURES_DIR, SMOKE, "02")
 # nothing given: all four from the offline world (built on first use); else yours, and none filled in from the world
-case = open_case("02", WORLD, WORLD_DIR, SMOKE, OLD_DRAFTER=OLD_DRAFTER, NEW_DRAFTER=NEW_DRAFTER, NEW_TARGET=NEW_TARGET,
-                 OLD_TARGET=OLD_TARGET)
+case = open_case("02", globals())
 OLD_DRAFTER, NEW_DRAFTER, NEW_TARGET, OLD_TARGET = case.values.values()  # a pick made below survives Run All
 TAG = case.tag
 

@@ -62,31 +62,21 @@ CYCLE_MS = 30.0
 SERVING_ENGINE = "vllm"  # measure the drafter in vLLM too when its environment exists (`make engine`); None: skip
 
 # %%
-from dataclasses import replace
-
 from IPython.display import Markdown, display
 
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.probe import ProbeSettings, load_pair, probe_checkpoints
 from eaglelab.planning import provenance as pv
 from eaglelab.probe.plugin import layerwise_cka
-from eaglelab.settings import smoke_sized
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import probe_answer
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown, plan_uses_plugin_tau
 
-plots.use_style()
-# the parameters first (a bad one is one line); nothing given: the world's checkpoints, else yours, all three
-settings = smoke_sized(ProbeSettings(OLD_TARGET or "", NEW_TARGET or "", OLD_DRAFTER or "", data=DATA or None,
-                                     sequences=SEQUENCES, seq_len=SEQ_LEN, k=K, batch_size=BATCH_SIZE,
-                                     measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE,
-                                     device=DEVICE, device_map=DEVICE_MAP, old_states=OLD_STATES, new_states=NEW_STATES),
-                       SMOKE)  # a smoke run probes the settings' smoke sizes
-case = open_case("03", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,
-                 DATA=DATA, OLD_STATES=OLD_STATES, NEW_STATES=NEW_STATES, DTYPE=DTYPE)
+# the settings from the parameters (a bad one is one line), then whose case: nothing given, the world's, else yours
+case = open_case("03", globals(), ProbeSettings)  # a smoke run probes the settings' smoke sizes
 OLD_TARGET, NEW_TARGET, OLD_DRAFTER, DATA = case.values.values()  # a pick made below survives Run All
-settings = replace(settings, old_target=OLD_TARGET, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
+settings = case.settings
 FROM_DUMPS = settings.from_dumps  # the engines' dumps: no target is loaded, nothing is decoded for real
 
 # %% [markdown]

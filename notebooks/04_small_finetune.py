@@ -68,17 +68,16 @@ RECIPE_GPUS = 8
 SERVING_ENGINE = "vllm"  # measure the drafters in vLLM too when its environment exists (`make engine`); None: skip
 
 # %%
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from IPython.display import Markdown, display
 
 from eaglelab.decisions import Option
-from eaglelab.recommendation import recommend
 from eaglelab.jobs.engine import engine_beside_workbook
 from eaglelab.jobs.finetune import (
     FinetuneSettings,
+    ScalingSettings,
     data_scaling,
     export_for_serving,
     hand_over,
@@ -87,28 +86,20 @@ from eaglelab.jobs.finetune import (
     warm_vs_scratch,
 )
 from eaglelab.planning import provenance as pv
+from eaglelab.recommendation import recommend
 from eaglelab.serving import perf
+from eaglelab.settings import from_parameters
 from eaglelab.workbook import plots
 from eaglelab.workbook.answers import finetune_answer
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import findings_markdown, write_game_plan
 from eaglelab.workbook.runner import scratch_dir
 
-plots.use_style()
-if SMOKE:
-    TRAIN_SEQUENCES, EVAL_SEQUENCES, STEPS, BUDGETS, SWEEP_STEPS = 48, 16, 20, [3, 6, 12, 24, 48], 10
-    SEEDS, SWEEP_EPOCHS = [0], 1
-    BATCH_SIZE, TTT_LENGTH, K = 8, 5, 5
-    MEASURE_PROMPTS, MEASURE_TOKENS = 3, 24
-RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
-# the parameters first (a bad one is one line); nothing given: the offline world's checkpoints, else yours, both
-settings = FinetuneSettings(NEW_TARGET or "", old_drafter=OLD_DRAFTER or "", data=DATA or None, seq_len=SEQ_LEN,
-                            train_sequences=TRAIN_SEQUENCES, eval_sequences=EVAL_SEQUENCES, steps=STEPS,
-                            batch_size=BATCH_SIZE, lr=LR, ttt_length=TTT_LENGTH, k=K, loss_convention=LOSS_CONVENTION,
-                            measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS, dtype=DTYPE, device=DEVICE)
-case = open_case("04", WORLD, WORLD_DIR, SMOKE, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER, DATA=DATA, DTYPE=DTYPE)
+# the settings from the parameters (a bad one is one line), then whose case: nothing given, the world's, else yours
+case = open_case("04", globals(), FinetuneSettings)  # a smoke run trains the settings' smoke sizes
 NEW_TARGET, OLD_DRAFTER, DATA = case.values.values()  # a pick made below survives Run All
-settings = replace(settings, new_target=NEW_TARGET, old_drafter=OLD_DRAFTER, data=DATA or None)
+settings, sweep = case.settings, from_parameters(ScalingSettings, globals(), SMOKE)
+RUNS_DIR = str(Path(scratch_dir(RUNS_DIR, FIGURES_DIR, SMOKE, "04")).resolve())  # absolute: the game plan links into it
 
 # %% [markdown]
 # ## Pick the checkpoints
@@ -141,7 +132,7 @@ runs = finetuned.runs
 curves = {name: r.metrics for name, r in runs.items()}
 for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
     fig = plots.plot_learning_curves(curves, key, label)
-    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": STEPS, "train_sequences": len(inputs.data.train)})
+    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": settings.steps, "train_sequences": len(inputs.data.train)})
 display(finetuned.table())
 
 # %% [markdown]
@@ -160,8 +151,8 @@ display(measured.table())
 # %%
 folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
 eos = [inputs.tokenizer.eos_token_id] if inputs.tokenizer.eos_token_id is not None else None
-engine = engine_beside_workbook({n: (NEW_TARGET, f) for n, f in folders.items()}, inputs.prompts(MEASURE_PROMPTS),
-                                MEASURE_TOKENS, K, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
+engine = engine_beside_workbook({n: (NEW_TARGET, f) for n, f in folders.items()}, inputs.prompts(settings.measure_prompts),
+                                settings.measure_tokens, settings.k, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
 display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine.status}")
 
 # %% [markdown]
@@ -173,9 +164,9 @@ display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine
 # fine-tune has to beat: on a handful of samples the warm start can fall below it.
 
 # %%
-scaling = data_scaling(settings, inputs, BUDGETS, SEEDS, SWEEP_STEPS, SWEEP_EPOCHS)
+scaling = data_scaling(settings, inputs, sweep)
 fit = scaling.fit
-grid = np.geomspace(min(BUDGETS) / 2, 8 * max(BUDGETS), 100)  # to 8x the data there is: beyond, the band is the story
+grid = np.geomspace(min(sweep.budgets) / 2, 8 * max(sweep.budgets), 100)  # to 8x the data there is: beyond, the band is the story
 curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, band in
           (("warm start", fit.warm), ("from scratch", fit.scratch))}
 lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin}
@@ -183,8 +174,9 @@ if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
     lines |= {"break-even τ": float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)),
               f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
 fig = plots.plot_scaling(scaling.points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
-plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": BUDGETS, "seeds": SEEDS, "min_steps": SWEEP_STEPS,
-                                               "epochs": SWEEP_EPOCHS, "fit": fit.to_json()})
+plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": sweep.budgets, "seeds": sweep.seeds,
+                                               "min_steps": sweep.sweep_steps, "epochs": sweep.sweep_epochs,
+                                               "fit": fit.to_json()})
 display(scaling.points_table().round(3))
 display(scaling.equal_table())
 
@@ -234,7 +226,7 @@ display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decisio
 case.not_done += [] if case.demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 case.save({"measured": measured.to_json(), "engine": engine.rows, "scaling": scaling.to_json(),
            "equal_tau": fit.equal_tau(scaling.levels), "data": str(inputs.source), "chosen": best,
-           "recommendation": decision.to_json(), "k": K, "evidence": EVIDENCE, "smoke": SMOKE,
+           "recommendation": decision.to_json(), "k": settings.k, "evidence": EVIDENCE, "smoke": SMOKE,
            "recipes": {engine: str(script) for engine, script in handed.scripts.items()}},
           bullets, FIGURES_DIR, data_line=str(inputs.source), data_kind=inputs.source.kind)
 print("game plan:", write_game_plan(FIGURES_DIR))

@@ -69,28 +69,20 @@ from eaglelab.drift.sweep import (
     run_sweep,
     sweep_data,
 )
-from eaglelab.settings import smoke_sized
 from eaglelab.workbook import plots
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 from eaglelab.workbook.runner import scratch_dir
 from eaglelab.worlds.build import build_world
 
-plots.use_style()
-points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
-# the parameters first (a bad one is one line, before any world); a smoke run sweeps the settings' smoke sizes
-settings = smoke_sized(SweepSettings(sequences=SEQUENCES, data=DATA or None, k=K, top_k=TOP_K,
-                                     measure_prompts=MEASURE_PROMPTS, measure_tokens=MEASURE_TOKENS), SMOKE)
-if SMOKE:
-    PAIR_WORLD, CACHE_DIR = None, scratch_dir("", FIGURES_DIR, SMOKE, "05")
-# nothing given: the offline world's three checkpoints; else yours, all three, and none filled in from the world
-case = open_case("05", WORLD, WORLD_DIR, SMOKE, OLD_TARGET=OLD_TARGET, NEW_TARGET=NEW_TARGET, OLD_DRAFTER=OLD_DRAFTER,
-                 DATA=DATA)
+# the settings from the parameters (a bad one is one line, before any world), then whose case: nothing given, the
+# offline world's three checkpoints; else yours, all three, and none filled in from the world
+case = open_case("05", globals(), SweepSettings)  # a smoke run sweeps the settings' smoke sizes
 OLD_TARGET, NEW_TARGET, OLD_DRAFTER = case.values.values()
-EVIDENCE, TAG = case.evidence, case.tag  # demo: an illustration, not your forecast
-pair_world = build_world(PAIR_WORLD) if PAIR_WORLD else None
-print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
-      f"second pair: {pair_world.root if pair_world else 'none'}")
+settings, EVIDENCE, TAG = case.settings, case.evidence, case.tag  # demo: an illustration, not your forecast
+points, measured = (SMOKE_POINTS, SMOKE_MEASURED) if SMOKE else (DEMO_POINTS, DEMO_MEASURED)
+pair_world = build_world(PAIR_WORLD) if PAIR_WORLD and not SMOKE else None  # a smoke run sweeps one pair
+CACHE_DIR = scratch_dir(CACHE_DIR, FIGURES_DIR, SMOKE, "05")  # a smoke run keeps its records beside its figures
 
 # %% [markdown]
 # ## 1 · The sweep: every point built from A, measured against A, with the old drafter on it
@@ -100,6 +92,8 @@ print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} poi
 # cached: a rerun recomputes only new points.
 
 # %%
+print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
+      f"second pair: {pair_world.root if pair_world else 'none'}")
 sweep = run_sweep(OLD_TARGET, NEW_TARGET, OLD_DRAFTER, points, measured, settings, CACHE_DIR,
                   pair=(pair_world.target_a, pair_world.target_b, pair_world.drafter_a) if pair_world else None)
 drift = analysis.analyse(sweep.records, sweep.pair, TOLERANCE)
@@ -119,7 +113,7 @@ fig = plots.plot_tau_vs_measures([{"family": r.family, "tau": r.on_b.accept_len,
                                  analysis.MEASURE_PANELS, analysis.laws(sweep.records), tau_a)
 plots.savefig(fig, "05_tau_vs_measures", FIGURES_DIR, {"a": str(OLD_TARGET), "b": str(NEW_TARGET), "drafter": str(OLD_DRAFTER)});
 fig = plots.plot_position_vs_magnitude(analysis.magnitude_series(sweep.records))
-plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": K});
+plots.savefig(fig, "05_position_vs_magnitude", FIGURES_DIR, {"k": settings.k});
 
 # %% [markdown]
 # ## 3 · Predictors, chosen by held-out error
@@ -174,6 +168,6 @@ said = {**drift.findings(TAG), **drift.files_findings(predicted.prediction, swee
                 "only by the sequences 03 adds."}
 findings = "".join(f"- {said[name]}\n" for name in ("data", "law", "families", "predictors", "decoding", "files"))
 display(Markdown(findings_markdown(findings)))
-case.save({"evidence": EVIDENCE, "k": K, **drift.to_json(), "engine_prediction": predicted.to_json(),
+case.save({"evidence": EVIDENCE, "k": settings.k, **drift.to_json(), "engine_prediction": predicted.to_json(),
            "sweep_seconds": sweep.seconds}, bullets_from_markdown(findings), FIGURES_DIR,
           data_line=data.source.description, data_kind=data.source.kind);

@@ -118,7 +118,7 @@ def test_while_a_pick_is_stale_only_the_parameters_and_set_up_cells_run():
     choices.pick("DATA", __file__)  # a pick the set-up has not taken
     assert ch._guard(cell) == ["from eaglelab.workbook.choices import refuse_stale\n", "refuse_stale()\n"]
     for runs in (["SMOKE = False  # parameters\n", "K = 3\n"], ["choices = Choices('guard', [])\n"],
-                 ["ChoicePanel(choices, answer)\n"], ["case = open_case('03', WORLD, NEW_TARGET=NEW_TARGET)\n"],
+                 ["ChoicePanel(choices, answer)\n"], ["case = open_case('03', globals(), ProbeSettings)\n"],
                  ["case.panel(answer, button='Probe')\n"]):
         assert ch._guard(runs) == runs
     ch.Choices("guard", [slot])  # the set-up cell ran again with the pick

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglelab.checkpoints.drafters.export import export_drafter
 from eaglelab.checkpoints.drafters.implied_config import drafter_config_for_target
@@ -89,6 +89,10 @@ class FinetuneSettings:
     dtype: str = option("float32", choices=DTYPES)
     device: str | None = None
     trust_remote_code: bool = False
+
+    #: notebook 04's smoke run (``eaglelab.settings.smoke_sized``): a short run of a deeper unroll and chain
+    SMOKE_SIZES: ClassVar[dict[str, int]] = {"train_sequences": 48, "eval_sequences": 16, "steps": 20, "batch_size": 8,
+                                             "ttt_length": 5, "k": 5, "measure_prompts": 3, "measure_tokens": 24}
 
     def __post_init__(self):
         check_ranges(self)  # each field's declared range and choices: flags, notebook parameters and the API alike
@@ -322,14 +326,35 @@ def measure_starts(settings: FinetuneSettings, inputs: FinetuneInputs, report: F
         target.close()
 
 
+@dataclass(frozen=True)
+class ScalingSettings:
+    """Notebook 04's data-scaling sweep (:func:`data_scaling`): both starts trained at each budget and seed.
+
+    Attributes:
+        budgets: training sequences per sweep point, log-spaced up to the data there is.
+        seeds: one sweep run per seed and budget (two seeds double the sweep and narrow the ratio's band).
+        sweep_steps: the least optimizer steps of a sweep run (fewer leave scratch too weak for the fit's band).
+        sweep_epochs: larger budgets train this many epochs, so they are not cut short.
+    """
+
+    budgets: tuple[int, ...] = option((4, 8, 16, 32, 64), min=1)
+    seeds: tuple[int, ...] = option((0,), min=0)
+    sweep_steps: int = option(40, min=1)
+    sweep_epochs: float = option(6, above=0)
+
+    SMOKE_SIZES: ClassVar[dict[str, Any]] = {"budgets": (3, 6, 12, 24, 48), "sweep_steps": 10, "sweep_epochs": 1}
+
+    def __post_init__(self):
+        check_ranges(self)
+
+
 def sweep_config(settings: FinetuneSettings, sweep_steps: int):
     """The shared settings of a data-scaling sweep's runs (each trains at least ``sweep_steps``)."""
     return replace(settings, steps=sweep_steps).train_config()
 
 
-def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, budgets: list[int], seeds: list[int],
-                 sweep_steps: int, sweep_epochs: float):
-    """Held-out τ of both starts at each data budget and seed, and the saturating law fitted to each.
+def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, sweep: ScalingSettings):
+    """Held-out τ of both starts at each of the sweep's budgets and seeds, and the saturating law fitted to each.
 
     Returns:
         a :class:`~eaglelab.planning.scaling.ScalingSweep`: :func:`eaglelab.train.finetune.budget_sweep`'s points
@@ -338,10 +363,10 @@ def data_scaling(settings: FinetuneSettings, inputs: FinetuneInputs, budgets: li
     from eaglelab.planning.scaling import ScalingSweep, fit_scaling
     from eaglelab.train.finetune import budget_sweep
 
-    points = budget_sweep(inputs.model, inputs.old, inputs.data, budgets, seeds,
-                          sweep_config(settings, sweep_steps), sweep_epochs, inputs.old.spec.draft_vocab_size)
+    points = budget_sweep(inputs.model, inputs.old, inputs.data, list(sweep.budgets), list(sweep.seeds),
+                          sweep_config(settings, sweep.sweep_steps), sweep.sweep_epochs, inputs.old.spec.draft_vocab_size)
     fit = fit_scaling(points[Option.FROM_SCRATCH], points[Option.WARM_START], k=settings.k)
-    return ScalingSweep(points, fit, tuple(budgets), tuple(seeds), sweep_steps, sweep_epochs)
+    return ScalingSweep(points, fit, sweep.budgets, sweep.seeds, sweep.sweep_steps, sweep.sweep_epochs)
 
 
 def export_for_serving(settings: FinetuneSettings, inputs: FinetuneInputs, drafter, out_dir: str | Path,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from eaglelab.engines.vllm import engine_status
 from eaglelab.engines.vllm_load import LoadRun, measure_costs_in_engine, measure_load_in_engine
@@ -18,7 +18,32 @@ from eaglelab.serving.load import CPU, LoadModel
 from eaglelab.serving.load_checks import residuals
 from eaglelab.serving.load_fit import calibrate
 from eaglelab.serving.target_shape import shape_from_config
+from eaglelab.settings import DEFAULT_MEASURE_PROMPTS, DEFAULT_MEASURE_TOKENS, check_ranges, option
 from eaglelab.views import Column, View
+
+
+@dataclass(frozen=True)
+class HereSettings:
+    """What notebook 01 measures on this machine: the closed loop (the old pair decoded plain and speculatively, as
+    notebooks 03-05 measure) and the old pair in vLLM batched at a few concurrencies (:func:`engine_load_check`,
+    :func:`engine_cost_fit`).
+
+    Attributes:
+        measure_prompts, measure_tokens: the closed loop's prompts, and the tokens generated per prompt and run.
+        load_batches: the concurrencies vLLM runs the old pair at.
+        load_tokens: the tokens generated per request there.
+    """
+
+    measure_prompts: int = option(DEFAULT_MEASURE_PROMPTS, min=0)
+    measure_tokens: int = option(DEFAULT_MEASURE_TOKENS, min=1)
+    load_batches: tuple[int, ...] = option((1, 4, 16), min=1)
+    load_tokens: int = option(32, min=1)
+
+    SMOKE_SIZES: ClassVar[dict[str, Any]] = {"measure_prompts": 3, "measure_tokens": 24, "load_batches": (1, 2, 4),
+                                             "load_tokens": 16}
+
+    def __post_init__(self):
+        check_ranges(self)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ workbook run on their checkpoints); how τ grows with data is a law anchored at 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from eaglelab.decisions import Option
 from eaglelab.errors import ParameterError, is_whole, require_whole
@@ -131,9 +132,12 @@ class Scenario:
         return cls(**{**FOUNDING_CASE, **entered}, sources=sources)
 
     @classmethod
-    def from_parameters(cls, **values) -> Scenario:
-        """A scenario from notebook parameters: a field equal to the founding case's is labelled
-        ``default`` (or ``assumed``), any other ``entered``."""
+    def from_parameters(cls, parameters: Mapping[str, Any]) -> Scenario:
+        """A scenario from a notebook's parameters (notebook 01 passes ``globals()``): each field whose name in
+        capitals is one (``BASELINE_TPS``). A field equal to the founding case's is labelled ``default`` (or
+        ``assumed``), any other ``entered``."""
+        values = {f.name: parameters[f.name.upper()] for f in fields(cls)
+                  if f.name != "sources" and f.name.upper() in parameters}
         s = cls.founding_case(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
         same = {n: _default_source(n) for n, v in values.items() if n in FOUNDING_CASE and _same(v, FOUNDING_CASE[n])}
         return replace(s, sources=s.sources | same)

@@ -1,7 +1,8 @@
 """A notebook's set-up as one call: :func:`open_case` checks the parameters, decides whose checkpoints it runs on,
 builds (or only locates) the offline world, and returns the :class:`Case` the sections read.
 
-The order is the one every notebook needs: the local paths first (a mistyped dump folder is one line before any
+The order is the one every notebook needs: the settings of its jobs, built from its parameters of the same names (a
+value out of range is one line before anything runs), the local paths (a mistyped dump folder is one line before any
 world is built), then whose case it is (:func:`~eaglelab.workbook.case.notebook_case`: all the user's, or all the
 world's), then whether its targets load here (:func:`~eaglelab.workbook.feasibility.require_loadable`), then the
 world (built only for the world's case), then the pickers (notebooks 02-04: a pick made below survives Run All).
@@ -10,13 +11,15 @@ At the end the case records what the notebook ran on and saves its findings with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from eaglelab.data.world import World
 from eaglelab.planning import provenance as pv
+from eaglelab.settings import from_parameters
+from eaglelab.workbook import plots
 from eaglelab.workbook.case import CHECKPOINTS, given, notebook_case, world_default
 from eaglelab.workbook.choices import LOCAL_PATHS, Choices, Slot, check_local_paths, locate
 from eaglelab.workbook.feasibility import require_loadable
@@ -39,6 +42,11 @@ SLOTS: dict[str, tuple[tuple[str, str, str, str | None, str | None], ...]] = {
            ("OLD_DRAFTER", "old drafter", "drafter", "drafter_a", "NEW_TARGET"),
            ("DATA", "new target's data", "data", None, None)),
 }
+#: The parameters a notebook's set-up reads, those of them the notebook has: its checkpoints, its data, the engines'
+#: dumps and the dtype its targets load in.
+CASE_PARAMETERS = ("OLD_TARGET", "NEW_TARGET", "OLD_DRAFTER", "NEW_DRAFTER", "DATA", "OLD_STATES", "NEW_STATES", "DTYPE")
+#: The parameters the case itself reads, never a job's settings field of the same name.
+CASE_OWN = ("WORLD", "WORLD_DIR", "SMOKE")
 #: The world's checkpoint each name stands for in the world's case (notebooks without pickers).
 WORLD_PATHS = {"OLD_TARGET": "target_a", "NEW_TARGET": "target_b", "OLD_DRAFTER": "drafter_a",
                "NEW_DRAFTER": "drafter_b_small"}
@@ -55,6 +63,8 @@ class Case:
         choices: the pickers (notebooks 02-04), or None.
         given: the parameters as the notebook was given them (checkpoints, data, dumps).
         not_done: what the notebook could not do with the checkpoints given, and why (said in its findings).
+        base: the notebook's settings as its parameters give them (None: a notebook without one); :attr:`settings`
+            adds the picks.
     """
 
     notebook: str
@@ -63,6 +73,7 @@ class Case:
     choices: Choices | None
     given: dict[str, Any]
     not_done: list[str] = field(default_factory=list)
+    base: Any = None
 
     @property
     def values(self) -> dict[str, str]:
@@ -72,6 +83,17 @@ class Case:
         names = CHECKPOINTS.get(self.notebook, ((), ()))[0]
         return {name: str(getattr(self.world, WORLD_PATHS[name])) if self.demo else locate(self.given[name])
                 for name in names}
+
+    @property
+    def settings(self) -> Any:
+        """The notebook's settings on what it runs on: each checkpoint field (and ``data``, "" for none) from
+        :attr:`values`, so a pick made in the panel reaches the jobs when the set-up cell runs again (None: the
+        notebook has none)."""
+        if self.base is None:
+            return None
+        names = {f.name for f in fields(self.base)}
+        picks = {n.lower(): (v or None) if n == "DATA" else v for n, v in self.values.items() if n.lower() in names}
+        return replace(self.base, **picks)
 
     @property
     def evidence(self) -> str:
@@ -100,26 +122,44 @@ class Case:
         save_findings(self.notebook, {"inputs": self.record(**kw), **numbers}, bullets, figures_dir)
 
 
-def open_case(notebook: str, world: str = "demo", world_dir: str | None = None, smoke: bool = False, **parameters) -> Case:
-    """Set a notebook up: check ``parameters`` (its checkpoints, ``DATA``, dumps, ``DTYPE``), decide the case, build or
-    locate the world (``tiny`` when ``smoke``), and make its pickers.
+def open_case(notebook: str, parameters: Mapping[str, Any], settings: type | None = None) -> Case:
+    """Set a notebook up from its parameters (a notebook passes ``globals()``; only the names below are read).
+
+    In the order every notebook needs: the settings its jobs take (``settings``, built from the parameters of the
+    same names, smoke-sized on a smoke run: a bad value is one line before anything else), the local paths (a
+    mistyped dump folder is one line before any world is built), whose case it is, whether its targets load here,
+    the world (``WORLD`` / ``WORLD_DIR``, ``tiny`` when ``SMOKE``; built only for the world's case), the pickers; and
+    the figures take eaglelab's style.
+
+    Args:
+        notebook: ``"03"``.
+        parameters: ``WORLD``, ``WORLD_DIR``, ``SMOKE`` and those of :data:`CASE_PARAMETERS` the notebook has (and
+            the settings' fields in capitals).
+        settings: the settings class of the notebook's jobs (``case.settings``), or None.
 
     Raises:
-        ParameterError: one line naming the parameter: a path that does not exist, a case that is neither all the
-            user's nor all the world's, a target too large to load here.
+        ParameterError: one line naming the parameter: a value out of its range, a path that does not exist, a case
+            that is neither all the user's nor all the world's, a target too large to load here.
     """
-    check_local_paths({n: v for n, v in parameters.items() if n in LOCAL_PATHS})
-    demo = notebook_case(notebook, parameters)
-    require_loadable(notebook, parameters)
-    place = world_for("tiny" if smoke else world, world_dir, needed=demo)
+    smoke = bool(parameters.get("SMOKE", False))
+    plots.use_style()
+    # WORLD_DIR is the case's (where the world is built and the pickers look), not a job's: a job reads the world
+    # its checkpoints lie in, and in the user's case there is none
+    jobs = {name: value for name, value in parameters.items() if name not in CASE_OWN}
+    base = from_parameters(settings, jobs, smoke) if settings is not None else None
+    given_names = {n: parameters[n] for n in CASE_PARAMETERS if n in parameters}
+    check_local_paths({n: v for n, v in given_names.items() if n in LOCAL_PATHS})
+    demo = notebook_case(notebook, given_names)
+    require_loadable(notebook, given_names)
+    place = world_for("tiny" if smoke else parameters.get("WORLD", "demo"), parameters.get("WORLD_DIR"), needed=demo)
     not_done = []
-    if notebook == "02" and not demo and not given(parameters.get("NEW_DRAFTER")):
-        parameters = {**parameters, "NEW_DRAFTER": parameters.get("OLD_DRAFTER")}
+    if notebook == "02" and not demo and not given(given_names.get("NEW_DRAFTER")):
+        given_names = {**given_names, "NEW_DRAFTER": given_names.get("OLD_DRAFTER")}
         not_done.append("no NEW_DRAFTER given: the old drafter is checked against the new target on its own (A and B "
                         "below are the same checkpoint); give the new target's drafter to compare the two")
     choices = None
     if notebook in SLOTS:
-        choices = Choices(notebook, [Slot(name, label, kind, parameters.get(name),
+        choices = Choices(notebook, [Slot(name, label, kind, given_names.get(name),
                                           world_default(demo, getattr(place, attr)) if attr else "", fits=fits)
                                      for name, label, kind, attr, fits in SLOTS[notebook]], root=str(place.root))
-    return Case(notebook, demo, place, choices, dict(parameters), not_done)
+    return Case(notebook, demo, place, choices, given_names, not_done, base)
