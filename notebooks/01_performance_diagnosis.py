@@ -83,7 +83,7 @@ from eaglelab.planning.decision_table import Scenario, plan
 from eaglelab.planning.render import plan_markdown
 from eaglelab.serving import perf
 from eaglelab.serving.log_set import LogSet
-from eaglelab.workbook import plots
+from eaglelab.workbook import figures, plots
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import bullets_from_markdown, findings_markdown
 
@@ -204,8 +204,7 @@ if fit.loads:
     target_a = Target.for_drafter(model_a, drafter_a.spec)
     prompt_ids = measure_prompts(tokenizer, sizes.measure_prompts, world_of(OLD_TARGET))
     loop = benchmark_speculation(target_a, drafter_a, prompt_ids, sizes.measure_tokens, k=K)
-    fig = plots.plot_closed_loop(["greedy", f"EAGLE-3 k={K}"], [loop.greedy_tokens_per_s, loop.tokens_per_s],
-                                 [loop.greedy_tokens_per_s, loop.predicted_tokens_per_s])
+    fig = figures.closed_loop_figure(loop)
     plots.savefig(fig, "01_closed_loop", FIGURES_DIR, {"k": K, "prompts": sizes.measure_prompts, "target": OLD_TARGET})
     display(pd.Series({key: v for key, v in loop.to_json().items() if key != "timing"}).to_frame("closed loop"))
     if not loop.timing_ok:
@@ -250,7 +249,6 @@ plots.savefig(fig, "01_options", FIGURES_DIR, {**figure_params, "goal_tps": GOAL
 # %%
 from eaglelab.jobs.load import LoadSettings, speculation_under_load
 from eaglelab.jobs.load_engine import EngineCostFit, EngineLoadCheck, engine_load_check
-from eaglelab.serving.load_tables import load_curve
 
 load = speculation_under_load(LoadSettings(concurrency=tuple(CONCURRENCY), baseline_tps=BASELINE_TPS, cycle_ms=CYCLE_MS,
                                            accept_len=scenario.accept_len, at_concurrency=AT_CONCURRENCY, k=K))
@@ -264,8 +262,7 @@ display(pd.DataFrame(groups) if groups else Markdown("*the logs hold no concurre
 with_speedup = [r for r in groups if r.get("speedup")]  # a group the plain log also has
 measured_points = {f"measured {pv.tag(logs_source)}": ([r["concurrency"] for r in with_speedup],
                                                       [r["speedup"] for r in with_speedup])} if with_speedup else {}
-fig = plots.plot_concurrency({"model at your point": load_curve(load.model, K, load.tau)}, load.tau, measured_points,
-                             load.pays_up_to, title=f"Speculation under load: τ {load.tau:.2f}, k = {K}")
+fig = figures.load_figure(load, measured_points)
 plots.savefig(fig, "01_concurrency", FIGURES_DIR, {**figure_params, "at_concurrency": AT_CONCURRENCY, "k": K})
 
 # %% [markdown]
@@ -284,14 +281,7 @@ if loop is not None:
                              model_a.config.to_dict(), engine=SERVING_ENGINE)
 if here.rows:
     display(here.table().round(3))
-    held = [r.concurrency for r in here.rows]
-    fig = plots.plot_concurrency({"model at the runs' mean τ, calibrated at the ends": load_curve(here.model, K, here.mean_tau,
-                                                                           np.geomspace(1, max(sizes.load_batches), 48))},
-                                 here.mean_tau,
-                                 {f"measured in vLLM {LOOP_TAG}": (held, [r.measured for r in here.rows],
-                                                              [(r.measured_low, r.measured_high) for r in here.rows]),
-                                  "model at each point's own τ": (held, [r.model for r in here.rows])},
-                                 title=f"{Path(OLD_TARGET).name} in {here.status}")
+    fig = figures.engine_load_figure(here, K, LOOP_TAG, title=f"{Path(OLD_TARGET).name} in {here.status}")
     plots.savefig(fig, "01_concurrency_here", FIGURES_DIR,
                   {"batches": sizes.load_batches, "tokens": sizes.load_tokens, "k": K})
 else:

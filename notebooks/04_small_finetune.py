@@ -70,7 +70,6 @@ SERVING_ENGINE = "vllm"  # measure the drafters in vLLM too when its environment
 # %%
 from pathlib import Path
 
-import numpy as np
 from IPython.display import Markdown, display
 
 from eaglelab.decisions import Option
@@ -89,7 +88,7 @@ from eaglelab.planning import provenance as pv
 from eaglelab.recommendation import recommend
 from eaglelab.serving import perf
 from eaglelab.settings import from_parameters
-from eaglelab.workbook import plots
+from eaglelab.workbook import figures, plots
 from eaglelab.workbook.answers import finetune_answer
 from eaglelab.workbook.opening import open_case
 from eaglelab.workbook.report import findings_markdown, write_game_plan
@@ -165,20 +164,16 @@ display(engine.table()) if engine.ran else print(f"vLLM section skipped: {engine
 
 # %%
 scaling = data_scaling(settings, inputs, sweep)
-fit = scaling.fit
-grid = np.geomspace(min(sweep.budgets) / 2, 8 * max(sweep.budgets), 100)  # to 8x the data there is: beyond, the band is the story
-curves = {label: (grid, *np.array([band.tau(n) for n in grid]).T) for label, band in
-          (("warm start", fit.warm), ("from scratch", fit.scratch))}
-lines = {f"old drafter as is (τ {fit.plugin:.2f})": fit.plugin}
-if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
-    lines |= {"break-even τ": float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)),
-              f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
-fig = plots.plot_scaling(scaling.points, curves, lines, title=f"Held-out τ against new-target data {TAG}")
-plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": sweep.budgets, "seeds": sweep.seeds,
-                                               "min_steps": sweep.sweep_steps, "epochs": sweep.sweep_epochs,
-                                               "fit": fit.to_json()})
 display(scaling.points_table().round(3))
 display(scaling.equal_table())
+lines = {}
+if EVIDENCE == pv.YOURS:  # your scenario's needs, only against your own curves
+    lines = {"break-even τ": float(perf.break_even_tau(CYCLE_MS / 1e3, BASELINE_TPS)),
+             f"τ for {GOAL_TPS:g} tok/s": float(perf.required_accept_len(GOAL_TPS, CYCLE_MS / 1e3))}
+fig = figures.scaling_figure(scaling, lines, TAG)
+plots.savefig(fig, "04_scaling", FIGURES_DIR, {"budgets": sweep.budgets, "seeds": sweep.seeds,
+                                               "min_steps": sweep.sweep_steps, "epochs": sweep.sweep_epochs,
+                                               "fit": scaling.fit.to_json()})
 
 # %% [markdown]
 # ## 5 · Export the recommended drafter for SGLang and vLLM
@@ -225,7 +220,7 @@ bullets = [f"- {said[name]}" for name in ("compared", "equal_budget", "measured"
 display(Markdown(findings_markdown(bullets, f"**Recommendation {TAG}.** {decision.text}")))
 case.not_done += [] if case.demo or engine.ran else [f"no measurement in vLLM ({engine.status})"]
 case.save({"measured": measured.to_json(), "engine": engine.rows, "scaling": scaling.to_json(),
-           "equal_tau": fit.equal_tau(scaling.levels), "data": str(inputs.source), "chosen": best,
+           "equal_tau": scaling.fit.equal_tau(scaling.levels), "data": str(inputs.source), "chosen": best,
            "recommendation": decision.to_json(), "k": settings.k, "evidence": EVIDENCE, "smoke": SMOKE,
            "recipes": {engine: str(script) for engine, script in handed.scripts.items()}},
           bullets, FIGURES_DIR, data_line=str(inputs.source), data_kind=inputs.source.kind)
