@@ -23,7 +23,8 @@ from eaglelab.drift.sweep import SweepSettings
 from eaglelab.jobs.compare import CompareSettings, InspectSettings
 from eaglelab.jobs.drafters import DrafterInitSettings, ExportSettings
 from eaglelab.jobs.engine import EngineMeasureSettings
-from eaglelab.jobs.finetune import FinetuneSettings
+from eaglelab.jobs.finetune import FinetuneSettings, ScalingSettings
+from eaglelab.jobs.load_engine import HereSettings
 from eaglelab.jobs.perf import PerfSettings
 from eaglelab.jobs.plan import PlanSettings
 from eaglelab.jobs.predict import PredictSettings
@@ -52,6 +53,8 @@ from .conftest import REPO
 #: Each notebook's settings: its parameters are the fields' names in capitals.
 NOTEBOOK_SETTINGS = {"03_plugin_probe": ProbeSettings, "04_small_finetune": FinetuneSettings,
                      "05_drift_sweep": SweepSettings}
+#: Settings a notebook builds from its parameters beside its jobs' (``from_parameters``): the same names, the same defaults.
+NOTEBOOK_SIZES = {"01_performance_diagnosis": HereSettings, "04_small_finetune": ScalingSettings}
 #: Commands whose flags are generated from a settings dataclass (``add_settings``), and the fields each leaves off.
 SETTINGS_COMMANDS = {"probe": (ProbeSettings, ()), "dump": (DumpSettings, ()), "compare": (CompareSettings, ()),
                      "compare-targets": (TargetCompareSettings, ()), "predict": (PredictSettings, ()),
@@ -67,11 +70,13 @@ HAND_DECLARED = {"engine status"}
 
 def test_every_notebook_parameter_default_is_its_settings_default():
     checked = 0
-    for stem, cls in NOTEBOOK_SETTINGS.items():
+    for stem, cls in [*NOTEBOOK_SETTINGS.items(), *NOTEBOOK_SIZES.items()]:
         params = notebook_parameters(REPO / "notebooks" / f"{stem}.ipynb")
         for f in dataclasses.fields(cls):
             if f.name.upper() in params and f.default is not dataclasses.MISSING:
-                assert params[f.name.upper()] == f.default, (stem, f.name, params[f.name.upper()], f.default)
+                given = params[f.name.upper()]
+                given = tuple(given) if isinstance(given, list) else given  # a list parameter fills a tuple field
+                assert given == f.default, (stem, f.name, given, f.default)
                 checked += 1
     first = notebook_parameters(REPO / "notebooks" / "01_performance_diagnosis.ipynb")
     names: dict[str, str] = {}
