@@ -303,15 +303,9 @@ if loop is not None:
     costs = engine_cost_fit(OLD_TARGET, OLD_DRAFTER, here_prompts, sizes.load_tokens, K, list(sizes.load_batches),
                             LOAD_FORCED_TAUS, str(Path(FIGURES_DIR) / "01_costs.csv"), engine=SERVING_ENGINE)
 if costs.report is not None:
-    fitted = costs.report.model
     display(costs.table().round(3))
-    grid = np.geomspace(min(sizes.load_batches), max(sizes.load_batches), 32)
-    steps = {"plain step": [r for r in costs.measured.rows if r.plain], "cycle": [r for r in costs.measured.rows if not r.plain]}
-    fig = plots.plot_cost_fit(
-        {f"{name} measured {LOOP_TAG}": ([r.concurrency for r in rows], [1e3 * r.step_s for r in rows])
-         for name, rows in steps.items()},
-        {"plain step, fitted": (grid, 1e3 * fitted.decode_s(grid)), "cycle, fitted": (grid, 1e3 * fitted.cycle_s(grid, K))},
-        title=f"{Path(OLD_TARGET).name} in {costs.status}: τ forced to {', '.join(map(str, LOAD_FORCED_TAUS))}")
+    fig = figures.cost_fit_figure(costs, K, LOOP_TAG, title=f"{Path(OLD_TARGET).name} in {costs.status}: τ forced to "
+                                                          f"{', '.join(map(str, LOAD_FORCED_TAUS))}")
     plots.savefig(fig, "01_cost_fit_here", FIGURES_DIR,
                   {"batches": sizes.load_batches, "taus": LOAD_FORCED_TAUS, "k": K})
 else:

@@ -127,12 +127,10 @@ print(f"{inputs.source}; aux layers {list(inputs.data.aux_layer_outputs)}")
 
 # %%
 finetuned = warm_vs_scratch(settings, inputs, RUNS_DIR)
-runs = finetuned.runs
-curves = {name: r.metrics for name, r in runs.items()}
-for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
-    fig = plots.plot_learning_curves(curves, key, label)
-    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": settings.steps, "train_sequences": len(inputs.data.train)})
 display(finetuned.table())
+for key, label in (("loss", f"training loss ({LOSS_CONVENTION} convention)"), ("eval_accept_len", "held-out simulated τ")):
+    fig = figures.learning_curve_figure(finetuned, key, label)
+    plots.savefig(fig, f"04_curve_{key}", FIGURES_DIR, {"steps": settings.steps, "train_sequences": len(inputs.data.train)})
 
 # %% [markdown]
 # ## 3 · Measured on the new target: real speculative decoding
@@ -148,7 +146,7 @@ display(measured.table())
 # reason, where that environment is absent.
 
 # %%
-folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in runs.items()}}
+folders = {Option.PLUG_IN: OLD_DRAFTER, **{n: r.final_dir for n, r in finetuned.runs.items()}}
 eos = [inputs.tokenizer.eos_token_id] if inputs.tokenizer.eos_token_id is not None else None
 engine = engine_beside_workbook({n: (NEW_TARGET, f) for n, f in folders.items()}, inputs.prompts(settings.measure_prompts),
                                 settings.measure_tokens, settings.k, measured, engine=SERVING_ENGINE, stop_token_ids=eos)
@@ -187,7 +185,7 @@ decision = recommend({option: m.accept_len for option, m in measured.items()}, h
                      counts={option: m.prompt_counts for option, m in measured.items()},
                      per_sequence=finetuned.per_sequence)
 best = decision.action
-chosen_drafter = inputs.old if best == Option.PLUG_IN else runs[best].drafter
+chosen_drafter = inputs.old if best == Option.PLUG_IN else finetuned.runs[best].drafter
 sglang_dir, vllm_dir = export_for_serving(settings, inputs, chosen_drafter, Path(RUNS_DIR) / "export")
 print(f"{decision.text}\nexported: {best}\nSGLang: {sglang_dir}\nvLLM:   {vllm_dir}")
 

@@ -92,13 +92,12 @@ CACHE_DIR = scratch_dir(CACHE_DIR, FIGURES_DIR, SMOKE, "05")  # a smoke run keep
 # cached: a rerun recomputes only new points.
 
 # %%
-print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
-      f"second pair: {pair_world.root if pair_world else 'none'}")
 sweep = run_sweep(OLD_TARGET, NEW_TARGET, OLD_DRAFTER, points, measured, settings, CACHE_DIR,
                   pair=(pair_world.target_a, pair_world.target_b, pair_world.drafter_a) if pair_world else None)
 drift = analysis.analyse(sweep.records, sweep.pair, TOLERANCE)
-print(f"{sweep.computed} points computed, the rest from the cache; {sweep.seconds:.0f} s\nteacher forced on: "
-      f"{sweep.records[0].data if sweep.records else 'no point'}")
+print(f"A {OLD_TARGET}\nB {NEW_TARGET}\ndrafter {OLD_DRAFTER}\n{len(points)} points, {len(measured)} measured by decoding; "
+      f"second pair: {pair_world.root if pair_world else 'none'}\n{sweep.computed} points computed, the rest from the "
+      f"cache; {sweep.seconds:.0f} s\nteacher forced on: {sweep.records[0].data if sweep.records else 'no point'}")
 display(drift.table().round(3))
 
 # %% [markdown]

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from eaglelab.jobs.load_engine import EngineLoadCheck
+from eaglelab.jobs.finetune import FinetuneReport
+from eaglelab.jobs.load_engine import EngineCostFit, EngineLoadCheck
 from eaglelab.jobs.load_report import LoadReport
 from eaglelab.planning.scaling import ScalingSweep
 from eaglelab.serving.load_tables import load_curve
@@ -54,3 +55,22 @@ def closed_loop_figure(loop: Speculation):
     """Notebook 01's closed loop: plain and speculative decoding's measured tok/s beside the model's (τ / cycle)."""
     return plots.plot_closed_loop(["greedy", f"EAGLE-3 k={loop.k}"], [loop.greedy_tokens_per_s, loop.tokens_per_s],
                                   [loop.greedy_tokens_per_s, loop.predicted_tokens_per_s])
+
+
+def cost_fit_figure(costs: EngineCostFit, k: int, tag: str, title: str):
+    """Notebook 01's cost table measured in vLLM: each step's time per concurrency as measured (plain steps, and cycles
+    at forced τ) beside the model fitted to every row."""
+    rows, fitted = costs.measured.rows, costs.report.model
+    batches = [r.concurrency for r in rows]
+    grid = np.geomspace(min(batches), max(batches), 32)
+    steps = {"plain step": [r for r in rows if r.plain], "cycle": [r for r in rows if not r.plain]}
+    return plots.plot_cost_fit(
+        {f"{name} measured {tag}": ([r.concurrency for r in kind], [1e3 * r.step_s for r in kind])
+         for name, kind in steps.items()},
+        {"plain step, fitted": (grid, 1e3 * fitted.decode_s(grid)), "cycle, fitted": (grid, 1e3 * fitted.cycle_s(grid, k))},
+        title=title)
+
+
+def learning_curve_figure(finetuned: FinetuneReport, key: str, label: str):
+    """Notebook 04's learning curves: the metric ``key`` each run logs, per step, for each start."""
+    return plots.plot_learning_curves({name: run.metrics for name, run in finetuned.runs.items()}, key, label)
