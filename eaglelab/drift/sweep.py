@@ -81,10 +81,10 @@ class SweepSettings:
     lora_batch: int = 4
     lora_seq_len: int = 64
     lora_rows: int = 256
+    seed: int = 1
 
     #: what a notebook's smoke run sweeps (:func:`eaglelab.settings.smoke_sized`)
     SMOKE_SIZES: ClassVar[dict[str, int]] = {"sequences": 16, "measure_prompts": 2, "measure_tokens": 16, "lora_rows": 128}
-    seed: int = 1
 
 
 @dataclass
